@@ -1,0 +1,1 @@
+"""Apps: live applications that run an exported ONNX model on streaming input."""

@@ -1,0 +1,1 @@
+"""Export: turn a trained model's step-wise (streaming) form into an ONNX graph."""

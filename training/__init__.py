@@ -1,0 +1,1 @@
+"""Training: the trainer, the data loaders and the task configs."""
