@@ -1,0 +1,171 @@
+"""The Liquid-S4 layer: S4 convolution + D·u + the liquid (PB or KB) term.
+
+For each of H channels (batch-first input ``u (B, L, H)``):
+
+    y[t] = Σ_{j≤t} K̄[j] u[t−j] + D u[t] + y_liquid[t]
+
+with K̄ from a DPLR (S4-LegS) or diagonal (S4D) kernel and y_liquid from
+:mod:`liquid_stream.liquid`. Everything is causal unless ``bidirectional=True``,
+which adds an anti-causal kernel over the future (offline use only; such a
+layer has no streaming form).
+
+The layer equals the recurrence (§2 of the design)
+
+    x_t = Ā x_{t−1} + B̄ u_t,   y_t = s·Re(C x_t) + D u_t   (+ liquid terms)
+
+with the matrices of :meth:`LiquidS4.ssm_matrices`, to float64 precision.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from .cauchy import BACKENDS
+from .diag import DiagKernel
+from .dplr import DPLRKernel
+from .kernel_base import Discrete
+from .liquid import (
+    LIQUID_KINDS,
+    MAX_LIQUID_ORDER,
+    correlation_signals,
+    liquid_inputs,
+    pb_coefficients,
+    pb_term,
+    shift,
+)
+
+
+def check_input(u: Tensor, width: int, name: str = "u") -> None:
+    """Raise a clear ValueError unless ``u`` is a finite (B, L, width) float tensor."""
+    if not isinstance(u, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(u).__name__}")
+    if u.dim() != 3 or u.shape[-1] != width:
+        raise ValueError(f"{name} must have shape (B, L, {width}), got {tuple(u.shape)}")
+    if not u.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got {u.dtype}")
+    if u.shape[1] == 0:
+        raise ValueError(f"{name} has length 0")
+    if not torch.isfinite(u).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+
+
+class LiquidS4(nn.Module):
+    """Liquid-S4 SSM layer, ``(B, L, H) → (B, L, H)`` (before the activation).
+
+    Args:
+        d_model: H, the number of independent channels.
+        d_state: N; the state has N // 2 conjugate pairs (N odd drops the real mode).
+        mode: ``"dplr"`` (S4-LegS, Cauchy + Woodbury) or ``"diag"`` (S4D, Vandermonde).
+        liquid: ``None``, ``"pb"`` (powers of B) or ``"kb"`` (kernel × B).
+        liquid_order: P, highest correlation order (2 … 10).
+        liquid_len: L̃, window of the PB correlation kernel.
+        dt_min, dt_max: range of the log-uniform initial step sizes Δ.
+        bidirectional: add an anti-causal kernel (non-streamable).
+        init: diagonal init for ``mode="diag"``: ``legs``, ``lin`` or ``inv``.
+        disc: ``bilinear`` (default) or ``zoh`` (diag only).
+        backend: Cauchy backend for dplr: ``auto``, ``torch`` or ``keops``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 64,
+        mode: str = "dplr",
+        liquid: str | None = None,
+        liquid_order: int = 2,
+        liquid_len: int = 1,
+        dt_min: float = 0.001,
+        dt_max: float = 0.1,
+        bidirectional: bool = False,
+        init: str = "legs",
+        disc: str = "bilinear",
+        backend: str = "auto",
+    ):
+        super().__init__()
+        if not isinstance(d_model, int) or d_model < 1:
+            raise ValueError(f"d_model must be a positive int, got {d_model!r}")
+        if liquid not in LIQUID_KINDS:
+            raise ValueError(f"liquid must be None, 'pb' or 'kb', got {liquid!r}")
+        if not isinstance(liquid_order, int) or not 2 <= liquid_order <= MAX_LIQUID_ORDER:
+            raise ValueError(
+                f"liquid_order must be an int in 2…{MAX_LIQUID_ORDER}, got {liquid_order!r}"
+            )
+        if not isinstance(liquid_len, int) or liquid_len < 1:
+            raise ValueError(f"liquid_len must be a positive int, got {liquid_len!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        channels = 2 if bidirectional else 1
+        if mode == "dplr":
+            if init != "legs":
+                raise ValueError("mode='dplr' is initialised with S4-LegS only (init='legs')")
+            self.kernel = DPLRKernel(d_model, d_state, channels, dt_min, dt_max, disc, backend)
+        elif mode == "diag":
+            self.kernel = DiagKernel(d_model, d_state, channels, dt_min, dt_max, disc, init)
+        else:
+            raise ValueError(f"mode must be 'dplr' or 'diag', got {mode!r}")
+        self.d_model, self.d_state, self.mode = d_model, d_state, mode
+        self.liquid, self.liquid_order, self.liquid_len = liquid, liquid_order, liquid_len
+        self.bidirectional = bidirectional
+        self.D = nn.Parameter(torch.randn(d_model))
+
+    @property
+    def is_causal(self) -> bool:
+        """True when y[t] depends only on u[≤ t] (i.e. the layer can stream)."""
+        return not self.bidirectional
+
+    def forward(self, u: Tensor, rate: float = 1.0) -> Tensor:
+        """``u (B, L, H)`` → ``(B, L, H)``; ``rate`` scales Δ (2.0 for half-rate input)."""
+        check_input(u, self.d_model)
+        x = u.transpose(1, 2)  # (B, H, L)
+        L = x.shape[-1]
+        disc = self.kernel.discretize(rate)
+        b, signals = disc.B_bar[None], x[None]  # (R, H, Mf), (R, B, H, L)
+        if self.liquid == "kb":
+            b = torch.cat([b, liquid_inputs(disc, self.liquid_order)])
+            signals = torch.cat([signals, correlation_signals(x, self.liquid_order)])
+        K = self.kernel.kernel(L, disc, b).to(x.dtype)  # (channels, R, H, L)
+        n = 2 * L
+        K_f = torch.fft.rfft(K, n=n)
+        y_f = torch.einsum("rhf,rbhf->bhf", K_f[0], torch.fft.rfft(signals, n=n))
+        if self.bidirectional:  # anti-causal part: lags −1 … −(L−1)
+            x_rev = shift(x.flip(-1), 1)
+            y_rev = torch.fft.irfft(K_f[1, 0] * torch.fft.rfft(x_rev, n=n), n=n)[..., :L]
+        y = torch.fft.irfft(y_f, n=n)[..., :L]
+        if self.bidirectional:
+            y = y + y_rev.flip(-1)
+        y = y + self.D[:, None] * x
+        if self.liquid == "pb":
+            y = y + pb_term(x, disc, self.liquid_order, self.liquid_len)
+        return y.transpose(1, 2)
+
+    def discretize(self, rate: float = 1.0, dtype: torch.dtype = torch.float64) -> Discrete:
+        """The discrete system computed from a ``dtype`` copy of the parameters (no grad)."""
+        with torch.no_grad():
+            return copy.deepcopy(self.kernel).to(dtype).discretize(rate)
+
+    def ssm_matrices(self, rate: float = 1.0) -> dict:
+        """The exact discrete system of this layer in float64 / complex128.
+
+        Returns ``A_bar (H, M, M)``, ``B_bar (H, M)``, ``C (H, M)``, ``D (H,)``, ``scale``,
+        in the liquid basis, such that x_t = Ā x_{t−1} + B̄ u_t,
+        y_t = scale·Re(C x_t) + D u_t reproduces the S4 part of :meth:`forward`; the liquid
+        terms follow from B̄^{∘p} and C as in :mod:`liquid_stream.liquid`. Also returns
+        ``pb_coef (P−1, H)`` and the liquid settings.
+        """
+        if not self.is_causal:
+            raise ValueError("a bidirectional layer has no causal recurrence (ssm_matrices)")
+        disc = self.discretize(rate)
+        return {
+            "A_bar": self.kernel.dense_A_bar(disc),
+            "B_bar": disc.B_bar,
+            "C": disc.C[0],
+            "D": self.D.detach().double().clone(),
+            "scale": disc.scale,
+            "pb_coef": pb_coefficients(disc, self.liquid_order),
+            "liquid": self.liquid,
+            "liquid_order": self.liquid_order,
+            "liquid_len": self.liquid_len,
+        }
