@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cauchy import BACKENDS
@@ -169,3 +170,150 @@ class LiquidS4(nn.Module):
             "liquid_order": self.liquid_order,
             "liquid_len": self.liquid_len,
         }
+
+
+# ----------------------------------------------------------------------------------
+# Step (streaming) form, next to the convolutional form above.
+# ----------------------------------------------------------------------------------
+
+
+def _kernel_dense(mats: dict, b: Tensor, n: int) -> Tensor:
+    """K_r[j] = s·Re(C Āʲ b_r), j < n, by the literal recurrence (float64)."""
+    A, C, s = mats["A_bar"], mats["C"], mats["scale"]
+    x, K = b, []
+    for _ in range(n):
+        K.append(s * (C * x).sum(-1).real)
+        x = torch.einsum("hmn,rhn->rhm", A, x)
+    return torch.stack(K, -1)
+
+
+def _diagonal_form(mats: dict, b: Tensor, cond_max: float, check_len: int = 2048):
+    """Diagonalise Ā in float64; returns (λ, b', c', scale), or None where that is unsafe.
+
+    Safe means: every channel's eigenvector matrix has condition number ≤ ``cond_max``
+    and the diagonal system's kernel equals the dense one to 1e-10 (relative) over
+    ``check_len`` steps. Conjugate pairs are folded into one mode with scale 2 when the
+    folded system passes the same check.
+    """
+    A, C, s = mats["A_bar"], mats["C"], mats["scale"]
+    if mats["A_bar_is_diag"]:
+        return torch.diagonal(A, dim1=-2, dim2=-1), b, C, s
+    lam, V = torch.linalg.eig(A)
+    if torch.linalg.cond(V).max() > cond_max:
+        return None
+    b_d = torch.einsum("hmn,rhn->rhm", torch.linalg.inv(V), b)
+    c_d = torch.einsum("hm,hmn->hn", C, V)
+    candidates = []
+    pos = lam.imag > 0
+    if bool((pos.sum(-1) * 2 == lam.shape[-1]).all()):  # fold conjugate pairs
+        keep = torch.argsort((~pos).to(torch.int8), dim=-1, stable=True)[:, : lam.shape[-1] // 2]
+        rows = keep.expand(b_d.shape[0], -1, -1)
+        candidates.append((lam.gather(1, keep), b_d.gather(2, rows), c_d.gather(1, keep), 2 * s))
+    candidates.append((lam, b_d, c_d, s))
+    K_dense = _kernel_dense(mats, b, check_len)
+    j = torch.arange(check_len, dtype=torch.float64)
+    for lam_c, b_c, c_c, s_c in candidates:
+        K = s_c * torch.einsum("hm,rhm,hmj->rhj", c_c, b_c, lam_c[..., None] ** j).real
+        if (K - K_dense).abs().max() <= 1e-10 * K_dense.abs().max():
+            return lam_c, b_c, c_c, s_c
+    return None
+
+
+class LiquidS4Step(nn.Module):
+    """Exact step-wise form of a causal :class:`LiquidS4` for chunks ``(B, T, H)``, any T ≥ 1.
+
+    State (a dict of tensors, batch first):
+      ``ssm``   (B, H, R, Mr)  SSM state (R = 1, or 1 + the KB orders) in a real basis;
+      ``u_buf`` (B, P−1, H)    the last P−1 inputs (liquid models);
+      ``w_buf`` (B, L̃−1, H)    the last L̃−1 PB correlation values (PB with L̃ > 1).
+
+    Built from the float64 system of :meth:`LiquidS4.ssm_matrices`: diagonalised when
+    that is numerically safe (always for S4D), else a dense real transition.
+    """
+
+    def __init__(
+        self,
+        layer: LiquidS4,
+        sub_block: int = 16,
+        max_chunk: int = 4096,
+        dtype: torch.dtype = torch.float32,
+        rate: float = 1.0,
+        cond_max: float = 1e3,
+    ):
+        super().__init__()
+        if not layer.is_causal:
+            raise ValueError(
+                "this LiquidS4 layer is bidirectional (non-causal): it has no streaming form"
+            )
+        from .chunked import ChunkedSSM, diag_to_real
+
+        mats = layer.ssm_matrices(rate)
+        mats["A_bar_is_diag"] = layer.mode == "diag"
+        self.liquid, self.P, self.L_liq = layer.liquid, layer.liquid_order, layer.liquid_len
+        H = layer.d_model
+        b = mats["B_bar"][None]
+        if self.liquid == "kb":
+            b = torch.cat([b, torch.stack([mats["B_bar"] ** p for p in range(2, self.P + 1)])])
+        diag = _diagonal_form(mats, b, cond_max)
+        if diag is not None:
+            lam, b_d, c_d, s = diag
+            A_real = diag_to_real(lam)
+            b_real = torch.cat([b_d.real, b_d.imag], -1)
+            c_real = torch.cat([s * c_d.real, -s * c_d.imag], -1)
+        else:  # dense real form of the conjugate-symmetric DPLR system
+            lam = None
+            M = mats["A_bar"].shape[-1] // 2
+            eye = torch.eye(M, dtype=torch.complex128)
+            Tm = torch.cat([torch.cat([eye, 1j * eye], 1), torch.cat([eye, -1j * eye], 1)], 0)
+            Tinv = torch.linalg.inv(Tm)
+            A_c = Tinv @ mats["A_bar"] @ Tm
+            b_c = torch.einsum("mn,rhn->rhm", Tinv, b)
+            c_c = mats["scale"] * (mats["C"] @ Tm)
+            for name, t in (("A", A_c), ("b", b_c), ("c", c_c)):
+                if t.imag.abs().max() > 1e-9 * max(1.0, t.real.abs().max()):
+                    raise RuntimeError(f"DPLR system is not conjugate-symmetric ({name})")
+            A_real, b_real, c_real = A_c.real, b_c.real, c_c.real
+        self.transition = "diag" if lam is not None else "dense"
+        self.ssm = ChunkedSSM(A_real, b_real, c_real, lam, sub_block, max_chunk, dtype)
+        self.register_buffer("D", mats["D"].to(dtype))
+        if self.liquid == "pb":
+            self.register_buffer("pb_coef", mats["pb_coef"].to(dtype))  # (P−1, H)
+            self.register_buffer("window", torch.ones(H, 1, self.L_liq, dtype=dtype))
+        self.H = H
+
+    def init_state(self, batch: int) -> dict[str, Tensor]:
+        """Zero state (the convolutional form's u[<0] = 0)."""
+        z = self.D.new_zeros
+        state = {"ssm": self.ssm.init_state(batch)}
+        if self.liquid is not None:
+            state["u_buf"] = z(batch, self.P - 1, self.H)
+        if self.liquid == "pb" and self.L_liq > 1:
+            state["w_buf"] = z(batch, self.L_liq - 1, self.H)
+        return state
+
+    def forward(self, u: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """``u (B, T, H)`` → ``y (B, T, H)`` and the state after the chunk."""
+        T = u.shape[1]
+        new: dict[str, Tensor] = {}
+        signals = [u]
+        if self.liquid is not None:
+            P = self.P
+            ext = torch.cat([state["u_buf"], u], 1)  # (B, P−1+T, H)
+            v, corr = u, []
+            for i in range(1, P):  # v_p = v_{p−1} · u[t−p+1]
+                v = v * ext[:, P - 1 - i : P - 1 - i + T]
+                corr.append(v)
+            new["u_buf"] = ext[:, -(P - 1) :]
+            if self.liquid == "kb":
+                signals += corr
+        y, new["ssm"] = self.ssm(torch.stack(signals, 2), state["ssm"])
+        y = y + self.D * u
+        if self.liquid == "pb":
+            mixed = torch.einsum("ph,pbth->bth", self.pb_coef, torch.stack(corr))
+            if self.L_liq > 1:
+                ext_w = torch.cat([state["w_buf"], mixed], 1)  # (B, L̃−1+T, H)
+                new["w_buf"] = ext_w[:, -(self.L_liq - 1) :]
+                mixed = F.conv1d(ext_w.transpose(1, 2), self.window, groups=self.H)
+                mixed = mixed.transpose(1, 2)
+            y = y + mixed
+        return y, new

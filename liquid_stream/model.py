@@ -13,12 +13,14 @@ Decoders (``(B, L, H)`` → logits):
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .kernel_base import SSM_PARAMETER_NAMES, SSMKernel
-from .layer import LiquidS4, check_input
+from .layer import LiquidS4, LiquidS4Step, check_input
 from .liquid import causal_window_sum
 
 DECODERS = ("pool", "last", "window")
@@ -39,6 +41,34 @@ class Norm(nn.Module):
         if self.kind == "batch":
             return self.norm(x.transpose(1, 2)).transpose(1, 2)
         return self.norm(x)
+
+    def frozen(self, dtype: torch.dtype) -> nn.Module:
+        """The eval-mode map: BatchNorm folded into x·a + b (running statistics), or LayerNorm."""
+        if self.kind == "layer":
+            return copy.deepcopy(self.norm).to(dtype)
+        bn = self.norm
+        var = bn.running_var.double() if bn.track_running_stats else None
+        if var is None:
+            raise ValueError("BatchNorm without running statistics cannot be streamed")
+        a = torch.rsqrt(var + bn.eps)
+        if bn.affine:
+            a = a * bn.weight.detach().double()
+        b = -bn.running_mean.double() * a
+        if bn.affine:
+            b = b + bn.bias.detach().double()
+        return _Affine(a.to(dtype), b.to(dtype))
+
+
+class _Affine(nn.Module):
+    """x·a + b over the last (feature) axis: a BatchNorm in eval mode."""
+
+    def __init__(self, a: Tensor, b: Tensor):
+        super().__init__()
+        self.register_buffer("a", a)
+        self.register_buffer("b", b)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.a + self.b
 
 
 class LiquidS4Block(nn.Module):
@@ -65,6 +95,27 @@ class LiquidS4Block(nn.Module):
         z = F.glu(self.out(z), dim=-1)
         x = x + z
         return x if self.prenorm else self.norm(x)
+
+
+class LiquidS4BlockStep(nn.Module):
+    """Step form of :class:`LiquidS4Block` (eval mode): same map, chunk by chunk."""
+
+    def __init__(self, block: LiquidS4Block, dtype: torch.dtype, **step_kwargs):
+        super().__init__()
+        self.prenorm = block.prenorm
+        self.norm = block.norm.frozen(dtype)
+        self.ssm = LiquidS4Step(block.ssm, dtype=dtype, **step_kwargs)
+        self.out = copy.deepcopy(block.out).to(dtype)
+
+    def init_state(self, batch: int) -> dict[str, Tensor]:
+        return self.ssm.init_state(batch)
+
+    def forward(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        z = self.norm(x) if self.prenorm else x
+        z, state = self.ssm(z, state)
+        z = F.glu(self.out(F.gelu(z)), dim=-1)
+        x = x + z
+        return (x if self.prenorm else self.norm(x)), state
 
 
 class LiquidS4Model(nn.Module):
@@ -143,6 +194,130 @@ class LiquidS4Model(nn.Module):
         )
         mean = causal_window_sum(h.transpose(1, 2), self.decoder_window) / count
         return self.head(mean.transpose(1, 2))
+
+    def forward_steps(self, x: Tensor, rate: float = 1.0) -> Tensor:
+        """Per-step outputs ``(B, L, d_output)``, exactly what the streaming form emits.
+
+        ``window``: same as :meth:`forward`; ``last``: the decoder at every step;
+        ``pool``: the running mean since the start (the streaming pool output).
+        """
+        if self.decoder == "window":
+            return self.forward(x, rate)
+        logits = self.head(self.features(x, rate))
+        if self.decoder == "last":
+            return logits
+        count = torch.arange(1, logits.shape[1] + 1, device=x.device, dtype=logits.dtype)
+        return logits.cumsum(1) / count[:, None]
+
+    def streaming(
+        self,
+        sub_block: int = 16,
+        max_chunk: int = 4096,
+        dtype: torch.dtype = torch.float32,
+        rate: float = 1.0,
+    ) -> StreamingModel:
+        """The exact step-wise form of this (causal) model, in eval mode; see
+        :class:`StreamingModel`. ``sub_block`` S (a power of two) sets the within-chunk
+        granularity: ~S/2 extra work per sample, log₂(max_chunk / S) scan levels."""
+        return StreamingModel(self, sub_block, max_chunk, dtype, rate)
+
+
+class StreamingModel(nn.Module):
+    """Step form of a causal :class:`LiquidS4Model`: ``step(x (B, T, d_input), state)``.
+
+    Reproduces :meth:`LiquidS4Model.forward_steps` for any chunking of the input
+    (design §5). Outputs are per step, ``(B, T, d_output)``:
+
+    - ``last``:   the decoder applied at every step;
+    - ``window``: the exact causal mean of the last W steps (W-step history kept in the
+      state, sums in float64), then the decoder;
+    - ``pool``:   the running mean since the last reset (sum and count in the state).
+
+    The state is a flat dict of batch-first tensors (see :attr:`state_names`); a new
+    stream starts from :meth:`init_state`.
+    """
+
+    def __init__(
+        self,
+        model: LiquidS4Model,
+        sub_block: int = 16,
+        max_chunk: int = 4096,
+        dtype: torch.dtype = torch.float32,
+        rate: float = 1.0,
+    ):
+        super().__init__()
+        if not model.is_causal:
+            raise ValueError(
+                "this model has bidirectional (non-causal) layers and cannot be streamed; "
+                "train it with bidirectional=False"
+            )
+        model = model.eval()
+        self.config = dict(model.config)
+        self.decoder, self.window = model.decoder, model.decoder_window
+        self.d_input, self.d_output = model.d_input, model.d_output
+        self.sub_block, self.max_chunk, self.rate = sub_block, max_chunk, rate
+        with torch.no_grad():
+            self.encoder = copy.deepcopy(model.encoder).to(dtype)
+            self.blocks = nn.ModuleList(
+                LiquidS4BlockStep(b, dtype, sub_block=sub_block, max_chunk=max_chunk, rate=rate)
+                for b in model.blocks
+            )
+            self.final_norm = (
+                model.final_norm.frozen(dtype)
+                if isinstance(model.final_norm, Norm)
+                else nn.Identity()
+            )
+            self.head = copy.deepcopy(model.head).to(dtype)
+        self.dtype = dtype
+        self.eval()
+
+    def init_state(self, batch: int = 1) -> dict[str, Tensor]:
+        """The state of a fresh stream (all zeros)."""
+        state = {}
+        for i, block in enumerate(self.blocks):
+            for k, v in block.init_state(batch).items():
+                state[f"block{i}.{k}"] = v
+        f64 = dict(dtype=torch.float64, device=self.head.weight.device)
+        if self.decoder in ("pool", "window"):
+            state["decoder.sum"] = torch.zeros(batch, self.d_output, **f64)
+            state["decoder.count"] = torch.zeros(batch, 1, **f64)
+        if self.decoder == "window":
+            state["decoder.history"] = torch.zeros(batch, self.window, self.d_output, **f64)
+        return state
+
+    @property
+    def state_names(self) -> list[str]:
+        return list(self.init_state(1))
+
+    def forward(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """``x (B, T, d_input)`` → ``y (B, T, d_output)`` and the state after the chunk."""
+        new: dict[str, Tensor] = {}
+        h = self.encoder(x)
+        for i, block in enumerate(self.blocks):
+            prefix = f"block{i}."
+            sub = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            h, sub = block(h, sub)
+            new.update({prefix + k: v for k, v in sub.items()})
+        logits = self.head(self.final_norm(h))
+        if self.decoder == "last":
+            return logits, new
+        T = x.shape[1]
+        steps = torch.cumsum(torch.ones_like(logits[:1, :, :1], dtype=torch.float64), 1)
+        count = state["decoder.count"][:, None] + steps  # (B, T, 1) steps seen so far
+        x64 = logits.double()
+        if self.decoder == "pool":
+            total = state["decoder.sum"][:, None] + torch.cumsum(x64, 1)
+            mean = total / count
+        else:  # exact sliding window: S_t = S_{t−1} + x_t − x_{t−W}
+            ext = torch.cat([state["decoder.history"], x64], 1)  # (B, W+T, d)
+            total = state["decoder.sum"][:, None] + torch.cumsum(ext[:, -T:] - ext[:, :T], 1)
+            mean = total / count.clamp(max=self.window)
+            new["decoder.history"] = ext[:, -self.window :]
+        new["decoder.sum"] = total[:, -1]
+        new["decoder.count"] = count[:, -1]
+        return mean.to(logits.dtype), new
+
+    step = forward
 
 
 def parameter_groups(
