@@ -222,8 +222,9 @@ def _diagonal_form(mats: dict, b: Tensor, cond_max: float, check_len: int = 2048
 class LiquidS4Step(nn.Module):
     """Exact step-wise form of a causal :class:`LiquidS4` for chunks ``(B, T, H)``, any T ≥ 1.
 
-    State (a dict of tensors, batch first):
-      ``ssm``   (B, H, R, Mr)  SSM state (R = 1, or 1 + the KB orders) in a real basis;
+    State (a dict of tensors):
+      ``ssm.z``, ``ssm.buf``, ``ssm.fill``  the chunked SSM state (:class:`ChunkedSSM`;
+                               R = 1, or 1 + the KB orders, inputs share one transition);
       ``u_buf`` (B, P−1, H)    the last P−1 inputs (liquid models);
       ``w_buf`` (B, L̃−1, H)    the last L̃−1 PB correlation values (PB with L̃ > 1).
 
@@ -284,7 +285,7 @@ class LiquidS4Step(nn.Module):
     def init_state(self, batch: int) -> dict[str, Tensor]:
         """Zero state (the convolutional form's u[<0] = 0)."""
         z = self.D.new_zeros
-        state = {"ssm": self.ssm.init_state(batch)}
+        state = {f"ssm.{k}": v for k, v in self.ssm.init_state(batch).items()}
         if self.liquid is not None:
             state["u_buf"] = z(batch, self.P - 1, self.H)
         if self.liquid == "pb" and self.L_liq > 1:
@@ -306,7 +307,9 @@ class LiquidS4Step(nn.Module):
             new["u_buf"] = ext[:, -(P - 1) :]
             if self.liquid == "kb":
                 signals += corr
-        y, new["ssm"] = self.ssm(torch.stack(signals, 2), state["ssm"])
+        ssm_state = {k[4:]: v for k, v in state.items() if k.startswith("ssm.")}
+        y, ssm_state = self.ssm(torch.stack(signals, 2), ssm_state)
+        new.update({f"ssm.{k}": v for k, v in ssm_state.items()})
         y = y + self.D * u
         if self.liquid == "pb":
             mixed = torch.einsum("ph,pbth->bth", self.pb_coef, torch.stack(corr))
