@@ -37,8 +37,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import io
 import os
+import subprocess
+import sys
 from typing import Any
 
 import torch
@@ -91,11 +94,16 @@ def _as_real(x: Tensor) -> Tensor:
 
 
 def _quiet_call(fn: Any, *args: Tensor) -> Tensor:
-    """Call a KeOps reduction, hiding its compile chatter unless ``PYKEOPS_VERBOSE=1``."""
+    """Call a KeOps reduction on the device of its inputs, hiding compile chatter.
+
+    The backend is explicit: KeOps' ``"auto"`` runs CPU tensors on the GPU whenever it finds
+    CUDA, which would make the CPU path depend on a working KeOps CUDA build.
+    """
+    backend = "CPU" if args[0].device.type == "cpu" else "GPU"
     if os.environ.get("PYKEOPS_VERBOSE") == "1":
-        return fn(*args)
+        return fn(*args, backend=backend)
     with contextlib.redirect_stdout(io.StringIO()):
-        return fn(*args)
+        return fn(*args, backend=backend)
 
 
 class _CauchyKeOps(torch.autograd.Function):
@@ -167,22 +175,83 @@ def cauchy_keops(v: Tensor, z: Tensor, w: Tensor) -> Tensor:
     return _CauchyKeOps.apply(v, z, w)
 
 
+_PROBE_OK = "LIQUID_STREAM_KEOPS_PROBE_OK"
+_PROBE_TIMEOUT_S = 600.0
+_probe_detail = ""  # why the last probe failed (for error messages); "" when it passed
+
+
+def _probe_in_this_process(device: str) -> None:
+    """Raise unless a tiny complex64 forward+backward on ``device`` matches the broadcast formula.
+
+    Compiles (or loads from the KeOps cache) both complex64 formulas for that device.
+    """
+    _import_pykeops()
+    gen = torch.Generator().manual_seed(0)
+    v = torch.randn(2, 2, 3, dtype=torch.complex64, generator=gen)
+    w = torch.complex(-0.5 - torch.rand(2, 3, generator=gen), torch.randn(2, 3, generator=gen))
+    z = torch.exp(2j * torch.pi * torch.arange(5) / 5).to(torch.complex64)
+    z = z.to(device)
+    v = v.to(device).requires_grad_()
+    w = w.to(device).requires_grad_()
+    out = cauchy_keops(v, z, w)
+    out.abs().square().sum().backward()
+    vr, wr = v.detach().requires_grad_(), w.detach().requires_grad_()
+    ref = (vr[:, :, None, :] / (z[None, None, :, None] - wr[:, None, None, :])).sum(-1)
+    ref.abs().square().sum().backward()
+    for a, b in ((out, ref), (v.grad, vr.grad), (w.grad, wr.grad)):
+        if a is None or not torch.allclose(a, b, rtol=1e-4, atol=1e-4):
+            raise RuntimeError(f"KeOps Cauchy sum on {device} disagrees with the torch formula")
+
+
+def _probe_main() -> None:
+    """Entry point of the probe subprocess: check every available device, then print OK."""
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        _probe_in_this_process(device)
+    print(_PROBE_OK, flush=True)
+
+
+def _probe_command() -> list[str]:
+    """Command running :func:`_probe_main` from this file, without importing the package."""
+    code = (
+        "import importlib.util as u, sys; "
+        "s = u.spec_from_file_location('_liquid_stream_keops_probe', sys.argv[1]); "
+        "m = u.module_from_spec(s); s.loader.exec_module(m); m._probe_main()"
+    )
+    return [sys.executable, "-c", code, os.path.abspath(__file__)]
+
+
 @functools.cache
 def keops_available() -> bool:
-    """True when pykeops imports *and* compiles/runs a tiny Cauchy sum correctly.
+    """True when pykeops imports, compiles and computes a tiny Cauchy sum (value and gradients)
+    correctly on the CPU and, if torch sees CUDA, on the GPU too.
 
-    Evaluated once per process and cached. Never raises: any failure (pykeops missing, no C++
-    compiler, a KeOps build error) gives ``False``. The check compiles the complex64 forward
-    formula (≈15 s the first time on a machine, then loaded from the KeOps cache).
+    Evaluated once per process and cached. Never raises, and never crashes the caller: the check
+    runs in a subprocess, because a broken KeOps build can kill the process outright (seen: the
+    KeOps 2.3 CUDA JIT segfaults with CUDA 13). Any failure (pykeops missing, no C++ compiler, a
+    build error, a crash, a timeout) gives ``False``; the reason is kept in ``_probe_detail``.
+    The first check on a machine compiles the two complex64 formulas per device (≈15 s each on
+    CPU; later runs load them from the KeOps cache, ``KEOPS_CACHE_FOLDER``).
     """
+    global _probe_detail
     try:
-        _import_pykeops()
-        g = torch.Generator().manual_seed(0)
-        v = torch.randn(2, 2, 3, dtype=torch.complex64, generator=g)
-        w = torch.complex(-0.5 - torch.rand(2, 3, generator=g), torch.randn(2, 3, generator=g))
-        z = torch.exp(2j * torch.pi * torch.arange(5) / 5).to(torch.complex64)
-        out = cauchy_keops(v, z, w)
-        ref = (v[:, :, None, :] / (z[None, None, :, None] - w[:, None, None, :])).sum(-1)
-        return bool(torch.allclose(out, ref, rtol=1e-4, atol=1e-5))
-    except (Exception, SystemExit):  # "not available" for any failure
+        if importlib.util.find_spec("pykeops") is None:
+            _probe_detail = "pykeops is not installed"
+            return False
+        res = subprocess.run(
+            _probe_command(),
+            capture_output=True,
+            text=True,
+            timeout=_PROBE_TIMEOUT_S,
+            env=os.environ.copy(),
+            stdin=subprocess.DEVNULL,
+        )
+    except (Exception, SystemExit) as exc:  # "not available" for any failure
+        _probe_detail = f"KeOps probe could not run: {exc!r}"
         return False
+    if res.returncode == 0 and _PROBE_OK in res.stdout:
+        _probe_detail = ""
+        return True
+    tail = (res.stdout + res.stderr).strip()[-2000:]
+    _probe_detail = f"KeOps probe failed (exit code {res.returncode}):\n{tail}"
+    return False
