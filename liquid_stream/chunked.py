@@ -40,6 +40,27 @@ def diag_to_real(lam: Tensor) -> Tensor:
     return torch.cat([torch.cat([re, -im], -1), torch.cat([im, re], -1)], -2)
 
 
+def chunk_tables(A: Tensor, b: Tensor, c: Tensor, S: int) -> dict[str, Tensor]:
+    """float64 tables of the sub-block algorithm for a real system (A, b_r, c):
+
+    ``K_loc`` (R, H, S, S) with K_loc[r, h, i, j] = K_r[i−j] (0 above the diagonal),
+    ``G`` (R, H, S, Mr) = Ā^{S−1−j} b_r and ``E`` (H, S, Mr) = c Ā^{i+1}.
+    """
+    A, b, c = A.double(), b.double(), c.double()
+    Ab, cA = [b], [c]
+    for _ in range(S):
+        Ab.append(torch.einsum("hmn,rhn->rhm", A, Ab[-1]))
+        cA.append(torch.einsum("hm,hmn->hn", cA[-1], A))
+    K = torch.stack([(c * Ab[j]).sum(-1) for j in range(S)], -1)  # (R, H, S)
+    i = torch.arange(S)
+    lag = i[:, None] - i[None, :]
+    return {
+        "K_loc": torch.where(lag >= 0, K[..., lag.clamp(min=0)], 0.0),
+        "G": torch.stack([Ab[S - 1 - j] for j in range(S)], 2),
+        "E": torch.stack([cA[j + 1] for j in range(S)], 1),
+    }
+
+
 class ChunkedSSM(nn.Module):
     """Chunk-parallel step form of a multi-input linear recurrence (see module docstring).
 
@@ -76,22 +97,12 @@ class ChunkedSSM(nn.Module):
         self.levels = math.ceil(math.log2(n_blocks)) if n_blocks > 1 else 0
         self.max_chunk = S * 2**self.levels - (S - 1)
         A, b, c = A.double(), b.double(), c.double()
-
-        # A^j b_r and c A^j for j = 0 … S in float64.
-        Ab = [b]
-        cA = [c]
-        for _ in range(S):
-            Ab.append(torch.einsum("hmn,rhn->rhm", A, Ab[-1]))
-            cA.append(torch.einsum("hm,hmn->hn", cA[-1], A))
-        K = torch.stack([(c * Ab[j]).sum(-1) for j in range(S)], -1)  # (R, H, S)
-        i = torch.arange(S)
-        lag = i[:, None] - i[None, :]
-        K_loc = torch.where(lag >= 0, K[..., lag.clamp(min=0)], 0.0)  # (R, H, S, S)
-        G = torch.stack([Ab[S - 1 - j] for j in range(S)], 2)  # (R, H, S, Mr)
-        E = torch.stack([cA[j + 1] for j in range(S)], 1)  # (H, S, Mr)
-        self.register_buffer("K_loc", K_loc.to(dtype))
-        self.register_buffer("G", G.to(dtype))
-        self.register_buffer("E", E.to(dtype))
+        # The exact real system, kept in float64 for exporters.
+        self.register_buffer("A64", A, persistent=False)
+        self.register_buffer("b64", b, persistent=False)
+        self.register_buffer("c64", c, persistent=False)
+        for name, table in chunk_tables(A, b, c, S).items():
+            self.register_buffer(name, table.to(dtype))
 
         # Ā^{S·2^j} for the scan levels; ``diag`` stores (Re, Im) of λ^n as (2, H, 1, Mc).
         exps = [S * 2**j for j in range(max(self.levels, 1))]

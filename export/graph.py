@@ -1,0 +1,95 @@
+"""A minimal ONNX graph builder: named values, constants as initializers, one op per call.
+
+The exporter writes the streaming graph op by op (rather than tracing torch) so the
+graph is small, real-valued, dynamic in batch and T, and built in milliseconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+DTYPES = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float64): TensorProto.DOUBLE,
+    np.dtype(np.int64): TensorProto.INT64,
+}
+
+
+class Graph:
+    """Collects nodes, initializers, inputs and outputs of one ONNX graph."""
+
+    def __init__(self, opset: int, float_dtype=np.float32):
+        self.opset = opset
+        self.float_dtype = np.dtype(float_dtype)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self._ids = itertools.count()
+        self._consts: dict[tuple, str] = {}
+
+    def fresh(self, hint: str) -> str:
+        return f"{hint}_{next(self._ids)}"
+
+    def const(self, value, name: str | None = None, dtype=None) -> str:
+        """An initializer (floats default to the graph's float dtype); small ints are shared."""
+        arr = np.asarray(value)
+        if dtype is not None:
+            arr = arr.astype(dtype)
+        elif arr.dtype.kind == "f":
+            arr = arr.astype(self.float_dtype)
+        elif arr.dtype.kind in "iub":
+            arr = arr.astype(np.int64)
+        key = None
+        if name is None and arr.size <= 8:
+            key = (arr.dtype.str, arr.shape, arr.tobytes())
+            if key in self._consts:
+                return self._consts[key]
+        name = name or self.fresh("const")
+        self.inits.append(numpy_helper.from_array(arr, name))
+        if key is not None:
+            self._consts[key] = name
+        return name
+
+    def op(self, op_type: str, *inputs: str, n_out: int = 1, **attrs):
+        """Append a node; returns its output name (or a list of names when n_out > 1)."""
+        outs = [self.fresh(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=outs[0], **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def input(self, name: str, dtype, shape) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, DTYPES[np.dtype(dtype)], shape))
+        return name
+
+    def output(self, value: str, name: str, dtype, shape) -> None:
+        self.nodes.append(helper.make_node("Identity", [value], [name]))
+        self.outputs.append(helper.make_tensor_value_info(name, DTYPES[np.dtype(dtype)], shape))
+
+    # Small conveniences -------------------------------------------------------------
+    def slice(self, x: str, start, end, axis: int, step: int | None = None) -> str:
+        """x[start:end] along ``axis``; start/end are ints or names of int64 (1,) tensors."""
+        s = start if isinstance(start, str) else self.const([start])
+        e = end if isinstance(end, str) else self.const([end])
+        args = [x, s, e, self.const([axis])]
+        if step is not None:
+            args.append(self.const([step]))
+        return self.op("Slice", *args)
+
+    def dim(self, x: str, axis: int) -> str:
+        """The size of ``x`` along ``axis`` as an int64 (1,) tensor."""
+        return self.op("Shape", x, start=axis, end=axis + 1)
+
+    def model(self, name: str, producer_version: str) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, self.inputs, self.outputs, self.inits)
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", self.opset)],
+            producer_name="liquid-stream",
+            producer_version=producer_version,
+        )
+        model.ir_version = min(model.ir_version, 9)
+        return model

@@ -1,0 +1,375 @@
+"""Write a :class:`~liquid_stream.model.StreamingModel` as an ONNX graph with explicit state.
+
+Graph signature (``batch`` and ``T`` dynamic; each state is an input and, updated, an output):
+
+    inputs:  x (batch, T, d_input), state.<name> …
+    outputs: y (batch, T, d_output), next.<name> …
+
+The graph computes what :meth:`StreamingModel.step` computes, with the same chunked
+algorithm (:mod:`liquid_stream.chunked`) and tables built in float64 from the same
+exact systems, written op by op in real float32 arithmetic. Inside, activations are
+channel-first ``(H, batch, T)``, so that per layer the SSM is two batched MatMuls
+over ``(H, batch·n_blocks, ·)`` views (the local Toeplitz, D·u and the sub-block
+inputs in one; the cross term in the other) plus a log₂-depth scan over sub-blocks
+on tiny tensors, and the GLU is one plain MatMul. State tensors are channel-first
+as well; their names, shapes and dtypes are listed in the ``state_spec`` metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import onnx
+import torch
+
+from liquid_stream.chunked import chunk_tables
+
+from .graph import Graph
+
+END = 2**62  # "to the end" in Slice
+
+
+def _f32(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().double().numpy().astype(np.float32)
+
+
+def default_sub_block(chunk: int) -> int:
+    """Largest power of two ≤ chunk, at most 32: local work ~S per sample, scan depth
+    ~log₂(T/S); onnxruntime's batched MatMul over H channels is fastest around S = 16–32."""
+    return 1 << min(5, max(0, int(chunk).bit_length() - 1))
+
+
+class _Emitter:
+    """Emits the graph of one StreamingModel; collects the state specification."""
+
+    def __init__(self, sm, sub_block: int, max_chunk: int, opset: int):
+        self.sm, self.S, self.opset = sm, sub_block, opset
+        self.g = Graph(opset)
+        # Sub-blocks (+1 for the carried state) of the longest chunk → scan depth.
+        n_blocks = -(-(self.S - 1 + max_chunk) // self.S) + 1
+        self.levels = math.ceil(math.log2(n_blocks))
+        self.max_chunk = self.S * (2**self.levels - 1) - (self.S - 1)
+        self.state_in: dict[str, str] = {}
+        self.state_out: dict[str, str] = {}
+        self.spec: list[dict] = []
+        self._zeros: dict[tuple, str] = {}
+
+    # ------------------------------------------------------------------ state
+    def state(self, name: str, shape: list, dtype=np.float32) -> str:
+        value = self.g.input(f"state.{name}", dtype, shape)
+        self.state_in[name] = value
+        self.spec.append({"name": name, "shape": shape, "dtype": np.dtype(dtype).name})
+        return value
+
+    def set_state(self, name: str, value: str) -> None:
+        self.state_out[name] = value
+
+    def zeros(self, *dims) -> str:
+        """A float32 zero tensor of the given dims (ints or int64 (1,) names), built once."""
+        key = tuple(dims)
+        if key not in self._zeros:
+            g = self.g
+            zero = onnx.helper.make_tensor("zero", onnx.TensorProto.FLOAT, [1], [0.0])
+            parts = [x if isinstance(x, str) else g.const([x]) for x in dims]
+            self._zeros[key] = g.op("ConstantOfShape", g.op("Concat", *parts, axis=0), value=zero)
+        return self._zeros[key]
+
+    # ------------------------------------------------------------------ pieces
+    def linear_cf(self, lin: torch.nn.Linear, x2d: str) -> str:
+        """Channel-first Linear: W (out, in) @ x (in, N) + b (out, 1)."""
+        g = self.g
+        y = g.op("MatMul", g.const(_f32(lin.weight)), x2d)
+        if lin.bias is not None:
+            y = g.op("Add", y, g.const(_f32(lin.bias)[:, None]))
+        return y
+
+    def norm_cf(self, norm, x: str) -> str:
+        """BatchNorm (folded affine) or LayerNorm over the channel axis of ``(H, B, T)``."""
+        g = self.g
+        if isinstance(norm, torch.nn.Identity):
+            return x
+        if isinstance(norm, torch.nn.LayerNorm):
+            mean = (
+                g.op("ReduceMean", x, g.const([0]), keepdims=1)
+                if self.opset >= 18
+                else g.op("ReduceMean", x, axes=[0], keepdims=1)
+            )
+            xc = g.op("Sub", x, mean)
+            sq = g.op("Mul", xc, xc)
+            var = (
+                g.op("ReduceMean", sq, g.const([0]), keepdims=1)
+                if self.opset >= 18
+                else g.op("ReduceMean", sq, axes=[0], keepdims=1)
+            )
+            inv = g.op("Reciprocal", g.op("Sqrt", g.op("Add", var, g.const(float(norm.eps)))))
+            y = g.op("Mul", xc, inv)
+            y = g.op("Mul", y, g.const(_f32(norm.weight)[:, None, None]))
+            return g.op("Add", y, g.const(_f32(norm.bias)[:, None, None]))
+        y = g.op("Mul", x, g.const(_f32(norm.a)[:, None, None]))
+        return g.op("Add", y, g.const(_f32(norm.b)[:, None, None]))
+
+    def gelu(self, x: str) -> str:
+        """Exact GELU 0.5·x·(1 + erf(x/√2)) (onnxruntime fuses the pattern)."""
+        g = self.g
+        if self.opset >= 20:
+            return g.op("Gelu", x)
+        e = g.op("Erf", g.op("Div", x, g.const(math.sqrt(2))))
+        return g.op("Mul", g.op("Mul", x, g.op("Add", e, g.const(1.0))), g.const(0.5))
+
+    # ------------------------------------------------------------------ SSM layer
+    def layer(self, i: int, step, u: str) -> str:
+        """One :class:`LiquidS4Step` on channel-first ``u (H, B, T)``."""
+        g, sm_ssm, S, d = self.g, step.ssm, self.S, self.dims
+        H, R, Mr = step.H, sm_ssm.R, sm_ssm.Mr
+        pre = f"block{i}."
+        signals, corr = [u], []
+        if step.liquid is not None:
+            P = step.P
+            buf = self.state(pre + "u_buf", [H, "batch", P - 1])
+            ext = g.op("Concat", buf, u, axis=2)
+            v = u
+            for k in range(1, P):  # v_p = v_{p−1} · u[t−p+1]
+                lag = g.slice(ext, P - 1 - k, g.op("Add", d["T"], g.const([P - 1 - k])), axis=2)
+                v = g.op("Mul", v, lag)
+                corr.append(v)
+            self.set_state(pre + "u_buf", g.slice(ext, -(P - 1), END, axis=2))
+            if step.liquid == "kb":
+                signals += corr
+        # Signals (H, B, T, R) appended to the buffered inputs, padded to whole sub-blocks.
+        if R == 1:
+            sig = g.op("Unsqueeze", u, g.const([3]))
+        else:
+            sig = g.op("Concat", *[g.op("Unsqueeze", s, g.const([3])) for s in signals], axis=3)
+        buf = self.state(pre + "ssm.buf", [H, "batch", S, R])
+        B = d["B"]
+        ext = g.op("Concat", g.slice(buf, d["buf_start"], END, axis=2), sig, axis=2)
+        sp = g.op("Concat", ext, self.zeros(H, B, d["pad"], R), axis=2)
+        sp = g.op("Reshape", sp, g.const([H, -1, S * R]))  # (H, B·nb, S·R)
+
+        # Tables (float64 → float32): [local Toeplitz (+ D on the diagonal) | G].
+        tab = chunk_tables(sm_ssm.A64, sm_ssm.b64, sm_ssm.c64, S)
+        K_loc, G, E = tab["K_loc"], tab["G"], tab["E"]
+        K_loc[0] += torch.diag_embed(step.D.double()[:, None].expand(H, S))
+        W = torch.zeros(H, S, R, S + R * Mr, dtype=torch.float64)  # rows (j, r)
+        W[..., :S] = K_loc.permute(1, 3, 0, 2)  # [h, j, r, i]
+        for r in range(R):
+            W[:, :, r, S + r * Mr : S + (r + 1) * Mr] = G[r]
+        out = g.op("MatMul", sp, g.const(_f32(W.reshape(H, S * R, S + R * Mr))))
+        y_loc, ell = g.op("Split", out, g.const([S, R * Mr]), axis=2, n_out=2)
+
+        # Scan over [z, ℓ_0, …, ℓ_{nb−1}]: Z'[k] = Ā^S Z'[k−1] + ℓ'[k], so Z'[k] = Z[k−1].
+        A = sm_ssm.A64.double()
+        if sm_ssm.kind == "diag":
+            # Complex diagonal, layout (n, B, 2, H·R·Mc): Āⁿz = z·Pa + swap(z)·Pb with
+            # Pa = (Re λⁿ, Re λⁿ), Pb = (−Im λⁿ, Im λⁿ) — plain trailing-axis broadcasts.
+            Mc = Mr // 2
+            C2 = H * R * Mc
+            lam = torch.complex(
+                A[:, :Mc, :Mc].diagonal(dim1=1, dim2=2), A[:, Mc:, :Mc].diagonal(dim1=1, dim2=2)
+            )  # (H, Mc)
+            z = self.state(pre + "ssm.z", [1, "batch", 2, C2])
+            ell6 = g.op(
+                "Reshape", ell, g.op("Concat", g.const([H]), B, g.const([-1, R, 2, Mc]), axis=0)
+            )
+            ell4 = g.op(
+                "Reshape", g.op("Transpose", ell6, perm=[2, 1, 4, 0, 3, 5]), g.const([0, 0, 2, -1])
+            )
+            Zs = g.op("Concat", z, ell4, axis=0)  # (nb+1, B, 2, C2)
+            for lvl in range(self.levels):
+                sh = 2**lvl
+                ext_z = g.op("Concat", self.zeros(sh, B, 2, C2), Zs, axis=0)
+                shifted = g.slice(ext_z, 0, -sh, axis=0)
+                p = (lam ** (S * sh))[:, None, :].expand(H, R, Mc).reshape(1, C2)
+                Pa = torch.cat([p.real, p.real], 0)  # (2, C2)
+                Pb = torch.cat([-p.imag, p.imag], 0)
+                swap = g.slice(shifted, -1, -END, axis=2, step=-1)
+                moved = g.op(
+                    "Add",
+                    g.op("Mul", shifted, g.const(_f32(Pa))),
+                    g.op("Mul", swap, g.const(_f32(Pb))),
+                )
+                Zs = g.op("Add", Zs, moved)
+            Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=0), g.const([0, 0, 2, H, R, Mc]))
+            Z_prev = g.op(
+                "Reshape",
+                g.op("Transpose", Z_prev, perm=[3, 1, 0, 4, 2, 5]),
+                g.const([H, -1, R * Mr]),
+            )
+            self.set_state(pre + "ssm.z", g.slice(Zs, d["n_full"], d["n_full_plus_1"], axis=0))
+        else:
+            # Dense real transition, layout (H, B, n, R·Mr): batched MatMul per channel.
+            z = self.state(pre + "ssm.z", [H, "batch", 1, R * Mr])
+            Zs = g.op("Concat", z, g.op("Reshape", ell, d["ell_shape"]), axis=2)
+            eye_R = torch.eye(R, dtype=torch.float64)
+            for lvl in range(self.levels):
+                sh = 2**lvl
+                ext_z = g.op("Concat", self.zeros(H, B, sh, R * Mr), Zs, axis=2)
+                shifted = g.slice(ext_z, 0, -sh, axis=2)
+                P_lvl = torch.linalg.matrix_power(A, S * sh)  # (H, Mr, Mr)
+                P_blk = torch.einsum("rs,hmn->hrmsn", eye_R, P_lvl).reshape(H, R * Mr, R * Mr)
+                moved = g.op("MatMul", shifted, g.const(_f32(P_blk.transpose(1, 2))[:, None]))
+                Zs = g.op("Add", Zs, moved)
+            Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=2), g.const([H, -1, R * Mr]))
+            self.set_state(pre + "ssm.z", g.slice(Zs, d["n_full"], d["n_full_plus_1"], axis=2))
+        E_t = E.transpose(1, 2).repeat(1, R, 1)  # (H, R·Mr, S): Σ over r
+        y = g.op("Add", y_loc, g.op("MatMul", Z_prev, g.const(_f32(E_t))))  # (H, B·nb, S)
+        y = g.op("Reshape", y, d["y_shape"])  # (H, B, nb·S)
+        y = g.slice(y, d["fill"], d["fill_plus_T"], axis=2)
+        buf_new = g.slice(g.op("Concat", self.zeros(H, B, S, R), ext, axis=2), -S, END, axis=2)
+        self.set_state(pre + "ssm.buf", buf_new)
+
+        if step.liquid == "pb":
+            mixed = None
+            for k, v in enumerate(corr):
+                term = g.op("Mul", v, g.const(_f32(step.pb_coef[k])[:, None, None]))
+                mixed = term if mixed is None else g.op("Add", mixed, term)
+            L = step.L_liq
+            if L > 1:
+                wbuf = self.state(pre + "w_buf", [H, "batch", L - 1])
+                ext_w = g.op("Concat", wbuf, mixed, axis=2)
+                self.set_state(pre + "w_buf", g.slice(ext_w, -(L - 1), END, axis=2))
+                mixed = g.slice(ext_w, 0, d["T"], axis=2)
+                for j in range(1, L):
+                    mixed = g.op(
+                        "Add", mixed, g.slice(ext_w, j, g.op("Add", d["T"], g.const([j])), axis=2)
+                    )
+            y = g.op("Add", y, mixed)
+        return y
+
+    def block(self, i: int, block, x: str) -> str:
+        g = self.g
+        z = self.norm_cf(block.norm, x) if block.prenorm else x
+        z = self.gelu(self.layer(i, block.ssm, z))
+        z = self.linear_cf(block.out, g.op("Reshape", z, g.const([block.ssm.H, -1])))
+        a, b = g.op("Split", z, g.const([block.ssm.H, block.ssm.H]), axis=0, n_out=2)
+        z = g.op("Reshape", g.op("Mul", a, g.op("Sigmoid", b)), self.dims["act_shape"])
+        x = g.op("Add", x, z)
+        return x if block.prenorm else self.norm_cf(block.norm, x)
+
+    def decoder(self, logits: str) -> str:
+        """Per-step decoder on ``logits (B, T, d)``: last / sliding window / running pool."""
+        g, sm = self.g, self.sm
+        if sm.decoder == "last":
+            return logits
+        dout, T = sm.d_output, self.dims["T"]
+        x64 = g.op("Cast", logits, to=onnx.TensorProto.DOUBLE)
+        one = onnx.helper.make_tensor("one", onnx.TensorProto.DOUBLE, [1], [1.0])
+        ones = g.op(
+            "ConstantOfShape", g.op("Concat", g.const([1]), T, g.const([1]), axis=0), value=one
+        )
+        count_in = self.state("decoder.count", ["batch", 1], np.float64)
+        sum_in = self.state("decoder.sum", ["batch", dout], np.float64)
+        count = g.op(
+            "Add", g.op("Unsqueeze", count_in, g.const([1])), g.op("CumSum", ones, g.const(1))
+        )
+        if sm.decoder == "pool":
+            delta, denom = x64, count
+        else:
+            # history in float32: the logits are float32, so it holds them exactly
+            hist = self.state("decoder.history", ["batch", sm.window, dout], np.float32)
+            ext = g.op("Concat", hist, logits, axis=1)
+            leaving = g.op("Cast", g.slice(ext, 0, T, axis=1), to=onnx.TensorProto.DOUBLE)
+            delta = g.op("Sub", x64, leaving)
+            denom = g.op("Min", count, g.const(np.array(float(sm.window)), dtype=np.float64))
+            self.set_state("decoder.history", g.slice(ext, -sm.window, END, axis=1))
+        total = g.op(
+            "Add", g.op("Unsqueeze", sum_in, g.const([1])), g.op("CumSum", delta, g.const(1))
+        )
+        self.set_state(
+            "decoder.sum", g.op("Squeeze", g.slice(total, -1, END, axis=1), g.const([1]))
+        )
+        self.set_state(
+            "decoder.count", g.op("Squeeze", g.slice(count, -1, END, axis=1), g.const([1]))
+        )
+        return g.op("Cast", g.op("Div", total, denom), to=onnx.TensorProto.FLOAT)
+
+    # ------------------------------------------------------------------ whole model
+    def build(self) -> onnx.ModelProto:
+        g, sm, S = self.g, self.sm, self.S
+        H = sm.blocks[0].ssm.H if len(sm.blocks) else sm.encoder.out_features
+        x = g.input("x", np.float32, ["batch", "T", sm.d_input])
+        B, T = g.dim(x, 0), g.dim(x, 1)
+        # Shape arithmetic shared by all layers: every layer sees the same chunks, so one
+        # ``ssm.fill`` (inputs received since the last sub-block boundary) serves all.
+        d = {"B": B, "T": T}
+        if sm.blocks:
+            fill0 = self.state("ssm.fill", [1], np.int64)
+            n = g.op("Add", fill0, T)
+            nb = g.op("Div", g.op("Add", n, g.const([S - 1])), g.const([S]))
+            n_full = g.op("Div", n, g.const([S]))
+            pad = g.op("Sub", g.op("Mul", nb, g.const([S])), n)
+            d.update(
+                pad=pad,
+                buf_start=g.op("Sub", g.const([S]), fill0),
+                fill=fill0,
+                fill_plus_T=g.op("Add", fill0, T),
+                n_full=n_full,
+                n_full_plus_1=g.op("Add", n_full, g.const([1])),
+                y_shape=g.op("Concat", g.const([H]), B, g.const([-1]), axis=0),
+                act_shape=g.op("Concat", g.const([H]), B, T, axis=0),
+            )
+            self.set_state("ssm.fill", g.op("Sub", n, g.op("Mul", n_full, g.const([S]))))
+        self.dims = d
+        # Encoder (channel-first): (d_in, B·T) → (H, B, T).
+        xt = g.op("Reshape", g.op("Transpose", x, perm=[2, 0, 1]), g.const([sm.d_input, -1]))
+        h = g.op(
+            "Reshape", self.linear_cf(sm.encoder, xt), g.op("Concat", g.const([H]), B, T, axis=0)
+        )
+        for i, block in enumerate(sm.blocks):
+            RMr = block.ssm.ssm.R * block.ssm.ssm.Mr
+            d["ell_shape"] = g.op("Concat", g.const([H]), B, g.const([-1, RMr]), axis=0)
+            h = self.block(i, block, h)
+        h = self.norm_cf(sm.final_norm, h)
+        logits = self.linear_cf(sm.head, g.op("Reshape", h, g.const([H, -1])))
+        logits = g.op("Reshape", logits, g.op("Concat", g.const([sm.d_output]), B, T, axis=0))
+        logits = g.op("Transpose", logits, perm=[1, 2, 0])  # (B, T, d_output)
+        y = self.decoder(logits)
+        g.output(y, "y", np.float32, ["batch", "T", sm.d_output])
+        for spec in self.spec:
+            name = spec["name"]
+            g.output(self.state_out[name], f"next.{name}", np.dtype(spec["dtype"]), spec["shape"])
+        return g.model("liquid_stream", _version())
+
+
+def _version() -> str:
+    from liquid_stream import __version__
+
+    return __version__
+
+
+def build_onnx(
+    sm, sub_block: int | None = None, max_chunk: int = 4096, opset: int = 17
+) -> tuple[onnx.ModelProto, dict]:
+    """ONNX graph of a float32 :class:`StreamingModel` and its ``info`` (state spec, sub-block,
+    longest chunk per call). ``sub_block`` defaults to :func:`default_sub_block` of max_chunk."""
+    if sm.dtype != torch.float32:
+        raise ValueError(f"ONNX export needs a float32 streaming model, got {sm.dtype}")
+    if opset < 17:
+        raise ValueError(f"opset must be >= 17 (LayerNormalization/DFT era), got {opset}")
+    S = sub_block or default_sub_block(max_chunk)
+    if S < 1 or S & (S - 1):
+        raise ValueError(f"sub_block must be a power of two, got {S}")
+    em = _Emitter(sm, S, max_chunk, opset)
+    model = em.build()
+    info = {"state_spec": em.spec, "sub_block": S, "max_chunk": em.max_chunk, "levels": em.levels}
+    return model, info
+
+
+def metadata_props(sm, info: dict, extra: dict | None = None) -> dict[str, str]:
+    """Metadata stored in the ONNX file (structured values JSON-encoded)."""
+    meta = {
+        "liquid_stream_version": _version(),
+        "model_config": json.dumps(sm.config),
+        "d_input": str(sm.d_input),
+        "d_output": str(sm.d_output),
+        "decoder": sm.decoder,
+        "rate": str(sm.rate),
+        "sub_block": str(info["sub_block"]),
+        "max_chunk": str(info["max_chunk"]),
+        "state_spec": json.dumps(info["state_spec"]),
+    }
+    for k, v in (extra or {}).items():
+        meta[k] = v if isinstance(v, str) else json.dumps(v)
+    return meta
