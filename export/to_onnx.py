@@ -44,8 +44,9 @@ def default_sub_block(chunk: int) -> int:
 class _Emitter:
     """Emits the graph of one StreamingModel; collects the state specification."""
 
-    def __init__(self, sm, sub_block: int, max_chunk: int, opset: int):
+    def __init__(self, sm, sub_block: int, max_chunk: int, opset: int, input_mean, input_std):
         self.sm, self.S, self.opset = sm, sub_block, opset
+        self.input_mean, self.input_std = input_mean, input_std
         self.g = Graph(opset)
         # Sub-blocks (+1 for the carried state) of the longest chunk → scan depth.
         n_blocks = -(-(self.S - 1 + max_chunk) // self.S) + 1
@@ -312,11 +313,16 @@ class _Emitter:
             )
             self.set_state("ssm.fill", g.op("Sub", n, g.op("Mul", n_full, g.const([S]))))
         self.dims = d
-        # Encoder (channel-first): (d_in, B·T) → (H, B, T).
+        # Encoder (channel-first): (d_in, B·T) → (H, B, T), with the input standardisation
+        # (x − μ)/σ folded in: W' = W/σ, b' = b − W μ/σ.
         xt = g.op("Reshape", g.op("Transpose", x, perm=[2, 0, 1]), g.const([sm.d_input, -1]))
-        h = g.op(
-            "Reshape", self.linear_cf(sm.encoder, xt), g.op("Concat", g.const([H]), B, T, axis=0)
-        )
+        enc = torch.nn.Linear(sm.d_input, H).double()
+        with torch.no_grad():
+            mu = torch.as_tensor(self.input_mean, dtype=torch.float64).expand(sm.d_input)
+            sd = torch.as_tensor(self.input_std, dtype=torch.float64).expand(sm.d_input)
+            enc.weight.copy_(sm.encoder.weight.double() / sd)
+            enc.bias.copy_(sm.encoder.bias.double() - enc.weight @ mu)
+        h = g.op("Reshape", self.linear_cf(enc, xt), g.op("Concat", g.const([H]), B, T, axis=0))
         for i, block in enumerate(sm.blocks):
             RMr = block.ssm.ssm.R * block.ssm.ssm.Mr
             d["ell_shape"] = g.op("Concat", g.const([H]), B, g.const([-1, RMr]), axis=0)
@@ -340,10 +346,16 @@ def _version() -> str:
 
 
 def build_onnx(
-    sm, sub_block: int | None = None, max_chunk: int = 4096, opset: int = 17
+    sm,
+    sub_block: int | None = None,
+    max_chunk: int = 4096,
+    opset: int = 17,
+    input_mean=0.0,
+    input_std=1.0,
 ) -> tuple[onnx.ModelProto, dict]:
     """ONNX graph of a float32 :class:`StreamingModel` and its ``info`` (state spec, sub-block,
-    longest chunk per call). ``sub_block`` defaults to :func:`default_sub_block` of max_chunk."""
+    longest chunk per call). ``sub_block`` defaults to :func:`default_sub_block` of max_chunk.
+    The graph takes raw input: (x − input_mean)/input_std is folded into the encoder."""
     if sm.dtype != torch.float32:
         raise ValueError(f"ONNX export needs a float32 streaming model, got {sm.dtype}")
     if opset < 17:
@@ -351,7 +363,9 @@ def build_onnx(
     S = sub_block or default_sub_block(max_chunk)
     if S < 1 or S & (S - 1):
         raise ValueError(f"sub_block must be a power of two, got {S}")
-    em = _Emitter(sm, S, max_chunk, opset)
+    if np.any(np.asarray(input_std) <= 0):
+        raise ValueError("input_std must be positive")
+    em = _Emitter(sm, S, max_chunk, opset, input_mean, input_std)
     model = em.build()
     info = {"state_spec": em.spec, "sub_block": S, "max_chunk": em.max_chunk, "levels": em.levels}
     return model, info

@@ -3,20 +3,40 @@
 The public API is batch-first ``(B, L, H)`` throughout:
 
 - :class:`LiquidS4` — one SSM layer (S4/S4D convolution + D·u + liquid PB/KB term);
-- :class:`LiquidS4Model` — encoder → residual Liquid-S4 blocks → decoder;
-- :func:`make_optimizer` — AdamW with the SSM parameter group.
+- :class:`LiquidS4Model` — encoder → residual Liquid-S4 blocks → decoder, with
+  :meth:`LiquidS4Model.streaming` for its exact step-wise form;
+- :func:`make_optimizer` — AdamW with the SSM parameter group;
+- :class:`OnnxStreamer` — runs an exported ONNX model chunk by chunk (no torch import).
+
+Names are imported lazily, so ``from liquid_stream import OnnxStreamer`` (the apps'
+runtime path) does not import torch.
 """
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-from .layer import LiquidS4  # noqa: E402
-from .model import LiquidS4Block, LiquidS4Model, make_optimizer, parameter_groups  # noqa: E402
+_EXPORTS = {
+    "LiquidS4": "liquid_stream.layer",
+    "LiquidS4Step": "liquid_stream.layer",
+    "LiquidS4Block": "liquid_stream.model",
+    "LiquidS4Model": "liquid_stream.model",
+    "StreamingModel": "liquid_stream.model",
+    "make_optimizer": "liquid_stream.model",
+    "parameter_groups": "liquid_stream.model",
+    "OnnxStreamer": "liquid_stream.onnx_streamer",
+}
 
-__all__ = [
-    "LiquidS4",
-    "LiquidS4Block",
-    "LiquidS4Model",
-    "make_optimizer",
-    "parameter_groups",
-    "__version__",
-]
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'liquid_stream' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

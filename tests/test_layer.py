@@ -224,3 +224,44 @@ def test_bad_input_and_arguments():
         LiquidS4(4, mode="s5")
     with pytest.raises(ValueError, match="backend"):
         LiquidS4(4, backend="cuda-magic")
+
+
+HAVE_PYKEOPS = __import__("importlib").util.find_spec("pykeops") is not None
+
+
+@pytest.mark.skipif(not HAVE_PYKEOPS, reason="pykeops is not installed (pip install -e '.[keops]')")
+def test_keops_backend_agrees_with_torch():
+    from liquid_stream.cauchy_keops import keops_available
+
+    assert keops_available(), "pykeops is installed but does not work here"
+    torch.manual_seed(0)
+    a = randomize(LiquidS4(8, d_state=16, mode="dplr", liquid="kb", backend="torch"))
+    b = LiquidS4(8, d_state=16, mode="dplr", liquid="kb", backend="keops")
+    b.load_state_dict(a.state_dict())
+    u = torch.randn(2, 500, 8)
+    ya, yb = a(u), b(u)
+    assert rel(yb, ya) < 1e-5
+    g = torch.randn_like(ya)
+    ga = torch.autograd.grad((ya * g).sum(), a.kernel.B)[0]
+    gb = torch.autograd.grad((yb * g).sum(), b.kernel.B)[0]
+    assert rel(gb, ga) < 1e-4
+
+
+def test_keops_fallback_warns_once_and_matches_torch(monkeypatch):
+    import warnings
+
+    from liquid_stream import cauchy
+
+    monkeypatch.setattr(cauchy, "_keops", lambda: None)  # as if pykeops were missing
+    monkeypatch.setattr(cauchy, "_KEOPS_WARNED", False)
+    torch.manual_seed(0)
+    a = LiquidS4(4, d_state=8, mode="dplr", backend="torch")
+    b = LiquidS4(4, d_state=8, mode="dplr", backend="keops")
+    b.load_state_dict(a.state_dict())
+    u = torch.randn(1, 64, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yb = b(u)
+        b(u)
+    assert sum("falling back" in str(w.message) for w in caught) == 1
+    assert torch.equal(yb, a(u))

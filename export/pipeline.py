@@ -1,0 +1,149 @@
+"""Checkpoint → streaming form → ONNX file, and the exactness check of the result.
+
+liquid-stream export run/best.pt --onnx kws.onnx --chunk 160 --verify
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from liquid_stream.checkpoint import model_from_checkpoint
+from liquid_stream.model import LiquidS4Model
+
+from .to_onnx import build_onnx, default_sub_block, metadata_props
+
+# Design §5: float32 over L = 16000 steps, max |Δy| ≤ 1e-4 · max |y|.
+CONTRACT_RTOL = 1e-4
+
+
+def export_model(
+    model: LiquidS4Model,
+    out: str | os.PathLike,
+    chunk: int = 160,
+    opset: int = 17,
+    sub_block: int | None = None,
+    meta: dict | None = None,
+    rate: float = 1.0,
+) -> dict:
+    """Write ``model``'s streaming form as ONNX (atomically); returns the export info."""
+    if not model.is_causal:
+        raise ValueError(
+            "this model has bidirectional (non-causal) layers: it cannot be exported for "
+            "streaming; train it with bidirectional=False"
+        )
+    meta = dict(meta or {})
+    sm = model.float().eval().streaming(rate=rate)
+    model_proto, info = build_onnx(
+        sm,
+        sub_block=sub_block or default_sub_block(chunk),
+        max_chunk=chunk,
+        opset=opset,
+        input_mean=meta.get("input_mean", 0.0),
+        input_std=meta.get("input_std", 1.0),
+    )
+    extra = {"chunk": str(chunk), **{k: v for k, v in meta.items()}}
+    for key, value in metadata_props(sm, info, extra).items():
+        model_proto.metadata_props.add(key=key, value=value)
+    onnx.checker.check_model(model_proto)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model_proto.SerializeToString())
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    info = dict(info, path=str(out), nodes=len(model_proto.graph.node))
+    info["bytes"] = out.stat().st_size
+    return info
+
+
+@dataclass
+class VerifyReport:
+    length: int
+    chunks: int
+    max_abs: float
+    max_ref: float
+
+    @property
+    def rel(self) -> float:
+        return self.max_abs / max(self.max_ref, 1e-30)
+
+    @property
+    def ok(self) -> bool:
+        return self.max_abs <= CONTRACT_RTOL * self.max_ref
+
+    def __str__(self) -> str:
+        verdict = "OK" if self.ok else "FAILED"
+        return (
+            f"verify: {self.length} steps in {self.chunks} random chunks: max|Δy| = "
+            f"{self.max_abs:.3e}, max|y| = {self.max_ref:.3e}, relative {self.rel:.3e} "
+            f"(contract ≤ {CONTRACT_RTOL:g}) {verdict}"
+        )
+
+
+def verify_onnx(
+    model: LiquidS4Model,
+    onnx_path: str | os.PathLike,
+    length: int = 16000,
+    batch: int = 1,
+    seed: int = 0,
+    meta: dict | None = None,
+) -> VerifyReport:
+    """Stream random input through the ONNX graph in random chunk sizes (1 … chunk) and
+    compare with the torch convolutional forward (:meth:`LiquidS4Model.forward_steps`)."""
+    from liquid_stream.onnx_streamer import OnnxStreamer
+
+    meta = dict(meta or {})
+    streamer = OnnxStreamer(onnx_path, batch=batch)
+    rng = np.random.default_rng(seed)
+    mean = np.asarray(meta.get("input_mean", 0.0), dtype=np.float64)
+    std = np.asarray(meta.get("input_std", 1.0), dtype=np.float64)
+    z = rng.standard_normal((batch, length, model.d_input))
+    x = (z * std + mean).astype(np.float32)  # raw input the graph standardises itself
+    with torch.no_grad():
+        xn = (torch.from_numpy(x).double() - torch.from_numpy(mean)) / torch.from_numpy(std)
+        ref = model.float().eval().forward_steps(xn.float()).double().numpy()
+    ys, pos, n = [], 0, 0
+    while pos < length:
+        c = int(rng.integers(1, streamer.chunk + 1))
+        ys.append(streamer.process(x[:, pos : pos + c]))
+        pos += c
+        n += 1
+    y = np.concatenate(ys, 1)
+    return VerifyReport(length, n, float(np.abs(y - ref).max()), float(np.abs(ref).max()))
+
+
+def export_checkpoint(
+    checkpoint: str | os.PathLike,
+    out: str | os.PathLike,
+    chunk: int = 160,
+    opset: int = 17,
+    sub_block: int | None = None,
+    verify: bool = False,
+    verify_length: int = 16000,
+) -> tuple[dict, VerifyReport | None]:
+    """``liquid-stream export``: load, export, and optionally verify (raises if it fails)."""
+    model, meta = model_from_checkpoint(checkpoint)
+    info = export_model(model, out, chunk, opset, sub_block, meta)
+    report = None
+    if verify:
+        report = verify_onnx(model, out, length=verify_length, meta=meta)
+        if not report.ok:
+            Path(out).unlink(missing_ok=True)
+            raise RuntimeError(f"exported graph breaks the exactness contract; removed. {report}")
+    return info, report
+
+
+def describe(info: dict) -> str:
+    return json.dumps({k: info[k] for k in ("path", "nodes", "bytes", "sub_block", "max_chunk")})

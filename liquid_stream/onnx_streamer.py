@@ -1,0 +1,121 @@
+"""Run an exported liquid-stream ONNX model chunk by chunk (onnxruntime only; no torch).
+
+    streamer = OnnxStreamer("kws.onnx")          # CUDA if available, else CPU
+    for block in audio_blocks:                    # any length, e.g. 160 samples
+        scores = streamer.process(block)          # (T, d_output): one row per input sample
+    streamer.reset()                              # start a new stream
+
+The model's state lives in the streamer between calls, so consecutive ``process``
+calls equal one call on the concatenated input (exactly, up to float32 rounding).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+class OnnxModelError(ValueError):
+    """The file is missing, not ONNX, corrupt, or not a liquid-stream streaming model."""
+
+
+class OnnxStreamer:
+    """Stateful wrapper around an onnxruntime session of a liquid-stream streaming graph.
+
+    Args:
+        path: the ``.onnx`` file written by ``liquid-stream export --onnx``.
+        batch: number of parallel streams (inputs are ``(batch, T, d_input)``).
+        providers: onnxruntime providers; default CUDA when available, else CPU.
+        threads: intra-op threads (default: onnxruntime's choice).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch: int = 1,
+        providers: list[str] | None = None,
+        threads: int | None = None,
+    ):
+        import onnxruntime as ort
+
+        path = Path(path)
+        if not path.is_file():
+            raise OnnxModelError(f"ONNX model not found: {path}")
+        if providers is None:
+            available = ort.get_available_providers()
+            providers = [p for p in ("CUDAExecutionProvider",) if p in available]
+            providers.append("CPUExecutionProvider")
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = int(threads)
+        options.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=providers)
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises several kinds
+            raise OnnxModelError(f"{path} is not a valid ONNX model ({e})") from e
+        meta = self.session.get_modelmeta().custom_metadata_map
+        if "state_spec" not in meta:
+            raise OnnxModelError(f"{path} is not a liquid-stream streaming model (no state_spec)")
+        self.path = path
+        self.metadata: dict[str, str] = dict(meta)
+        self.state_spec: list[dict] = json.loads(meta["state_spec"])
+        self.d_input = int(meta["d_input"])
+        self.d_output = int(meta["d_output"])
+        self.max_chunk = int(meta["max_chunk"])
+        self.chunk = int(meta.get("chunk", self.max_chunk))
+        self.sample_rate = float(meta["sample_rate"]) if "sample_rate" in meta else None
+        self.labels: list[str] = json.loads(meta.get("labels", "[]"))
+        self.task: str = meta.get("task", "")
+        self.batch = int(batch)
+        self._outputs = ["y"] + [f"next.{s['name']}" for s in self.state_spec]
+        self.reset()
+
+    def meta_json(self, key: str, default=None):
+        """A JSON-encoded metadata entry, decoded."""
+        return json.loads(self.metadata[key]) if key in self.metadata else default
+
+    def reset(self) -> None:
+        """Forget the past: back to the zero state of a fresh stream."""
+        self.state = {
+            f"state.{s['name']}": np.zeros(
+                [self.batch if d == "batch" else d for d in s["shape"]], dtype=s["dtype"]
+            )
+            for s in self.state_spec
+        }
+
+    def process(self, chunk: np.ndarray) -> np.ndarray:
+        """Feed ``(T, d_input)`` (or ``(batch, T, d_input)``, or ``(T,)`` when d_input = 1)
+        and get the per-step outputs ``(…, T, d_output)``; T may be any length ≥ 1."""
+        x = np.asarray(chunk)
+        squeeze = x.ndim < 3
+        if x.ndim == 1 and self.d_input == 1:
+            x = x[:, None]
+        if x.ndim == 2:
+            x = x[None]
+        if x.ndim != 3 or x.shape[2] != self.d_input or x.shape[0] != self.batch:
+            raise ValueError(
+                f"expected input of shape (T, {self.d_input}) or ({self.batch}, T, {self.d_input}),"
+                f" got {np.shape(chunk)}"
+            )
+        if x.shape[1] == 0:
+            return np.zeros((self.batch, 0, self.d_output), np.float32)[
+                0 if squeeze else slice(None)
+            ]
+        if not np.issubdtype(x.dtype, np.number):
+            raise ValueError(f"input must be numeric, got {x.dtype}")
+        x = x.astype(np.float32, copy=False)
+        if not np.isfinite(x).all():
+            raise ValueError("input contains NaN or infinite values; state left unchanged")
+        ys = []
+        for start in range(0, x.shape[1], self.max_chunk):
+            out = self.session.run(
+                self._outputs, {"x": x[:, start : start + self.max_chunk], **self.state}
+            )
+            ys.append(out[0])
+            self.state = {
+                f"state.{s['name']}": v for s, v in zip(self.state_spec, out[1:], strict=True)
+            }
+        y = ys[0] if len(ys) == 1 else np.concatenate(ys, 1)
+        return y[0] if squeeze else y

@@ -1,0 +1,181 @@
+"""Exported ONNX graphs in a real onnxruntime session vs the torch convolutional forward."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from click.testing import CliRunner
+from test_layer import randomize
+from test_streaming import chunk_sizes
+
+from liquid_stream import LiquidS4Model, OnnxStreamer
+from liquid_stream.checkpoint import save_checkpoint
+from liquid_stream.cli import main
+from liquid_stream.export.pipeline import export_model, verify_onnx
+from liquid_stream.onnx_streamer import OnnxModelError
+
+
+def model(mode, liquid, P, norm, decoder="window", d_state=7, seed=0, **kw):
+    torch.manual_seed(seed)
+    m = LiquidS4Model(
+        2, 4, d_model=16, n_layers=2, d_state=d_state, mode=mode, liquid=liquid, liquid_order=P,
+        norm=norm, decoder=decoder, decoder_window=50, dt_min=0.005, dt_max=0.1, **kw,
+    )  # fmt: skip
+    for block in m.blocks:
+        randomize(block.ssm, seed)
+    m.train()
+    with torch.no_grad():
+        m(torch.randn(4, 64, 2))
+    return m.eval()
+
+
+def run(path, x: np.ndarray, sizes) -> np.ndarray:
+    s = OnnxStreamer(path, batch=x.shape[0], threads=2)
+    out, pos = [], 0
+    for c in sizes:
+        out.append(s.process(x[:, pos : pos + c]))
+        pos += c
+    return np.concatenate(out, 1)
+
+
+CASES = [
+    ("dplr", "pb", 2, "batch"),
+    ("dplr", "kb", 3, "layer"),
+    ("diag", "pb", 4, "layer"),
+    ("diag", "kb", 2, "batch"),
+    ("dplr", None, 2, "batch"),
+]
+
+
+@pytest.mark.parametrize("mode,liquid,P,norm", CASES)
+@pytest.mark.parametrize("sizes", [1, 7, 160, "mix"])
+def test_onnx_matches_conv_forward(tmp_path, mode, liquid, P, norm, sizes):
+    m = model(mode, liquid, P, norm)
+    path = tmp_path / "m.onnx"
+    export_model(m, path, chunk=1 if sizes == 1 else 160)
+    L = 2000 if sizes == 1 else 16000
+    x = np.random.default_rng(1).standard_normal((1, L, 2)).astype(np.float32)
+    y = run(path, x, chunk_sizes(sizes, L))
+    ref = m.forward_steps(torch.from_numpy(x)).detach().numpy()
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("decoder", ["pool", "last"])
+def test_decoders_and_dense_transition(tmp_path, decoder):
+    m = model("dplr", "kb", 2, "layer", decoder=decoder, d_state=16)
+    path = tmp_path / "m.onnx"
+    info = export_model(m, path, chunk=64)
+    assert info["nodes"] > 0
+    x = np.random.default_rng(2).standard_normal((2, 3000, 2)).astype(np.float32)
+    y = run(path, x, chunk_sizes("mix", 3000))
+    ref = m.forward_steps(torch.from_numpy(x)).detach().numpy()
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_state_carry_reset_and_metadata(tmp_path):
+    m = model("dplr", "pb", 2, "batch")
+    path = tmp_path / "m.onnx"
+    meta = {"task": "speech", "sample_rate": 16000, "labels": ["a", "b", "c", "d"],
+            "input_mean": 0.5, "input_std": 3.0}  # fmt: skip
+    export_model(m, path, chunk=160, meta=meta)
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto)
+    props = {p.key: p.value for p in proto.metadata_props}
+    for key in ("model_config", "state_spec", "chunk", "sample_rate", "labels",
+                "liquid_stream_version", "input_mean", "input_std", "sub_block"):  # fmt: skip
+        assert key in props, key
+    assert json.loads(props["labels"]) == ["a", "b", "c", "d"]
+    real = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.INT64)
+    assert all(v.type.tensor_type.elem_type in real for v in proto.graph.input)
+
+    s = OnnxStreamer(path)
+    assert s.sample_rate == 16000 and s.labels == ["a", "b", "c", "d"]
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((300, 2)), rng.standard_normal((500, 2))
+    whole = s.process(np.concatenate([a, b]))
+    s.reset()
+    parts = np.concatenate([s.process(a), s.process(b)])
+    np.testing.assert_allclose(parts, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+    s.reset()
+    np.testing.assert_allclose(s.process(a), whole[:300], rtol=0, atol=1e-5 * np.abs(whole).max())
+    # The graph standardises raw input itself: compare with the torch model on (x − μ)/σ.
+    ref = m.forward_steps(torch.from_numpy((np.concatenate([a, b]) - 0.5) / 3.0).float()[None])
+    assert np.abs(whole - ref[0].detach().numpy()).max() <= 1e-4 * np.abs(whole).max()
+    report = verify_onnx(m, path, length=4000, meta=meta)
+    assert report.ok, str(report)
+
+
+def test_bad_inputs_and_files(tmp_path):
+    m = model("diag", "pb", 2, "batch")
+    path = tmp_path / "m.onnx"
+    export_model(m, path, chunk=16)
+    s = OnnxStreamer(path)
+    with pytest.raises(ValueError, match="shape"):
+        s.process(np.zeros((10, 3), np.float32))
+    before = {k: v.copy() for k, v in s.state.items()}
+    bad = np.zeros((10, 2), np.float32)
+    bad[4, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        s.process(bad)
+    assert all(np.array_equal(before[k], s.state[k]) for k in before)  # nothing lost
+    with pytest.raises(OnnxModelError, match="not found"):
+        OnnxStreamer(tmp_path / "missing.onnx")
+    trunc = tmp_path / "trunc.onnx"
+    trunc.write_bytes(path.read_bytes()[:2000])
+    with pytest.raises(OnnxModelError, match="not a valid ONNX"):
+        OnnxStreamer(trunc)
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00not onnx at all" * 10)
+    with pytest.raises(OnnxModelError):
+        OnnxStreamer(junk)
+    plain = tmp_path / "plain.onnx"  # a valid ONNX file that is not a streaming model
+    g = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )  # fmt: skip
+    onnx.save(onnx.helper.make_model(g), plain)
+    with pytest.raises(OnnxModelError, match="not a liquid-stream"):
+        OnnxStreamer(plain)
+
+
+def test_bidirectional_export_refused(tmp_path):
+    m = LiquidS4Model(1, 2, d_model=4, n_layers=1, d_state=4, bidirectional=True)
+    with pytest.raises(ValueError, match="bidirectional"):
+        export_model(m, tmp_path / "m.onnx")
+
+
+def test_cli_export_verify_and_errors(tmp_path):
+    m = model("dplr", "pb", 2, "batch")
+    ckpt = tmp_path / "m.pt"
+    save_checkpoint(ckpt, m, meta={"task": "test", "sample_rate": 125})
+    out = tmp_path / "m.onnx"
+    r = CliRunner().invoke(main, ["export", str(ckpt), "--onnx", str(out), "--chunk", "32",
+                                  "--verify", "--verify-length", "3000"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "OK" in r.output and out.is_file()
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(ckpt.read_bytes()[:100])
+    r = CliRunner().invoke(main, ["export", str(bad), "--onnx", str(tmp_path / "x.onnx")])
+    assert r.exit_code != 0 and "corrupt" in r.output
+
+
+def test_streamer_runtime_does_not_import_torch(tmp_path):
+    m = model("diag", None, 2, "batch")
+    path = tmp_path / "m.onnx"
+    export_model(m, path, chunk=16)
+    code = (
+        "import sys, numpy as np\n"
+        "from liquid_stream import OnnxStreamer\n"
+        f"s = OnnxStreamer({str(path)!r})\n"
+        "y = s.process(np.zeros((5, 2), np.float32))\n"
+        "assert y.shape == (5, 4), y.shape\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
