@@ -29,6 +29,7 @@ from liquid_stream.chunked import chunk_tables
 from .graph import Graph
 
 END = 2**62  # "to the end" in Slice
+CLOSED_FORM_MAX_BLOCKS = 8  # sub-block recursion in closed form up to this many blocks
 
 
 def _f32(t: torch.Tensor) -> np.ndarray:
@@ -36,9 +37,9 @@ def _f32(t: torch.Tensor) -> np.ndarray:
 
 
 def default_sub_block(chunk: int) -> int:
-    """Largest power of two ≤ chunk, at most 32: local work ~S per sample, scan depth
-    ~log₂(T/S); onnxruntime's batched MatMul over H channels is fastest around S = 16–32."""
-    return 1 << min(5, max(0, int(chunk).bit_length() - 1))
+    """Largest power of two ≤ chunk/4, in 1 … 64: local work ~S per sample, scan depth
+    ~log₂(T/S); measured best here: S = 32 at T = 160, S = 64 at T = 1600."""
+    return 1 << min(6, max(0, (int(chunk) // 4).bit_length() - 1))
 
 
 class _Emitter:
@@ -75,6 +76,20 @@ class _Emitter:
             zero = onnx.helper.make_tensor("zero", onnx.TensorProto.FLOAT, [1], [0.0])
             parts = [x if isinstance(x, str) else g.const([x]) for x in dims]
             self._zeros[key] = g.op("ConstantOfShape", g.op("Concat", *parts, axis=0), value=zero)
+        return self._zeros[key]
+
+    def n_blocks_plus_1(self) -> str:
+        """nb + 1 (sub-blocks of this call plus the carried state) as int64 (1,)."""
+        key = ("nb+1",)
+        if key not in self._zeros:
+            self._zeros[key] = self.g.op("Add", self.dims["nb"], self.g.const([1]))
+        return self._zeros[key]
+
+    def t_plus(self, k: int) -> str:
+        """T + k as an int64 (1,) tensor, built once."""
+        key = ("T+", k)
+        if key not in self._zeros:
+            self._zeros[key] = self.g.op("Add", self.dims["T"], self.g.const([k]))
         return self._zeros[key]
 
     # ------------------------------------------------------------------ pieces
@@ -125,80 +140,117 @@ class _Emitter:
         g, sm_ssm, S, d = self.g, step.ssm, self.S, self.dims
         H, R, Mr = step.H, sm_ssm.R, sm_ssm.Mr
         pre = f"block{i}."
-        signals, corr = [u], []
+        B = d["B"]
+        # The last S inputs of this layer's signals (u, or u and the KB correlations) are
+        # carried in ``ssm.buf``; full = [buf | new], ext = the last q + T values of it.
+        buf = self.state(pre + "ssm.buf", [H, "batch", S] + ([R] if R > 1 else []))
+        corr: list[str] = []
+        P = step.P
+        u_hist = None  # (H, B, ≥P−1 + T) history of u for the correlation lags
+        if step.liquid is not None and (R > 1 or S < P - 1):
+            u_buf = self.state(pre + "u_buf", [H, "batch", P - 1])
+            u_hist = g.op("Concat", u_buf, u, axis=2)
+            self.set_state(pre + "u_buf", g.slice(u_hist, -(P - 1), END, axis=2))
+            off = P - 1
         if step.liquid is not None:
-            P = step.P
-            buf = self.state(pre + "u_buf", [H, "batch", P - 1])
-            ext = g.op("Concat", buf, u, axis=2)
+            if u_hist is None:  # PB with S ≥ P − 1: the SSM buffer already holds the past u
+                u_hist = full = g.op("Concat", buf, u, axis=2)
+                off = S
             v = u
             for k in range(1, P):  # v_p = v_{p−1} · u[t−p+1]
-                lag = g.slice(ext, P - 1 - k, g.op("Add", d["T"], g.const([P - 1 - k])), axis=2)
-                v = g.op("Mul", v, lag)
+                v = g.op("Mul", v, g.slice(u_hist, off - k, self.t_plus(off - k), axis=2))
                 corr.append(v)
-            self.set_state(pre + "u_buf", g.slice(ext, -(P - 1), END, axis=2))
-            if step.liquid == "kb":
-                signals += corr
-        # Signals (H, B, T, R) appended to the buffered inputs, padded to whole sub-blocks.
         if R == 1:
-            sig = g.op("Unsqueeze", u, g.const([3]))
+            if step.liquid is None or off != S:
+                full = g.op("Concat", buf, u, axis=2)  # (H, B, S+T)
         else:
-            sig = g.op("Concat", *[g.op("Unsqueeze", s, g.const([3])) for s in signals], axis=3)
-        buf = self.state(pre + "ssm.buf", [H, "batch", S, R])
-        B = d["B"]
-        ext = g.op("Concat", g.slice(buf, d["buf_start"], END, axis=2), sig, axis=2)
-        sp = g.op("Concat", ext, self.zeros(H, B, d["pad"], R), axis=2)
-        sp = g.op("Reshape", sp, g.const([H, -1, S * R]))  # (H, B·nb, S·R)
+            sig = g.op("Concat", *[g.op("Unsqueeze", x, g.const([3])) for x in [u, *corr]], axis=3)
+            full = g.op("Concat", buf, sig, axis=2)  # (H, B, S+T, R)
+        self.set_state(pre + "ssm.buf", g.slice(full, -S, END, axis=2))
+        ext = g.slice(full, d["buf_start"], END, axis=2)  # (H, B, q+T[, R])
+        pad = self.zeros(H, B, d["pad"], *([R] if R > 1 else []))
+        sp = g.op("Reshape", g.op("Concat", ext, pad, axis=2), g.const([H, -1, S * R]))
 
-        # Tables (float64 → float32): [local Toeplitz (+ D on the diagonal) | G].
+        # Tables (float64 → float32). MatMul 1: sub-block inputs ℓ = s @ G.
         tab = chunk_tables(sm_ssm.A64, sm_ssm.b64, sm_ssm.c64, S)
         K_loc, G, E = tab["K_loc"], tab["G"], tab["E"]
-        K_loc[0] += torch.diag_embed(step.D.double()[:, None].expand(H, S))
-        W = torch.zeros(H, S, R, S + R * Mr, dtype=torch.float64)  # rows (j, r)
-        W[..., :S] = K_loc.permute(1, 3, 0, 2)  # [h, j, r, i]
+        K_loc[0] += torch.diag_embed(step.D.double()[:, None].expand(H, S))  # D·u folded in
+        G_w = torch.zeros(H, S, R, R * Mr, dtype=torch.float64)  # rows (j, r)
         for r in range(R):
-            W[:, :, r, S + r * Mr : S + (r + 1) * Mr] = G[r]
-        out = g.op("MatMul", sp, g.const(_f32(W.reshape(H, S * R, S + R * Mr))))
-        y_loc, ell = g.op("Split", out, g.const([S, R * Mr]), axis=2, n_out=2)
+            G_w[:, :, r, r * Mr : (r + 1) * Mr] = G[r]
+        ell = g.op("MatMul", sp, g.const(_f32(G_w.reshape(H, S * R, R * Mr))))  # (H, B·nb, RMr)
 
         # Scan over [z, ℓ_0, …, ℓ_{nb−1}]: Z'[k] = Ā^S Z'[k−1] + ℓ'[k], so Z'[k] = Z[k−1].
         A = sm_ssm.A64.double()
         if sm_ssm.kind == "diag":
-            # Complex diagonal, layout (n, B, 2, H·R·Mc): Āⁿz = z·Pa + swap(z)·Pb with
-            # Pa = (Re λⁿ, Re λⁿ), Pb = (−Im λⁿ, Im λⁿ) — plain trailing-axis broadcasts.
+            # Complex diagonal, layout (B, n, H·R, 2, Mc): Āⁿz = z·Pa + swap(z)·Pb with
+            # Pa = (Re λⁿ, Re λⁿ), Pb = (−Im λⁿ, Im λⁿ): broadcasts over leading axes only.
             Mc = Mr // 2
-            C2 = H * R * Mc
+            C = H * R * Mr
             lam = torch.complex(
                 A[:, :Mc, :Mc].diagonal(dim1=1, dim2=2), A[:, Mc:, :Mc].diagonal(dim1=1, dim2=2)
             )  # (H, Mc)
-            z = self.state(pre + "ssm.z", [1, "batch", 2, C2])
-            ell6 = g.op(
-                "Reshape", ell, g.op("Concat", g.const([H]), B, g.const([-1, R, 2, Mc]), axis=0)
-            )
-            ell4 = g.op(
-                "Reshape", g.op("Transpose", ell6, perm=[2, 1, 4, 0, 3, 5]), g.const([0, 0, 2, -1])
-            )
-            Zs = g.op("Concat", z, ell4, axis=0)  # (nb+1, B, 2, C2)
-            for lvl in range(self.levels):
-                sh = 2**lvl
-                ext_z = g.op("Concat", self.zeros(sh, B, 2, C2), Zs, axis=0)
-                shifted = g.slice(ext_z, 0, -sh, axis=0)
-                p = (lam ** (S * sh))[:, None, :].expand(H, R, Mc).reshape(1, C2)
-                Pa = torch.cat([p.real, p.real], 0)  # (2, C2)
-                Pb = torch.cat([-p.imag, p.imag], 0)
-                swap = g.slice(shifted, -1, -END, axis=2, step=-1)
-                moved = g.op(
-                    "Add",
-                    g.op("Mul", shifted, g.const(_f32(Pa))),
-                    g.op("Mul", swap, g.const(_f32(Pb))),
+            z = self.state(pre + "ssm.z", ["batch", 1, C])
+            ell_t = g.op("Transpose", ell, perm=[1, 0, 2])  # (B·nb, H, RMr)
+            ell_t = g.op("Reshape", ell_t, g.op("Concat", B, g.const([-1, C]), axis=0))
+            Zs = g.op("Concat", z, ell_t, axis=1)  # (B, nb+1, C)
+            n_max = 2**self.levels  # ≥ nb + 1
+            if n_max <= CLOSED_FORM_MAX_BLOCKS:
+                # Few sub-blocks: closed form Z'[k] = Σ_{k'≤k} λ^{S(k−k')} ℓ'[k'] as one
+                # broadcast product with a (n_max, n_max) table of powers, sliced to n.
+                k = torch.arange(n_max)
+                lag = (k[:, None] - k[None, :]).clamp(min=0).double()  # (k, k')
+                p = torch.exp(S * lag[..., None, None] * torch.log(lam.to(torch.complex128)))
+                p = torch.where((k[:, None] >= k[None, :])[..., None, None], p, 0)  # (k,k',H,Mc)
+                p = (
+                    p[:, :, :, None, :]
+                    .expand(n_max, n_max, H, R, Mc)
+                    .reshape(n_max, n_max, H * R, 1, Mc)
                 )
-                Zs = g.op("Add", Zs, moved)
-            Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=0), g.const([0, 0, 2, H, R, Mc]))
-            Z_prev = g.op(
-                "Reshape",
-                g.op("Transpose", Z_prev, perm=[3, 1, 0, 4, 2, 5]),
-                g.const([H, -1, R * Mr]),
-            )
-            self.set_state(pre + "ssm.z", g.slice(Zs, d["n_full"], d["n_full_plus_1"], axis=0))
+                Ta = torch.cat([p.real, p.real], 3).reshape(n_max, n_max * C)
+                Tb = torch.cat([-p.imag, p.imag], 3).reshape(n_max, n_max * C)
+                n = self.n_blocks_plus_1()
+                n_flat = g.op("Mul", n, g.const([C]))
+                Ta_n = g.op(
+                    "Slice",
+                    g.const(_f32(Ta)),
+                    g.const([0, 0]),
+                    g.op("Concat", n, n_flat, axis=0),
+                    g.const([0, 1]),
+                )
+                Tb_n = g.op(
+                    "Slice",
+                    g.const(_f32(Tb)),
+                    g.const([0, 0]),
+                    g.op("Concat", n, n_flat, axis=0),
+                    g.const([0, 1]),
+                )
+                Z5 = g.op("Reshape", Zs, g.const([0, 0, H * R, 2, Mc]))
+                swap = g.op("Reshape", g.slice(Z5, -1, -END, axis=3, step=-1), g.const([0, 1, -1]))
+                flat = g.op("Reshape", Zs, g.const([0, 1, -1]))  # (B, 1, n·C)
+                prod = g.op("Add", g.op("Mul", flat, Ta_n), g.op("Mul", swap, Tb_n))  # (B, n, n·C)
+                prod = g.op("Reshape", prod, g.op("Concat", B, n, n, g.const([C]), axis=0))
+                Zs = g.op("ReduceSum", prod, g.const([2]), keepdims=0)
+            else:
+                Zs = g.op("Reshape", Zs, g.const([0, 0, H * R, 2, Mc]))
+                for lvl in range(self.levels):
+                    sh = 2**lvl
+                    ext_z = g.op("Concat", self.zeros(B, sh, H * R, 2, Mc), Zs, axis=1)
+                    shifted = g.slice(ext_z, 0, -sh, axis=1)
+                    p = (lam ** (S * sh))[:, None, :].expand(H, R, Mc).reshape(H * R, 1, Mc)
+                    Pa = torch.cat([p.real, p.real], 1)  # (H·R, 2, Mc)
+                    Pb = torch.cat([-p.imag, p.imag], 1)
+                    swap = g.slice(shifted, -1, -END, axis=3, step=-1)
+                    moved = g.op(
+                        "Add",
+                        g.op("Mul", shifted, g.const(_f32(Pa))),
+                        g.op("Mul", swap, g.const(_f32(Pb))),
+                    )
+                    Zs = g.op("Add", Zs, moved)
+            Zs = g.op("Reshape", Zs, g.const([0, 0, C]))
+            Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=1), g.const([-1, H, R * Mr]))
+            Z_prev = g.op("Transpose", Z_prev, perm=[1, 0, 2])  # (H, B·nb, RMr)
+            self.set_state(pre + "ssm.z", g.slice(Zs, d["n_full"], d["n_full_plus_1"], axis=1))
         else:
             # Dense real transition, layout (H, B, n, R·Mr): batched MatMul per channel.
             z = self.state(pre + "ssm.z", [H, "batch", 1, R * Mr])
@@ -214,12 +266,13 @@ class _Emitter:
                 Zs = g.op("Add", Zs, moved)
             Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=2), g.const([H, -1, R * Mr]))
             self.set_state(pre + "ssm.z", g.slice(Zs, d["n_full"], d["n_full_plus_1"], axis=2))
-        E_t = E.transpose(1, 2).repeat(1, R, 1)  # (H, R·Mr, S): Σ over r
-        y = g.op("Add", y_loc, g.op("MatMul", Z_prev, g.const(_f32(E_t))))  # (H, B·nb, S)
+        # MatMul 2: [s | Z[k−1]] @ [local Toeplitz (+D); E summed over r] → (H, B·nb, S).
+        W2 = torch.zeros(H, S * R + R * Mr, S, dtype=torch.float64)
+        W2[:, : S * R] = K_loc.permute(1, 3, 0, 2).reshape(H, S * R, S)  # rows (j, r)
+        W2[:, S * R :] = E.transpose(1, 2).repeat(1, R, 1)
+        y = g.op("MatMul", g.op("Concat", sp, Z_prev, axis=2), g.const(_f32(W2)))
         y = g.op("Reshape", y, d["y_shape"])  # (H, B, nb·S)
         y = g.slice(y, d["fill"], d["fill_plus_T"], axis=2)
-        buf_new = g.slice(g.op("Concat", self.zeros(H, B, S, R), ext, axis=2), -S, END, axis=2)
-        self.set_state(pre + "ssm.buf", buf_new)
 
         if step.liquid == "pb":
             mixed = None
@@ -233,9 +286,7 @@ class _Emitter:
                 self.set_state(pre + "w_buf", g.slice(ext_w, -(L - 1), END, axis=2))
                 mixed = g.slice(ext_w, 0, d["T"], axis=2)
                 for j in range(1, L):
-                    mixed = g.op(
-                        "Add", mixed, g.slice(ext_w, j, g.op("Add", d["T"], g.const([j])), axis=2)
-                    )
+                    mixed = g.op("Add", mixed, g.slice(ext_w, j, self.t_plus(j), axis=2))
             y = g.op("Add", y, mixed)
         return y
 
@@ -243,9 +294,17 @@ class _Emitter:
         g = self.g
         z = self.norm_cf(block.norm, x) if block.prenorm else x
         z = self.gelu(self.layer(i, block.ssm, z))
-        z = self.linear_cf(block.out, g.op("Reshape", z, g.const([block.ssm.H, -1])))
-        a, b = g.op("Split", z, g.const([block.ssm.H, block.ssm.H]), axis=0, n_out=2)
-        z = g.op("Reshape", g.op("Mul", a, g.op("Sigmoid", b)), self.dims["act_shape"])
+        z2d = g.op("Reshape", z, g.const([block.ssm.H, -1]))
+        H = block.ssm.H
+        halves = []
+        for half in (slice(0, H), slice(H, 2 * H)):  # GLU as two MatMuls: no Split copy
+            lin = torch.nn.Linear(H, H)
+            with torch.no_grad():
+                lin.weight.copy_(block.out.weight[half])
+                lin.bias.copy_(block.out.bias[half])
+            halves.append(self.linear_cf(lin, z2d))
+        z = g.op("Mul", halves[0], g.op("Sigmoid", halves[1]))
+        z = g.op("Reshape", z, self.dims["act_shape"])
         x = g.op("Add", x, z)
         return x if block.prenorm else self.norm_cf(block.norm, x)
 
@@ -307,6 +366,7 @@ class _Emitter:
                 fill=fill0,
                 fill_plus_T=g.op("Add", fill0, T),
                 n_full=n_full,
+                nb=nb,
                 n_full_plus_1=g.op("Add", n_full, g.const([1])),
                 y_shape=g.op("Concat", g.const([H]), B, g.const([-1]), axis=0),
                 act_shape=g.op("Concat", g.const([H]), B, T, axis=0),
