@@ -1,0 +1,117 @@
+"""Blocks, the model, decoders, the optimiser helper and checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from liquid_stream import LiquidS4Model, make_optimizer
+from liquid_stream.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    model_from_checkpoint,
+    save_checkpoint,
+)
+from liquid_stream.kernel_base import SSM_PARAMETER_NAMES
+
+
+def model(**kw) -> LiquidS4Model:
+    torch.manual_seed(0)
+    cfg = dict(d_input=3, d_output=5, d_model=8, n_layers=2, d_state=8, liquid="pb")
+    cfg.update(kw)
+    return LiquidS4Model(**cfg)
+
+
+@pytest.mark.parametrize(
+    "decoder,shape", [("pool", (2, 5)), ("last", (2, 5)), ("window", (2, 30, 5))]
+)
+@pytest.mark.parametrize("norm,prenorm", [("batch", True), ("layer", False)])
+def test_output_shapes(decoder, shape, norm, prenorm):
+    m = model(decoder=decoder, decoder_window=4, norm=norm, prenorm=prenorm)
+    assert m(torch.randn(2, 30, 3)).shape == shape
+
+
+def test_window_decoder_is_causal_window_mean():
+    m = model(decoder="window", decoder_window=5).eval().double()
+    x = torch.randn(2, 20, 3, dtype=torch.float64)
+    h = m.features(x)
+    expected = torch.stack([m.head(h[:, max(0, t - 4) : t + 1].mean(1)) for t in range(20)], 1)
+    assert torch.allclose(m(x), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("decoder", ["window", "last", "pool"])
+def test_model_is_causal_in_eval(decoder):
+    m = model(decoder=decoder, liquid="kb").eval()
+    x = torch.randn(1, 40, 3)
+    y = x.clone()
+    y[:, 25:] += 5.0
+    a, b = m.forward_steps(x), m.forward_steps(y)
+    assert torch.allclose(a[:, :25], b[:, :25], atol=1e-6)
+    assert (a[:, 25:] - b[:, 25:]).abs().max() > 1e-3
+
+
+def test_gradients_reach_every_parameter():
+    m = model(mode="dplr", liquid="kb", liquid_order=3)
+    loss = m(torch.randn(4, 50, 3)).square().mean()
+    loss.backward()
+    for name, p in m.named_parameters():
+        assert p.grad is not None and p.grad.abs().max() > 0, name
+
+
+def test_optimizer_groups():
+    m = model(mode="dplr")
+    opt = make_optimizer(m, lr=0.01, weight_decay=0.05)
+    groups = {g["name"]: g for g in opt.param_groups}
+    assert groups["ssm"]["lr"] == 1e-3 and groups["ssm"]["weight_decay"] == 0.0
+    assert groups["default"]["lr"] == 0.01 and groups["default"]["weight_decay"] == 0.05
+    ssm_ids = {id(p) for p in groups["ssm"]["params"]}
+    expected = {
+        id(p)
+        for blk in m.blocks
+        for n, p in blk.ssm.kernel.named_parameters()
+        if n in SSM_PARAMETER_NAMES
+    }
+    assert ssm_ids == expected and len(expected) == 2 * 5  # log_dt, Λ (2), B, P per layer
+    all_ids = [id(p) for g in opt.param_groups for p in g["params"]]
+    assert sorted(all_ids) == sorted(id(p) for p in m.parameters())  # each exactly once
+
+
+def test_rate_changes_the_model():
+    m = model().eval()
+    x = torch.randn(1, 64, 3)
+    assert (m(x, rate=2.0) - m(x)).abs().max() > 1e-4
+
+
+def test_bad_input_and_config():
+    m = model()
+    with pytest.raises(ValueError, match=r"\(B, L, 3\)"):
+        m(torch.randn(2, 10, 4))
+    with pytest.raises(ValueError, match="NaN"):
+        m(torch.full((1, 10, 3), float("nan")))
+    with pytest.raises(ValueError, match="decoder"):
+        model(decoder="mean")
+    with pytest.raises(ValueError, match="norm"):
+        model(norm="group")
+
+
+def test_checkpoint_roundtrip_and_errors(tmp_path):
+    m = model(decoder="window", decoder_window=3).eval()
+    m.blocks[0].norm.norm.running_mean.add_(0.5)
+    path = tmp_path / "m.pt"
+    save_checkpoint(path, m, meta={"labels": ["a", "b"], "sample_rate": 16000})
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic write left no temporary file
+    raw = torch.load(path, weights_only=True)
+    assert raw["format"] == "liquid-stream/checkpoint"
+    m2, meta = model_from_checkpoint(path)
+    x = torch.randn(2, 20, 3)
+    assert torch.equal(m(x), m2(x)) and meta["labels"] == ["a", "b"]
+    for bad in (b"", b"not a checkpoint", path.read_bytes()[:200]):
+        p = tmp_path / "bad.pt"
+        p.write_bytes(bad)
+        with pytest.raises(CheckpointError):
+            load_checkpoint(p)
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "nope.pt")
+    torch.save({"something": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a liquid-stream checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
