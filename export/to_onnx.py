@@ -56,7 +56,7 @@ class _Emitter:
         self.state_in: dict[str, str] = {}
         self.state_out: dict[str, str] = {}
         self.spec: list[dict] = []
-        self._zeros: dict[tuple, str] = {}
+        self._cache: dict[tuple, str] = {}
 
     # ------------------------------------------------------------------ state
     def state(self, name: str, shape: list, dtype=np.float32) -> str:
@@ -71,26 +71,26 @@ class _Emitter:
     def zeros(self, *dims) -> str:
         """A float32 zero tensor of the given dims (ints or int64 (1,) names), built once."""
         key = tuple(dims)
-        if key not in self._zeros:
+        if key not in self._cache:
             g = self.g
             zero = onnx.helper.make_tensor("zero", onnx.TensorProto.FLOAT, [1], [0.0])
             parts = [x if isinstance(x, str) else g.const([x]) for x in dims]
-            self._zeros[key] = g.op("ConstantOfShape", g.op("Concat", *parts, axis=0), value=zero)
-        return self._zeros[key]
+            self._cache[key] = g.op("ConstantOfShape", g.op("Concat", *parts, axis=0), value=zero)
+        return self._cache[key]
 
     def n_blocks_plus_1(self) -> str:
         """nb + 1 (sub-blocks of this call plus the carried state) as int64 (1,)."""
         key = ("nb+1",)
-        if key not in self._zeros:
-            self._zeros[key] = self.g.op("Add", self.dims["nb"], self.g.const([1]))
-        return self._zeros[key]
+        if key not in self._cache:
+            self._cache[key] = self.g.op("Add", self.dims["nb"], self.g.const([1]))
+        return self._cache[key]
 
     def t_plus(self, k: int) -> str:
         """T + k as an int64 (1,) tensor, built once."""
         key = ("T+", k)
-        if key not in self._zeros:
-            self._zeros[key] = self.g.op("Add", self.dims["T"], self.g.const([k]))
-        return self._zeros[key]
+        if key not in self._cache:
+            self._cache[key] = self.g.op("Add", self.dims["T"], self.g.const([k]))
+        return self._cache[key]
 
     # ------------------------------------------------------------------ pieces
     def linear_cf(self, lin: torch.nn.Linear, x2d: str) -> str:
@@ -254,7 +254,8 @@ class _Emitter:
         else:
             # Dense real transition, layout (H, B, n, R·Mr): batched MatMul per channel.
             z = self.state(pre + "ssm.z", [H, "batch", 1, R * Mr])
-            Zs = g.op("Concat", z, g.op("Reshape", ell, d["ell_shape"]), axis=2)
+            ell_shape = g.op("Concat", g.const([H]), B, g.const([-1, R * Mr]), axis=0)
+            Zs = g.op("Concat", z, g.op("Reshape", ell, ell_shape), axis=2)
             eye_R = torch.eye(R, dtype=torch.float64)
             for lvl in range(self.levels):
                 sh = 2**lvl
@@ -384,8 +385,6 @@ class _Emitter:
             enc.bias.copy_(sm.encoder.bias.double() - enc.weight @ mu)
         h = g.op("Reshape", self.linear_cf(enc, xt), g.op("Concat", g.const([H]), B, T, axis=0))
         for i, block in enumerate(sm.blocks):
-            RMr = block.ssm.ssm.R * block.ssm.ssm.Mr
-            d["ell_shape"] = g.op("Concat", g.const([H]), B, g.const([-1, RMr]), axis=0)
             h = self.block(i, block, h)
         h = self.norm_cf(sm.final_norm, h)
         logits = self.linear_cf(sm.head, g.op("Reshape", h, g.const([H, -1])))
