@@ -211,19 +211,10 @@ class _Emitter:
                 Tb = torch.cat([-p.imag, p.imag], 3).reshape(n_max, n_max * C)
                 n = self.n_blocks_plus_1()
                 n_flat = g.op("Mul", n, g.const([C]))
-                Ta_n = g.op(
-                    "Slice",
-                    g.const(_f32(Ta)),
-                    g.const([0, 0]),
-                    g.op("Concat", n, n_flat, axis=0),
-                    g.const([0, 1]),
-                )
-                Tb_n = g.op(
-                    "Slice",
-                    g.const(_f32(Tb)),
-                    g.const([0, 0]),
-                    g.op("Concat", n, n_flat, axis=0),
-                    g.const([0, 1]),
+                ends = g.op("Concat", n, n_flat, axis=0)
+                Ta_n, Tb_n = (
+                    g.op("Slice", g.const(_f32(t)), g.const([0, 0]), ends, g.const([0, 1]))
+                    for t in (Ta, Tb)
                 )
                 Z5 = g.op("Reshape", Zs, g.const([0, 0, H * R, 2, Mc]))
                 swap = g.op("Reshape", g.slice(Z5, -1, -END, axis=3, step=-1), g.const([0, 1, -1]))
