@@ -54,11 +54,13 @@ CASES = [
 
 
 @pytest.mark.parametrize("mode,liquid,P,norm", CASES)
-@pytest.mark.parametrize("sizes", [1, 7, 160, "mix"])
+@pytest.mark.parametrize("sizes", [1, 7, 160, "mix", 1600])
 def test_onnx_matches_conv_forward(tmp_path, mode, liquid, P, norm, sizes):
+    """chunk 1/7/160/mix: closed-form sub-block recursion; 1600: the log-depth scan."""
     m = model(mode, liquid, P, norm)
     path = tmp_path / "m.onnx"
-    export_model(m, path, chunk=1 if sizes == 1 else 160)
+    info = export_model(m, path, chunk={1: 1, 1600: 1600}.get(sizes, 160))
+    assert (info["levels"] > 3) == (sizes == 1600)
     L = 2000 if sizes == 1 else 16000
     x = np.random.default_rng(1).standard_normal((1, L, 2)).astype(np.float32)
     y = run(path, x, chunk_sizes(sizes, L))
