@@ -113,10 +113,13 @@ def main() -> None:
                 n = max(5, int(audio * SR / chunk))
                 for th in args.threads:
                     path, _ = graphs[chunk]
-                    samples.setdefault((chunk, th, "onnx"), []).extend(run_onnx(path, chunk, n, th))
                     n_t = max(3, min(n, 60))
-                    samples.setdefault((chunk, th, "torch"), []).extend(run_torch(sm, chunk, n_t, th))
-                    samples.setdefault((chunk, th, "naive"), []).extend(run_naive(model, chunk, 2, th))
+                    for method, lat in (
+                        ("onnx", run_onnx(path, chunk, n, th)),
+                        ("torch", run_torch(sm, chunk, n_t, th)),
+                        ("naive", run_naive(model, chunk, 2, th)),
+                    ):
+                        samples.setdefault((chunk, th, method), []).extend(lat)
         for (chunk, th, method), lat in sorted(samples.items()):
             p50, p95 = statistics.median(lat), float(np.percentile(lat, 95))
             rows.append({
@@ -133,9 +136,10 @@ def main() -> None:
         for chunk in args.chunks:
             for th in args.threads:
                 o, t, n = (by[(N, chunk, th, m)] for m in ("onnx", "torch", "naive"))
+                ratio = n["rtf"] / o["rtf"]
                 print(
                     f"| {N} | {chunk} | {th} | {o['p50_ms']:.3f} / {o['p95_ms']:.3f} | "
-                    f"{o['rtf']:.3f} | {t['rtf']:.3f} | {n['rtf']:.1f} | {n['rtf'] / o['rtf']:.0f}× |"
+                    f"{o['rtf']:.3f} | {t['rtf']:.3f} | {n['rtf']:.1f} | {ratio:.0f}× |"
                 )
     (out_dir / "stream.json").write_text(json.dumps(rows, indent=1))
     plot(rows, args, out_dir / "stream.png")

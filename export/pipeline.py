@@ -5,6 +5,7 @@ liquid-stream export run/best.pt --onnx kws.onnx --chunk 160 --verify
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tempfile
@@ -40,7 +41,7 @@ def export_model(
             "streaming; train it with bidirectional=False"
         )
     meta = dict(meta or {})
-    sm = model.float().eval().streaming(rate=rate)
+    sm = copy.deepcopy(model).float().eval().streaming(rate=rate)  # caller's model untouched
     model_proto, info = build_onnx(
         sm,
         sub_block=sub_block or default_sub_block(chunk),
@@ -111,9 +112,10 @@ def verify_onnx(
     std = np.asarray(meta.get("input_std", 1.0), dtype=np.float64)
     z = rng.standard_normal((batch, length, model.d_input))
     x = (z * std + mean).astype(np.float32)  # raw input the graph standardises itself
+    ref_model = copy.deepcopy(model).float().eval().cpu()
     with torch.no_grad():
         xn = (torch.from_numpy(x).double() - torch.from_numpy(mean)) / torch.from_numpy(std)
-        ref = model.float().eval().forward_steps(xn.float()).double().numpy()
+        ref = ref_model.forward_steps(xn.float()).double().numpy()
     ys, pos, n = [], 0, 0
     while pos < length:
         c = int(rng.integers(1, streamer.chunk + 1))
