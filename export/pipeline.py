@@ -41,7 +41,7 @@ def export_model(
             "streaming; train it with bidirectional=False"
         )
     meta = dict(meta or {})
-    sm = copy.deepcopy(model).float().eval().streaming(rate=rate)  # caller's model untouched
+    sm = copy.deepcopy(model).float().eval().cpu().streaming(rate=rate)  # caller untouched
     model_proto, info = build_onnx(
         sm,
         sub_block=sub_block or default_sub_block(chunk),

@@ -248,7 +248,11 @@ class LiquidS4Step(nn.Module):
             )
         from .chunked import ChunkedSSM, diag_to_real
 
-        mats = layer.ssm_matrices(rate)
+        # Tables are built on the CPU in float64, then moved to the layer's device.
+        device = layer.D.device
+        mats = {
+            k: v.cpu() if torch.is_tensor(v) else v for k, v in layer.ssm_matrices(rate).items()
+        }
         mats["A_bar_is_diag"] = layer.mode == "diag"
         self.liquid, self.P, self.L_liq = layer.liquid, layer.liquid_order, layer.liquid_len
         H = layer.d_model
@@ -281,6 +285,7 @@ class LiquidS4Step(nn.Module):
             self.register_buffer("pb_coef", mats["pb_coef"].to(dtype))  # (P−1, H)
             self.register_buffer("window", torch.ones(H, 1, self.L_liq, dtype=dtype))
         self.H = H
+        self.to(device)
 
     def init_state(self, batch: int) -> dict[str, Tensor]:
         """Zero state (the convolutional form's u[<0] = 0)."""
