@@ -23,6 +23,13 @@ $(PY):
 
 # Re-installs only when pyproject.toml changes (or the venv is new).
 $(STAMP): pyproject.toml | $(PY)
+	@# Required: the synthetic Speech Commands generator needs espeak-ng and flite
+	@# (Debian main). Installs them only when missing (needs root on a fresh machine).
+	@command -v espeak-ng >/dev/null && command -v flite >/dev/null && command -v sox >/dev/null \
+		|| { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		     $$SUDO apt-get update -qq \
+		     && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+		        espeak-ng flite sox; }
 	$(PIP) install '$(TORCH_PIN)'
 	$(PIP) install -e '.[dev]'
 	@# Best effort: pykeops needs g++ at run time and may fail to install/build.

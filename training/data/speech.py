@@ -1,0 +1,433 @@
+"""Speech Commands v0.02 in its real on-disk layout.
+
+Layout (Warden 2018)::
+
+    <root>/<word>/<speaker>_nohash_<n>.wav    16 kHz mono int16, <= 1 s
+    <root>/validation_list.txt                paths relative to root, one a line
+    <root>/testing_list.txt
+    <root>/_background_noise_/*.wav           long noise recordings (augmentation)
+
+Train = every other WAV of the selected words. The layout (root, list files, word
+folders) is checked eagerly in ``__init__``; each WAV is validated when it is read.
+
+Samples are int16 / 32768, zero-padded at the end to 1 s (16000 samples), then
+standardised with ``normalizer = (mean, std)`` (see :func:`compute_normalizer`: the
+statistics of the padded train clips, as in the S4 code base). ``rate=2`` returns
+``x[::2]`` (8000 samples), the paper's 8 kHz zero-shot test (run the model with Δ
+doubled, ``rate=2.0``).
+"""
+
+from __future__ import annotations
+
+import os
+import wave
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+SR = 16000
+
+SC35_WORDS: tuple[str, ...] = (
+    "backward", "bed", "bird", "cat", "dog", "down", "eight", "five", "follow", "forward",
+    "four", "go", "happy", "house", "learn", "left", "marvin", "nine", "no", "off", "on",
+    "one", "right", "seven", "sheila", "six", "stop", "three", "tree", "two", "up",
+    "visual", "wow", "yes", "zero",
+)  # fmt: skip
+SC10_WORDS: tuple[str, ...] = (
+    "yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go",
+)  # fmt: skip
+SUBSETS = {"sc35": SC35_WORDS, "sc10": SC10_WORDS}
+SPLITS = ("train", "val", "test")
+NOISE_DIR = "_background_noise_"
+SILENCE = "_silence_"
+
+
+# ---------------------------------------------------------------------------- WAV
+
+
+def read_wav(path: str | os.PathLike, max_samples: int | None = SR) -> np.ndarray:
+    """Read a 16 kHz mono 16-bit PCM WAV as int16, with errors that name the file.
+
+    Raises ``FileNotFoundError`` if it is missing, ``ValueError`` if it is unreadable,
+    truncated (fewer data bytes than its header says), not 16 kHz, not mono, not
+    16-bit, or longer than ``max_samples``.
+    """
+    path = str(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"WAV file not found: {path}")
+    try:
+        with wave.open(path, "rb") as w:
+            rate, ch, width, n = (
+                w.getframerate(),
+                w.getnchannels(),
+                w.getsampwidth(),
+                w.getnframes(),
+            )
+            if rate != SR:
+                raise ValueError(
+                    f"{path}: sample rate {rate} Hz, expected {SR} Hz (Speech Commands is 16 kHz)"
+                )
+            if ch != 1:
+                raise ValueError(f"{path}: {ch} channels, expected mono (1 channel)")
+            if width != 2:
+                raise ValueError(f"{path}: {8 * width}-bit samples, expected 16-bit PCM")
+            raw = w.readframes(n)
+    except (wave.Error, EOFError) as e:
+        raise ValueError(f"{path}: unreadable WAV ({e})") from e
+    if len(raw) < 2 * n:
+        raise ValueError(
+            f"{path}: truncated WAV (header says {n} samples, file holds {len(raw) // 2})"
+        )
+    if max_samples is not None and n > max_samples:
+        raise ValueError(f"{path}: {n} samples ({n / SR:.3f} s), longer than {max_samples}")
+    return np.frombuffer(raw, dtype="<i2").astype(np.int16)
+
+
+# ---------------------------------------------------------------------------- layout
+
+
+def _read_list(root: Path, name: str) -> list[str]:
+    p = root / name
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"{p} not found: a Speech Commands v0.02 root needs validation_list.txt and "
+            "testing_list.txt next to the word folders"
+        )
+    return [ln.strip() for ln in p.read_text().splitlines() if ln.strip()]
+
+
+def scan_split(root: str | os.PathLike, split: str, words: Sequence[str]) -> list[str]:
+    """Relative paths of the WAVs of ``words`` in ``split`` (sorted), checking the layout."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"Speech Commands root not found: {root}")
+    val = _read_list(root, "validation_list.txt")
+    test = _read_list(root, "testing_list.txt")
+    on_disk: dict[str, list[str]] = {}
+    missing = []
+    for w in words:
+        d = root / w
+        files = sorted(f for f in os.listdir(d) if f.endswith(".wav")) if d.is_dir() else []
+        if not files:
+            missing.append(w)
+        on_disk[w] = [f"{w}/{f}" for f in files]
+    if missing:
+        raise ValueError(
+            f"partial Speech Commands dataset at {root}: no WAV files for "
+            f"{len(missing)} of {len(words)} words: {', '.join(missing)}"
+        )
+    wordset = set(words)
+    if split == "train":
+        held = set(val) | set(test)
+        return sorted(p for w in words for p in on_disk[w] if p not in held)
+    listed = sorted(p for p in (val if split == "val" else test) if p.split("/")[0] in wordset)
+    present = {p for w in words for p in on_disk[w]}
+    absent = [p for p in listed if p not in present]
+    if absent:
+        name = "validation_list.txt" if split == "val" else "testing_list.txt"
+        raise FileNotFoundError(
+            f"{len(absent)} files listed in {root / name} are missing, e.g. {absent[:3]}"
+        )
+    return listed
+
+
+def noise_files(root: str | os.PathLike) -> list[Path]:
+    d = Path(root) / NOISE_DIR
+    return sorted(d.glob("*.wav")) if d.is_dir() else []
+
+
+# ---------------------------------------------------------------------------- RNG
+
+
+class _Augmented:
+    """Per-item randomness: deterministic in (seed, epoch, index) after ``set_epoch``,
+    otherwise drawn from torch's global RNG (seeded per DataLoader worker)."""
+
+    seed: int
+    epoch: int | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make augmentation a function of (seed, epoch, index): reproducible and resumable."""
+        self.epoch = int(epoch)
+
+    def _item_rng(self, index: int) -> np.random.Generator:
+        if self.epoch is None:
+            return np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
+        return np.random.default_rng([self.seed, self.epoch, index])
+
+    def _load_noise(self, root: Path) -> list[np.ndarray]:
+        if getattr(self, "_noise", None) is None:
+            self._noise = [
+                read_wav(p, max_samples=None).astype(np.float32) / 32768.0
+                for p in noise_files(root)
+            ]
+        return self._noise
+
+    def _noise_crop(self, rng: np.random.Generator, n: int, root: Path) -> np.ndarray:
+        noise = self._load_noise(root)
+        src = noise[rng.integers(len(noise))]
+        if len(src) < n:
+            src = np.tile(src, -(-n // len(src)))
+        start = rng.integers(0, len(src) - n + 1)
+        return src[start : start + n]
+
+
+def _standardise(x: np.ndarray, normalizer: tuple[float, float] | None) -> np.ndarray:
+    if normalizer is None:
+        return x
+    mean, std = normalizer
+    return ((x - mean) / std).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- datasets
+
+
+class SpeechCommands(_Augmented, Dataset):
+    """Isolated 1 s clips → ``(x (L, 1) float32, y int)``, L = 16000 // rate.
+
+    ``subset``: ``"sc35"`` (all 35 words) or ``"sc10"``; ``labels`` are the words in that
+    order, ``files`` the relative paths of the split (sorted). ``augment`` (train split
+    only): random time shift of up to ±``shift_ms`` (zero fill) and, with probability
+    ``noise_prob``, a random crop of a ``_background_noise_`` file added at a gain uniform
+    in [0, ``noise_max_gain``]; both before standardisation.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        split: str = "train",
+        subset: str = "sc35",
+        normalizer: tuple[float, float] | None = None,
+        augment: bool = False,
+        noise_prob: float = 0.8,
+        noise_max_gain: float = 0.1,
+        shift_ms: float = 100,
+        rate: int = 1,
+        seed: int = 0,
+    ):
+        if subset not in SUBSETS:
+            raise ValueError(f"subset must be one of {sorted(SUBSETS)}, got {subset!r}")
+        if rate not in (1, 2):
+            raise ValueError(f"rate must be 1 (16 kHz) or 2 (8 kHz, x[::2]), got {rate!r}")
+        if augment and split != "train":
+            raise ValueError("augmentation is for the train split only")
+        self.root = Path(root)
+        self.split = split
+        self.subset = subset
+        self.labels = list(SUBSETS[subset])
+        self.files = scan_split(self.root, split, self.labels)
+        self._index = {w: i for i, w in enumerate(self.labels)}
+        self.targets = [self._index[p.split("/")[0]] for p in self.files]
+        self.normalizer = (
+            None if normalizer is None else (float(normalizer[0]), float(normalizer[1]))
+        )
+        self.augment = augment
+        self.noise_prob = noise_prob
+        self.noise_max_gain = noise_max_gain
+        self.shift = int(round(shift_ms * SR / 1000))
+        self.rate = rate
+        self.seed = seed
+        self._noise = None
+        if augment and noise_prob > 0 and not noise_files(self.root):
+            raise FileNotFoundError(
+                f"augmentation with noise needs {self.root / NOISE_DIR}/*.wav "
+                "(or pass noise_prob=0)"
+            )
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def raw(self, index: int) -> np.ndarray:
+        """The clip as float32 in [-1, 1), zero-padded to 16000 samples (no augmentation)."""
+        x = np.zeros(SR, dtype=np.float32)
+        s = read_wav(self.root / self.files[index])
+        x[: len(s)] = s.astype(np.float32) / 32768.0
+        return x
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        x = self.raw(index)
+        if self.augment:
+            rng = self._item_rng(index)
+            if self.shift:
+                k = int(rng.integers(-self.shift, self.shift + 1))
+                if k > 0:
+                    x = np.concatenate([np.zeros(k, np.float32), x[:-k]])
+                elif k < 0:
+                    x = np.concatenate([x[-k:], np.zeros(-k, np.float32)])
+            if rng.random() < self.noise_prob:
+                gain = rng.uniform(0.0, self.noise_max_gain)
+                x = x + np.float32(gain) * self._noise_crop(rng, SR, self.root)
+        x = _standardise(x, self.normalizer)
+        if self.rate == 2:
+            x = x[::2]
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).unsqueeze(-1), int(
+            self.targets[index]
+        )
+
+
+def compute_normalizer(train_set: SpeechCommands) -> tuple[float, float]:
+    """(mean, std) over every sample of the zero-padded 1 s train clips (float64 sums,
+    no augmentation, 16 kHz). Use it for every split and for the 8 kHz test."""
+    if isinstance(train_set, SpeechCommands):
+        s = s2 = 0.0
+        for p in train_set.files:
+            x = read_wav(train_set.root / p).astype(np.float64) / 32768.0
+            s += x.sum()
+            s2 += (x * x).sum()
+        n = SR * len(train_set.files)
+    else:  # any dataset of (x, y) with unstandardised x
+        s = s2 = 0.0
+        n = 0
+        for i in range(len(train_set)):
+            x = np.asarray(train_set[i][0], dtype=np.float64)
+            s += x.sum()
+            s2 += (x * x).sum()
+            n += x.size
+    if n == 0:
+        raise ValueError("cannot compute a normalizer from an empty train set")
+    mean = s / n
+    std = float(np.sqrt(max(s2 / n - mean * mean, 0.0)))
+    if std == 0.0:
+        raise ValueError("train set is all silence (std 0); cannot standardise")
+    return float(mean), std
+
+
+def make_step_labels(
+    length: int,
+    events: Sequence[tuple[int, int]],
+    tail: int,
+    hold: int,
+    silence: int,
+) -> np.ndarray:
+    """Per-step labels of a stream: ``events`` are ``(end, cls)`` with ``end`` the index one
+    past the clip's last sample; steps ``[end - tail, end + hold)`` (clipped to
+    ``[0, length)``) get ``cls``, later events overwriting earlier ones, every other step
+    ``silence``. ``cls = silence`` (a non-keyword clip) marks nothing."""
+    y = np.full(length, silence, dtype=np.int64)
+    for end, cls in events:
+        if cls == silence:
+            continue
+        a, b = max(0, end - tail), min(length, end + hold)
+        if a < b:
+            y[a:b] = cls
+    return y
+
+
+class SpeechStream(_Augmented, Dataset):
+    """Random crops of continuous audio for training a causal per-step (``window``) decoder.
+
+    Each item is ``length`` samples (16 kHz; ``length // 2`` at ``rate=2``) cut from a
+    sequence of clips of ``split``, laid end to end with random silent gaps of
+    ``gap_ms`` (uniform in [lo, hi]) and started at a random point inside the first clip
+    (so crops begin mid-clip). A clip is a keyword of ``subset`` with probability
+    ``keyword_prob``, otherwise a non-keyword: a clip of a Speech Commands word outside
+    ``subset`` found in ``root`` (none for sc35, then every clip is a keyword). A
+    background-noise crop is added to the whole item with probability ``noise_prob`` at a
+    gain uniform in [0, ``noise_max_gain``]; then the normaliser is applied.
+
+    Labelling rule (``y`` int64, one per step): with ``end`` the index one past the last
+    sample of a keyword clip's WAV data (its file length, not the 1 s padding), the steps
+    ``[end - label_tail, end + label_hold)`` carry the clip's class (``label_tail`` and
+    ``label_hold`` given in ms, converted at 16 kHz); a later clip's span overwrites an
+    earlier one where they overlap; every other step — gaps, non-keywords, the start of
+    each keyword — is the extra class ``_silence_`` = ``len(labels)``. So a causal model is
+    asked to name a keyword only once it has heard (most of) it. At ``rate=2`` both ``x``
+    and ``y`` are taken ``[::2]``. ``labels`` lists the classes, ``_silence_`` last.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        split: str = "train",
+        subset: str = "sc35",
+        length: int = 3 * SR,
+        num_items: int = 1000,
+        normalizer: tuple[float, float] | None = None,
+        label_tail_ms: float = 100,
+        label_hold_ms: float = 100,
+        gap_ms: tuple[float, float] = (0, 500),
+        keyword_prob: float = 0.8,
+        noise_prob: float = 0.8,
+        noise_max_gain: float = 0.1,
+        rate: int = 1,
+        seed: int = 0,
+    ):
+        if rate not in (1, 2):
+            raise ValueError(f"rate must be 1 or 2, got {rate!r}")
+        self.clips = SpeechCommands(root, split, subset)
+        self.root = self.clips.root
+        self.words = self.clips.labels
+        self.labels = [*self.words, SILENCE]
+        self.silence = len(self.words)
+        others = [
+            d
+            for d in SC35_WORDS
+            if d not in self.words
+            and (self.root / d).is_dir()
+            and any((self.root / d).glob("*.wav"))
+        ]
+        self.other_files = scan_split(self.root, split, others) if others else []
+        self.length = int(length)
+        self.num_items = int(num_items)
+        self.normalizer = normalizer
+        self.tail = int(round(label_tail_ms * SR / 1000))
+        self.hold = int(round(label_hold_ms * SR / 1000))
+        self.gap = (int(round(gap_ms[0] * SR / 1000)), int(round(gap_ms[1] * SR / 1000)))
+        self.keyword_prob = keyword_prob if self.other_files else 1.0
+        self.noise_prob = noise_prob
+        self.noise_max_gain = noise_max_gain
+        self.rate = rate
+        self.seed = seed
+        self._noise = None
+        if noise_prob > 0 and not noise_files(self.root):
+            raise FileNotFoundError(
+                f"SpeechStream with noise needs {self.root / NOISE_DIR}/*.wav (or noise_prob=0)"
+            )
+
+    def __len__(self) -> int:
+        return self.num_items
+
+    def compose(self, index: int) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+        """Item ``index`` before standardisation and rate: ``(x (length,) float32 in
+        [-1, 1), y (length,) int64, events)``, ``events`` the ``(end, cls)`` of every clip
+        placed (``cls = len(words)`` for a non-keyword), ``end`` possibly beyond the crop."""
+        rng = self._item_rng(index)
+        n = self.length
+        x = np.zeros(n, dtype=np.float32)
+        events: list[tuple[int, int]] = []
+        pos = None
+        while pos is None or pos < n:
+            if rng.random() < self.keyword_prob:
+                i = int(rng.integers(len(self.clips.files)))
+                rel, cls = self.clips.files[i], self.clips.targets[i]
+            else:
+                rel = self.other_files[int(rng.integers(len(self.other_files)))]
+                cls = self.silence
+            s = read_wav(self.root / rel).astype(np.float32) / 32768.0
+            if pos is None:
+                pos = -int(rng.integers(0, len(s)))  # start inside the first clip
+            a, b = max(pos, 0), min(pos + len(s), n)
+            if a < b:
+                x[a:b] = s[a - pos : b - pos]
+            events.append((pos + len(s), cls))
+            pos += len(s) + int(rng.integers(self.gap[0], self.gap[1] + 1))
+        y = make_step_labels(n, events, self.tail, self.hold, self.silence)
+        if rng.random() < self.noise_prob:
+            gain = rng.uniform(0.0, self.noise_max_gain)
+            x = x + np.float32(gain) * self._noise_crop(rng, n, self.root)
+        return x, y, events
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y, _ = self.compose(index)
+        x = _standardise(x, self.normalizer)
+        if self.rate == 2:
+            x, y = x[::2], y[::2]
+        return (
+            torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).unsqueeze(-1),
+            torch.from_numpy(np.ascontiguousarray(y)),
+        )

@@ -1,0 +1,513 @@
+"""Synthetic Speech Commands: the v0.02 words spoken by synthetic speakers.
+
+Writes exactly the Speech Commands v0.02 layout::
+
+    OUT/<word>/<speakerhash>_nohash_<n>.wav   16 kHz mono int16, exactly 1 s
+    OUT/validation_list.txt, OUT/testing_list.txt
+    OUT/_background_noise_/{white,pink,brown}_noise.wav
+    OUT/.synth-stamp.json                      what was generated (per_word, seed, ...)
+
+Speakers are voice configurations of two Debian text-to-speech engines:
+``espeak-ng`` (English accents × voice variants × speed × pitch) and ``flite``
+(kal, kal16, awb, rms, slt × duration stretch × mean F0). A speaker's id is
+8 hex characters of the SHA-1 of its configuration. Speakers are split into
+train / validation / test (about 80/10/10) *before* any clip is assigned, so no
+speaker crosses splits, and every word has clips in every split (for
+``per_word >= 3``). Each utterance gets a small speed/pitch jitter (repeats of a
+word by one speaker differ), a random level, a random position inside the 1 s
+clip and a faint noise floor.
+
+Everything is a pure function of ``seed``: the plan (speakers, assignments,
+jitter, offsets) is drawn in the parent process, and the worker processes only
+render clips, so the output does not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import wave
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from math import gcd
+from pathlib import Path
+
+import numpy as np
+
+from .speech import SC35_WORDS, SR
+
+SYNTH_VERSION = 1
+STAMP_NAME = ".synth-stamp.json"
+NOISE_DIR = "_background_noise_"
+
+ESPEAK_ACCENTS = (
+    "en-us",
+    "en-gb",
+    "en-gb-scotland",
+    "en-gb-x-gbclan",
+    "en-gb-x-rp",
+    "en-gb-x-gbcwmd",
+    "en-029",
+    "en-us-nyc",
+)
+# Human-sounding variants of espeak-ng (robot, whisper and croak voices left out).
+ESPEAK_VARIANTS = (
+    "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8",
+    "f1", "f2", "f3", "f4", "f5",
+    "Alex", "Andy", "Annie", "Denis", "Gene", "Jacky", "Lee", "Mario", "Michael",
+    "Mike", "Storm", "Tweaky", "adam", "anika", "aunty", "belinda", "benjamin",
+    "boris", "caleb", "david", "ed", "edward", "grandma", "grandpa", "iven",
+    "john", "klatt", "klatt2", "klatt3", "linda", "max", "michel", "norbert",
+    "paul", "quincy", "rob", "robert", "steph", "travis", "victor", "zac",
+)  # fmt: skip
+FLITE_VOICES = ("kal", "kal16", "awb", "rms", "slt")
+FLITE_SHARE = 0.2  # fraction of speakers rendered by flite
+
+APT_PACKAGES = {"espeak-ng": "espeak-ng", "flite": "flite"}
+
+
+class SynthToolMissing(RuntimeError):
+    """A text-to-speech program the generator needs is not installed."""
+
+
+@dataclass(frozen=True)
+class Voice:
+    """One synthetic speaker: an engine and its voice settings."""
+
+    engine: str  # "espeak-ng" | "flite"
+    voice: str  # espeak accent ("en-gb") or flite voice ("slt")
+    variant: str = ""  # espeak variant ("m3"); "" for flite
+    speed: float = 1.0  # espeak: words per minute; flite: duration stretch
+    pitch: float = 50.0  # espeak: 0-99; flite: mean F0 in Hz
+
+    def key(self) -> str:
+        return f"{self.engine}|{self.voice}|{self.variant}|{self.speed:g}|{self.pitch:g}"
+
+    @property
+    def speaker_id(self) -> str:
+        return hashlib.sha1(self.key().encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
+class ClipJob:
+    """Everything needed to render one clip (drawn in the parent, so deterministic)."""
+
+    relpath: str  # "<word>/<speaker>_nohash_<n>.wav"
+    word: str
+    voice: Voice
+    speed_jitter: float  # multiplies the speed
+    pitch_jitter: float  # added to the pitch (espeak units or Hz)
+    peak: float  # peak level of the speech, fraction of full scale
+    offset: float  # position of the speech in the free part of the 1 s, 0..1
+    floor_db: float  # noise floor relative to full scale (dB)
+    noise_seed: int
+
+
+@dataclass
+class SynthReport:
+    root: str
+    n_clips: int
+    seconds: float
+    clips_per_s: float
+    speakers: dict[str, int] = field(default_factory=dict)  # split -> distinct speakers
+    clips: dict[str, int] = field(default_factory=dict)  # split -> clips
+    too_long: int = 0  # clips cut at 1 s even after speeding up
+
+
+# ---------------------------------------------------------------------------- tools
+
+
+def check_tools() -> None:
+    """Raise :class:`SynthToolMissing` naming the apt package if a TTS program is missing."""
+    missing = [prog for prog in APT_PACKAGES if shutil.which(prog) is None]
+    if missing:
+        pkgs = " ".join(APT_PACKAGES[p] for p in missing)
+        raise SynthToolMissing(
+            f"{', '.join(missing)} not found on PATH: the synthetic Speech Commands generator "
+            f"needs the Debian package(s) {pkgs} "
+            f"(install with: apt-get install -y --no-install-recommends {pkgs}, "
+            "or run `make install` as root)."
+        )
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+def _rng(*keys: int | str) -> np.random.Generator:
+    ints = [
+        k if isinstance(k, int) else int.from_bytes(hashlib.sha1(k.encode()).digest()[:8], "little")
+        for k in keys
+    ]
+    return np.random.default_rng(ints)
+
+
+def make_speakers(n: int, seed: int) -> list[Voice]:
+    """``n`` distinct speakers (distinct ids), deterministic in ``seed``."""
+    rng = _rng(seed, "speakers")
+    out: list[Voice] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        if rng.random() < FLITE_SHARE:
+            v = Voice(
+                "flite",
+                str(rng.choice(FLITE_VOICES)),
+                "",
+                round(float(rng.uniform(0.85, 1.25)), 2),
+                float(rng.integers(80, 200)),
+            )
+        else:
+            v = Voice(
+                "espeak-ng",
+                str(rng.choice(ESPEAK_ACCENTS)),
+                str(rng.choice(ESPEAK_VARIANTS)),
+                float(rng.integers(125, 200)),
+                float(rng.integers(20, 80)),
+            )
+        if v.speaker_id not in seen:
+            seen.add(v.speaker_id)
+            out.append(v)
+    return out
+
+
+def split_counts(n: int, frac: float = 0.1) -> tuple[int, int, int]:
+    """(train, val, test) sizes for ``n`` items: ~10 % / 10 %, at least 1 each when n >= 3."""
+    k = max(1, round(n * frac)) if n >= 3 else 0
+    return n - 2 * k, k, k
+
+
+def plan_synth(
+    per_word: int,
+    words: Sequence[str] = SC35_WORDS,
+    seed: int = 0,
+    n_speakers: int | None = None,
+) -> tuple[list[ClipJob], dict[str, str]]:
+    """Draw the generation plan: the clip jobs and the split of every speaker id.
+
+    ``n_speakers`` defaults to ``max(10, 2 * per_word)``: each speaker says about half the
+    words. Speakers are split first (80/10/10); then each word's ``per_word`` clips are
+    split 80/10/10 and each split's clips go to that split's speakers (without repeats
+    while there are enough speakers, then ``_nohash_1``, ``_2`` ... repeats).
+    """
+    if per_word < 1:
+        raise ValueError(f"per_word must be >= 1, got {per_word}")
+    n_speakers = max(10, 2 * per_word) if n_speakers is None else n_speakers
+    if n_speakers < 3:
+        raise ValueError(f"need at least 3 speakers (one per split), got {n_speakers}")
+    speakers = make_speakers(n_speakers, seed)
+    order = _rng(seed, "speaker-split").permutation(n_speakers)
+    n_tr, n_va, _ = split_counts(n_speakers)
+    pools = {
+        "train": [speakers[i] for i in order[:n_tr]],
+        "val": [speakers[i] for i in order[n_tr : n_tr + n_va]],
+        "test": [speakers[i] for i in order[n_tr + n_va :]],
+    }
+    split_of = {v.speaker_id: s for s, pool in pools.items() for v in pool}
+    jobs: list[ClipJob] = []
+    for word in words:
+        rng = _rng(seed, "word", word)
+        counts = dict(zip(("train", "val", "test"), split_counts(per_word), strict=True))
+        if per_word < 3:
+            counts = {"train": per_word, "val": 0, "test": 0}
+        for split in ("train", "val", "test"):
+            pool = pools[split]
+            reps: dict[str, int] = {}
+            perm = rng.permutation(len(pool))
+            for j in range(counts[split]):
+                voice = pool[perm[j % len(pool)]]
+                n = reps.get(voice.speaker_id, 0)
+                reps[voice.speaker_id] = n + 1
+                jobs.append(
+                    ClipJob(
+                        relpath=f"{word}/{voice.speaker_id}_nohash_{n}.wav",
+                        word=word,
+                        voice=voice,
+                        speed_jitter=float(rng.uniform(0.93, 1.07)),
+                        pitch_jitter=float(
+                            rng.uniform(-4, 4)
+                            if voice.engine == "espeak-ng"
+                            else rng.uniform(-8, 8)
+                        ),
+                        peak=float(rng.uniform(0.15, 0.9)),
+                        offset=float(rng.uniform(0.0, 1.0)),
+                        floor_db=float(rng.uniform(-75, -50)),
+                        noise_seed=int(rng.integers(2**31)),
+                    )
+                )
+    return jobs, split_of
+
+
+# ---------------------------------------------------------------------------- render
+
+
+def _read_wav_bytes(data: bytes) -> tuple[np.ndarray, int]:
+    with wave.open(io.BytesIO(data)) as w:
+        rate, width, ch = w.getframerate(), w.getsampwidth(), w.getnchannels()
+        raw = w.readframes(w.getnframes())  # espeak's stdout header claims ~2**30 frames
+    if width != 2:
+        raise RuntimeError(f"TTS produced {8 * width}-bit audio, expected 16-bit")
+    x = np.frombuffer(raw[: len(raw) // (2 * ch) * 2 * ch], dtype="<i2").astype(np.float64)
+    x = x.reshape(-1, ch).mean(axis=1) / 32768.0
+    return x, rate
+
+
+def _tts(job: ClipJob, speed_mult: float) -> tuple[np.ndarray, int]:
+    v = job.voice
+    if v.engine == "espeak-ng":
+        speed = int(round(v.speed * job.speed_jitter * speed_mult))
+        pitch = int(np.clip(round(v.pitch + job.pitch_jitter), 0, 99))
+        cmd = ["espeak-ng", "-v", f"{v.voice}+{v.variant}", "-s", str(speed), "-p", str(pitch)]
+        cmd += ["--stdout", job.word]
+        res = subprocess.run(cmd, capture_output=True, check=True)
+        return _read_wav_bytes(res.stdout)
+    if v.engine == "flite":
+        stretch = v.speed / (job.speed_jitter * speed_mult)
+        f0 = max(50.0, v.pitch + job.pitch_jitter)
+        with tempfile.NamedTemporaryFile(suffix=".wav") as tmp:
+            cmd = ["flite", "-voice", v.voice, "--setf", f"duration_stretch={stretch:.3f}"]
+            cmd += ["--setf", f"int_f0_target_mean={f0:.1f}", "-t", job.word, "-o", tmp.name]
+            subprocess.run(cmd, capture_output=True, check=True)
+            return _read_wav_bytes(Path(tmp.name).read_bytes())
+    raise ValueError(f"unknown TTS engine {v.engine!r}")
+
+
+def _resample(x: np.ndarray, rate: int) -> np.ndarray:
+    if rate == SR:
+        return x
+    from scipy.signal import resample_poly
+
+    g = gcd(SR, rate)
+    return resample_poly(x, SR // g, rate // g)
+
+
+def trim_silence(x: np.ndarray, rel_db: float = -40.0, frame: int = 160) -> np.ndarray:
+    """Cut leading/trailing frames whose RMS is ``rel_db`` below the loudest frame."""
+    n = len(x) // frame
+    if n == 0:
+        return x
+    rms = np.sqrt(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1))
+    active = np.flatnonzero(rms > rms.max() * 10 ** (rel_db / 20))
+    if len(active) == 0:
+        return x[:0]
+    return x[active[0] * frame : min(len(x), (active[-1] + 1) * frame)]
+
+
+def render_clip(job: ClipJob) -> tuple[np.ndarray, bool]:
+    """Render one job to 16000 int16 samples. Returns (samples, cut_at_1s)."""
+    speech = np.zeros(0)
+    for speed_mult in (1.0, 1.25, 1.5):  # speed up words that do not fit in 1 s
+        x, rate = _tts(job, speed_mult)
+        speech = trim_silence(_resample(x, rate))
+        if len(speech) <= SR - 320:
+            break
+    cut = len(speech) > SR
+    speech = speech[:SR]
+    if len(speech) == 0:
+        raise RuntimeError(f"TTS produced silence for {job.relpath} ({job.voice.key()})")
+    fade = min(80, len(speech) // 4)  # 5 ms fades: no clicks at the trim points
+    if fade:
+        ramp = np.linspace(0.0, 1.0, fade)
+        speech = speech.copy()
+        speech[:fade] *= ramp
+        speech[-fade:] *= ramp[::-1]
+    speech *= job.peak / max(np.abs(speech).max(), 1e-9)
+    out = np.zeros(SR)
+    start = int(round(job.offset * (SR - len(speech))))
+    out[start : start + len(speech)] = speech
+    out += 10 ** (job.floor_db / 20) * np.random.default_rng(job.noise_seed).standard_normal(SR)
+    return np.clip(np.round(out * 32767), -32768, 32767).astype(np.int16), cut
+
+
+def write_wav(path: str | os.PathLike, x: np.ndarray, rate: int = SR) -> None:
+    """Write int16 mono WAV."""
+    x = np.asarray(x)
+    if x.dtype != np.int16:
+        raise TypeError(f"write_wav expects int16 samples, got {x.dtype}")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(x.astype("<i2").tobytes())
+
+
+def _render_to(args: tuple[ClipJob, str]) -> tuple[str, bool]:
+    job, root = args
+    x, cut = render_clip(job)
+    write_wav(Path(root) / job.relpath, x)
+    return job.relpath, cut
+
+
+# ---------------------------------------------------------------------------- noise
+
+
+def colored_noise(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """White / pink (1/f) / brown (1/f²) noise, unit peak."""
+    exponent = {"white": 0.0, "pink": 0.5, "brown": 1.0}[kind]
+    spec = np.fft.rfft(rng.standard_normal(n))
+    f = np.fft.rfftfreq(n, d=1.0 / SR)
+    f[0] = f[1]
+    spec /= f**exponent
+    x = np.fft.irfft(spec, n)
+    x -= x.mean()
+    return x / np.abs(x).max()
+
+
+def write_background_noise(root: Path, seconds: float, seed: int) -> list[str]:
+    d = root / NOISE_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    names = []
+    for kind in ("white", "pink", "brown"):
+        x = colored_noise(kind, int(seconds * SR), _rng(seed, "noise", kind)) * 0.5
+        name = f"{kind}_noise.wav"
+        write_wav(d / name, np.round(x * 32767).astype(np.int16))
+        names.append(name)
+    return names
+
+
+# ---------------------------------------------------------------------------- driver
+
+
+def generate_speech_synth(
+    out: str | os.PathLike,
+    per_word: int,
+    *,
+    words: Sequence[str] = SC35_WORDS,
+    seed: int = 0,
+    workers: int = 2,
+    n_speakers: int | None = None,
+    noise_seconds: float = 30.0,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> SynthReport:
+    """Generate the synthetic dataset into ``out`` (see the module docstring).
+
+    Renders into a temporary sibling folder and renames it into place at the end, so
+    ``out`` is either complete (with its stamp file) or absent. An existing ``out`` is
+    replaced only with ``overwrite=True`` and only if it is empty or a previous
+    synthetic set (has the stamp file); anything else is refused.
+    """
+    check_tools()
+    out = Path(out).expanduser().resolve()
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{out} exists and is not empty (use overwrite / --force)")
+        if not (out / STAMP_NAME).is_file():
+            raise FileExistsError(
+                f"{out} is not a synthetic Speech Commands folder (no {STAMP_NAME}); "
+                "refusing to replace it"
+            )
+    jobs, split_of = plan_synth(per_word, words, seed, n_speakers)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        for w in words:
+            (tmp / w).mkdir()
+        t0 = time.perf_counter()
+        cut = 0
+        args = [(j, str(tmp)) for j in jobs]
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(jobs), desc="speech-synth", unit="clip", dynamic_ncols=True)
+        from scipy import signal  # noqa: F401  (imported once here, shared by forked workers)
+
+        if workers <= 1:
+            results = map(_render_to, args)
+            pool = None
+        else:
+            pool = ProcessPoolExecutor(max_workers=workers)
+            results = pool.map(_render_to, args, chunksize=8)
+        try:
+            for _, was_cut in results:
+                cut += was_cut
+                if bar is not None:
+                    bar.update()
+        finally:
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
+            if bar is not None:
+                bar.close()
+        seconds = time.perf_counter() - t0
+        write_background_noise(tmp, noise_seconds, seed)
+        lists: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+        for j in jobs:
+            lists[split_of[j.voice.speaker_id]].append(j.relpath)
+        (tmp / "validation_list.txt").write_text("".join(p + "\n" for p in sorted(lists["val"])))
+        (tmp / "testing_list.txt").write_text("".join(p + "\n" for p in sorted(lists["test"])))
+        report = SynthReport(
+            root=str(out),
+            n_clips=len(jobs),
+            seconds=seconds,
+            clips_per_s=len(jobs) / max(seconds, 1e-9),
+            speakers={
+                s: len({p.split("/")[1].split("_")[0] for p in ps}) for s, ps in lists.items()
+            },
+            clips={s: len(ps) for s, ps in lists.items()},
+            too_long=cut,
+        )
+        stamp = {
+            "version": SYNTH_VERSION,
+            "per_word": per_word,
+            "seed": seed,
+            "n_speakers": n_speakers,
+            "words": list(words),
+            "noise_seconds": noise_seconds,
+            "report": asdict(report),
+        }
+        (tmp / STAMP_NAME).write_text(json.dumps(stamp, indent=1))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return report
+
+
+def default_synth_root() -> Path:
+    """``$LIQUID_STREAM_CACHE/speech-synth-v1`` (default cache ``~/.cache/liquid-stream``)."""
+    cache = os.environ.get("LIQUID_STREAM_CACHE") or os.path.join("~", ".cache", "liquid-stream")
+    return Path(cache).expanduser() / f"speech-synth-v{SYNTH_VERSION}"
+
+
+def read_stamp(root: str | os.PathLike) -> dict | None:
+    p = Path(root) / STAMP_NAME
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def ensure_synth(
+    per_word: int,
+    root: str | os.PathLike | None = None,
+    *,
+    seed: int = 0,
+    workers: int = 2,
+    progress: bool = True,
+) -> Path:
+    """Return a synthetic SC35 root with at least ``per_word`` clips per word, generating it
+    if missing. A cached set made with a different seed, version or word list, or with fewer
+    clips per word, is regenerated; a cached set with more clips per word is reused."""
+    root = Path(root).expanduser() if root is not None else default_synth_root()
+    st = read_stamp(root)
+    if (
+        st is not None
+        and st.get("version") == SYNTH_VERSION
+        and st.get("seed") == seed
+        and st.get("words") == list(SC35_WORDS)
+        and st.get("n_speakers") is None
+        and int(st.get("per_word", 0)) >= per_word
+    ):
+        return root
+    generate_speech_synth(
+        root, per_word, seed=seed, workers=workers, progress=progress, overwrite=True
+    )
+    return root
