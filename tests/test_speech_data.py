@@ -42,16 +42,23 @@ from liquid_stream.training.data.speech_synth import (
 
 NAME_RE = re.compile(r"^[0-9a-f]{8}_nohash_\d+\.wav$")
 
-needs_tts = pytest.mark.skipif(
-    shutil.which("espeak-ng") is None or shutil.which("flite") is None,
-    reason="espeak-ng / flite not installed (make install installs them)",
-)
+
+
+def _tts_missing() -> str | None:
+    try:
+        speech_synth.check_tools()
+    except SynthToolMissing as e:
+        return str(e)
+    return None
+
+
+needs_tts = pytest.mark.skipif(_tts_missing() is not None, reason=str(_tts_missing()))
 
 
 @pytest.fixture(scope="session")
 def synth_root(tmp_path_factory) -> Path:
-    if shutil.which("espeak-ng") is None or shutil.which("flite") is None:
-        pytest.skip("espeak-ng / flite not installed (make install installs them)")
+    if _tts_missing():
+        pytest.skip(_tts_missing())
     root = tmp_path_factory.mktemp("speech") / "sc"
     synth_fixture(root)
     return root
@@ -107,21 +114,28 @@ def test_synth_split_by_speaker(synth_root: Path) -> None:
 
 @needs_tts
 def test_synth_deterministic_across_workers(synth_root: Path, tmp_path: Path) -> None:
-    """One word regenerated alone with one worker gives the same bytes as the fixture."""
+    """A word regenerated alone with one worker gives the same bytes as the fixture
+    (a word with clips from all three engines, festival batched differently)."""
+    jobs, _ = plan_synth(FIXTURE_PER_WORD, FIXTURE_WORDS, 0, 20)
+    word = next(
+        w
+        for w in FIXTURE_WORDS
+        if {j.voice.engine for j in jobs if j.word == w} == {"espeak-ng", "flite", "festival"}
+    )
     generate_speech_synth(
         tmp_path / "one",
         FIXTURE_PER_WORD,
-        words=("yes",),
+        words=(word,),
         seed=0,
         workers=1,
         n_speakers=20,
         noise_seconds=1.0,
         progress=False,
     )
-    ours = sorted((tmp_path / "one" / "yes").glob("*.wav"))
-    assert [p.name for p in ours] == sorted(p.name for p in (synth_root / "yes").glob("*.wav"))
+    ours = sorted((tmp_path / "one" / word).glob("*.wav"))
+    assert [p.name for p in ours] == sorted(p.name for p in (synth_root / word).glob("*.wav"))
     for p in ours:
-        assert p.read_bytes() == (synth_root / "yes" / p.name).read_bytes()
+        assert p.read_bytes() == (synth_root / word / p.name).read_bytes()
 
 
 def test_plan_speakers_and_seed() -> None:
@@ -131,10 +145,16 @@ def test_plan_speakers_and_seed() -> None:
     counts = {s: sum(v == s for v in split_of.values()) for s in ("train", "val", "test")}
     assert counts == {"train": 160, "val": 20, "test": 20}
     engines = {j.voice.engine for j in jobs}
-    assert engines == {"espeak-ng", "flite"}
+    assert engines == {"espeak-ng", "flite", "festival"}
     again, _ = plan_synth(100, seed=0)
     other, _ = plan_synth(100, seed=1)
     assert again == jobs and other != jobs
+
+
+def test_synth_engines_in_fixture(synth_root: Path) -> None:
+    stamp = json.loads((synth_root / STAMP_NAME).read_text())
+    jobs, _ = plan_synth(FIXTURE_PER_WORD, FIXTURE_WORDS, 0, stamp["n_speakers"])
+    assert {j.voice.engine for j in jobs} == {"espeak-ng", "flite", "festival"}
 
 
 def test_synth_missing_tool(monkeypatch, tmp_path: Path) -> None:
@@ -146,6 +166,9 @@ def test_synth_missing_tool(monkeypatch, tmp_path: Path) -> None:
     res = CliRunner().invoke(data_cli, ["speech-synth", str(tmp_path / "x"), "--per-word", "3"])
     assert res.exit_code != 0 and "apt-get install" in res.output and "flite" in res.output
     assert not (tmp_path / "x").exists()
+    monkeypatch.setattr(speech_synth, "FESTIVAL_VOICE_ROOT", tmp_path / "none")
+    with pytest.raises(SynthToolMissing, match=r"festvox-kallpc16k.*festvox-us-slt-hts"):
+        speech_synth.check_tools()
 
 
 def test_synth_refuses_foreign_folder(tmp_path: Path) -> None:

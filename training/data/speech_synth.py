@@ -7,9 +7,11 @@ Writes exactly the Speech Commands v0.02 layout::
     OUT/_background_noise_/{white,pink,brown}_noise.wav
     OUT/.synth-stamp.json                      what was generated (per_word, seed, ...)
 
-Speakers are voice configurations of two Debian text-to-speech engines:
-``espeak-ng`` (English accents × voice variants × speed × pitch) and ``flite``
-(kal, kal16, awb, rms, slt × duration stretch × mean F0). A speaker's id is
+Speakers are voice configurations of three Debian text-to-speech engines (about
+70 / 15 / 15 % of the speakers): ``espeak-ng`` (8 English accents × 54 voice variants ×
+speed × pitch), ``flite`` (kal, kal16, awb, rms, slt × duration stretch × mean F0) and
+``festival`` (kal_diphone, ked_diphone × stretch × mean F0; cmu_us_slt_arctic_hts ×
+stretch), festival run once per speaker batch (its start-up is ~0.4 s). A speaker's id is
 8 hex characters of the SHA-1 of its configuration. Speakers are split into
 train / validation / test (about 80/10/10) *before* any clip is assigned, so no
 speaker crosses splits, and every word has clips in every split (for
@@ -68,9 +70,18 @@ ESPEAK_VARIANTS = (
     "paul", "quincy", "rob", "robert", "steph", "travis", "victor", "zac",
 )  # fmt: skip
 FLITE_VOICES = ("kal", "kal16", "awb", "rms", "slt")
-FLITE_SHARE = 0.2  # fraction of speakers rendered by flite
+# festival voice -> (Debian package, voice directory under /usr/share/festival/voices)
+FESTIVAL_VOICES = {
+    "kal_diphone": ("festvox-kallpc16k", "english/kal_diphone"),
+    "ked_diphone": ("festvox-kdlpc16k", "english/ked_diphone"),
+    "cmu_us_slt_arctic_hts": ("festvox-us-slt-hts", "us/cmu_us_slt_arctic_hts"),
+}
+FESTIVAL_VOICE_ROOT = Path("/usr/share/festival/voices")
+# fractions of speakers per engine (the rest: espeak-ng)
+FLITE_SHARE = 0.15
+FESTIVAL_SHARE = 0.15
 
-APT_PACKAGES = {"espeak-ng": "espeak-ng", "flite": "flite"}
+APT_PACKAGES = {"espeak-ng": "espeak-ng", "flite": "flite", "festival": "festival"}
 
 
 class SynthToolMissing(RuntimeError):
@@ -127,10 +138,15 @@ class SynthReport:
 def check_tools() -> None:
     """Raise :class:`SynthToolMissing` naming the apt package if a TTS program is missing."""
     missing = [prog for prog in APT_PACKAGES if shutil.which(prog) is None]
+    pkgs = [APT_PACKAGES[p] for p in missing]
+    voices = [v for v, (_, d) in FESTIVAL_VOICES.items() if not (FESTIVAL_VOICE_ROOT / d).is_dir()]
+    if voices:
+        missing.append("festival voice(s) " + ", ".join(voices))
+        pkgs += [FESTIVAL_VOICES[v][0] for v in voices]
     if missing:
-        pkgs = " ".join(APT_PACKAGES[p] for p in missing)
+        pkgs = " ".join(pkgs)
         raise SynthToolMissing(
-            f"{', '.join(missing)} not found on PATH: the synthetic Speech Commands generator "
+            f"{', '.join(missing)} not found: the synthetic Speech Commands generator "
             f"needs the Debian package(s) {pkgs} "
             f"(install with: apt-get install -y --no-install-recommends {pkgs}, "
             "or run `make install` as root)."
@@ -154,7 +170,17 @@ def make_speakers(n: int, seed: int) -> list[Voice]:
     out: list[Voice] = []
     seen: set[str] = set()
     while len(out) < n:
-        if rng.random() < FLITE_SHARE:
+        u = rng.random()
+        if u < FESTIVAL_SHARE:
+            name = str(rng.choice(list(FESTIVAL_VOICES)))
+            v = Voice(
+                "festival",
+                name,
+                "",
+                round(float(rng.uniform(0.85, 1.25)), 2),
+                0.0 if name.endswith("_hts") else float(rng.integers(80, 200)),
+            )
+        elif u < FESTIVAL_SHARE + FLITE_SHARE:
             v = Voice(
                 "flite",
                 str(rng.choice(FLITE_VOICES)),
@@ -233,7 +259,8 @@ def plan_synth(
                             rng.uniform(-4, 4)
                             if voice.engine == "espeak-ng"
                             else rng.uniform(-8, 8)
-                        ),
+                        )
+                        * (voice.pitch > 0),
                         peak=float(rng.uniform(0.15, 0.9)),
                         offset=float(rng.uniform(0.0, 1.0)),
                         floor_db=float(rng.uniform(-75, -50)),
@@ -274,7 +301,39 @@ def _tts(job: ClipJob, speed_mult: float) -> tuple[np.ndarray, int]:
             cmd += ["--setf", f"int_f0_target_mean={f0:.1f}", "-t", job.word, "-o", tmp.name]
             subprocess.run(cmd, capture_output=True, check=True)
             return _read_wav_bytes(Path(tmp.name).read_bytes())
+    if v.engine == "festival":
+        return _festival([job], speed_mult)[job.relpath]
     raise ValueError(f"unknown TTS engine {v.engine!r}")
+
+
+def _festival(jobs: Sequence[ClipJob], speed_mult: float) -> dict[str, tuple[np.ndarray, int]]:
+    """Render jobs with festival in ONE process (start-up ~0.4 s): {relpath: (x, rate)}."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lines = []
+        for i, job in enumerate(jobs):
+            v = job.voice
+            lines.append(f"(voice_{v.voice})")
+            stretch = v.speed / (job.speed_jitter * speed_mult)
+            lines.append(f"(Parameter.set 'Duration_Stretch {stretch:.3f})")
+            if v.pitch > 0:  # diphone voices: linear-regression F0 model
+                f0 = max(50.0, v.pitch + job.pitch_jitter)
+                lines.append(
+                    f"(set! int_lr_params '((target_f0_mean {f0:.1f}) "
+                    f"(target_f0_std {0.13 * f0:.1f}) (model_f0_mean 170) (model_f0_std 34)))"
+                )
+            lines.append(
+                f'(utt.save.wave (utt.synth (Utterance Text "{job.word}")) "{tmp}/{i}.wav" \'riff)'
+            )
+        script = Path(tmp) / "run.scm"
+        script.write_text("\n".join(lines) + "\n")
+        subprocess.run(["festival", "-b", str(script)], capture_output=True, check=True)
+        out = {}
+        for i, job in enumerate(jobs):
+            p = Path(tmp) / f"{i}.wav"
+            if not p.is_file():
+                raise RuntimeError(f"festival wrote no audio for {job.relpath} ({job.voice.key()})")
+            out[job.relpath] = _read_wav_bytes(p.read_bytes())
+    return out
 
 
 def _resample(x: np.ndarray, rate: int) -> np.ndarray:
@@ -298,11 +357,14 @@ def trim_silence(x: np.ndarray, rel_db: float = -40.0, frame: int = 160) -> np.n
     return x[active[0] * frame : min(len(x), (active[-1] + 1) * frame)]
 
 
-def render_clip(job: ClipJob) -> tuple[np.ndarray, bool]:
-    """Render one job to 16000 int16 samples. Returns (samples, cut_at_1s)."""
+def render_clip(
+    job: ClipJob, first: tuple[np.ndarray, int] | None = None
+) -> tuple[np.ndarray, bool]:
+    """Render one job to 16000 int16 samples. Returns (samples, cut_at_1s). ``first``:
+    the TTS output at normal speed when already synthesised (festival batches)."""
     speech = np.zeros(0)
     for speed_mult in (1.0, 1.25, 1.5):  # speed up words that do not fit in 1 s
-        x, rate = _tts(job, speed_mult)
+        x, rate = first if (speed_mult == 1.0 and first is not None) else _tts(job, speed_mult)
         speech = trim_silence(_resample(x, rate))
         if len(speech) <= SR - 320:
             break
@@ -336,11 +398,32 @@ def write_wav(path: str | os.PathLike, x: np.ndarray, rate: int = SR) -> None:
         w.writeframes(x.astype("<i2").tobytes())
 
 
-def _render_to(args: tuple[ClipJob, str]) -> tuple[str, bool]:
-    job, root = args
-    x, cut = render_clip(job)
-    write_wav(Path(root) / job.relpath, x)
-    return job.relpath, cut
+def _render_batch(args: tuple[list[ClipJob], str]) -> list[bool]:
+    """Render a batch of jobs into ``root``; festival jobs in one festival process."""
+    jobs, root = args
+    fest = [j for j in jobs if j.voice.engine == "festival"]
+    first = _festival(fest, 1.0) if fest else {}
+    cuts = []
+    for job in jobs:
+        x, cut = render_clip(job, first.get(job.relpath))
+        write_wav(Path(root) / job.relpath, x)
+        cuts.append(cut)
+    return cuts
+
+
+def _batches(jobs: Sequence[ClipJob], size: int = 8) -> list[list[ClipJob]]:
+    """Work units: festival jobs grouped by speaker (one festival start-up per speaker,
+    in chunks of up to 40), the other jobs in chunks of ``size``."""
+    fest: dict[str, list[ClipJob]] = {}
+    other = []
+    for j in jobs:
+        if j.voice.engine == "festival":
+            fest.setdefault(j.voice.speaker_id, []).append(j)
+        else:
+            other.append(j)
+    out = [g[i : i + 40] for g in fest.values() for i in range(0, len(g), 40)]
+    out += [other[i : i + size] for i in range(0, len(other), size)]
+    return out
 
 
 # ---------------------------------------------------------------------------- noise
@@ -410,7 +493,7 @@ def generate_speech_synth(
             (tmp / w).mkdir()
         t0 = time.perf_counter()
         cut = 0
-        args = [(j, str(tmp)) for j in jobs]
+        args = [(b, str(tmp)) for b in _batches(jobs)]
         bar = None
         if progress:
             from tqdm import tqdm
@@ -419,16 +502,16 @@ def generate_speech_synth(
         from scipy import signal  # noqa: F401  (imported once here, shared by forked workers)
 
         if workers <= 1:
-            results = map(_render_to, args)
+            results = map(_render_batch, args)
             pool = None
         else:
             pool = ProcessPoolExecutor(max_workers=workers)
-            results = pool.map(_render_to, args, chunksize=8)
+            results = pool.map(_render_batch, args)
         try:
-            for _, was_cut in results:
-                cut += was_cut
+            for cuts in results:
+                cut += sum(cuts)
                 if bar is not None:
-                    bar.update()
+                    bar.update(len(cuts))
         finally:
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
@@ -496,18 +579,29 @@ def ensure_synth(
     """Return a synthetic SC35 root with at least ``per_word`` clips per word, generating it
     if missing. A cached set made with a different seed, version or word list, or with fewer
     clips per word, is regenerated; a cached set with more clips per word is reused."""
+    import fcntl
+
     root = Path(root).expanduser() if root is not None else default_synth_root()
-    st = read_stamp(root)
-    if (
-        st is not None
-        and st.get("version") == SYNTH_VERSION
-        and st.get("seed") == seed
-        and st.get("words") == list(SC35_WORDS)
-        and st.get("n_speakers") is None
-        and int(st.get("per_word", 0)) >= per_word
-    ):
+
+    def usable() -> bool:
+        st = read_stamp(root)
+        return (
+            st is not None
+            and st.get("version") == SYNTH_VERSION
+            and st.get("seed") == seed
+            and st.get("words") == list(SC35_WORDS)
+            and st.get("n_speakers") is None
+            and int(st.get("per_word", 0)) >= per_word
+        )
+
+    if usable():
         return root
-    generate_speech_synth(
-        root, per_word, seed=seed, workers=workers, progress=progress, overwrite=True
-    )
+    root.parent.mkdir(parents=True, exist_ok=True)
+    # One generator at a time per root (e.g. two trainers started together).
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not usable():
+            generate_speech_synth(
+                root, per_word, seed=seed, workers=workers, progress=progress, overwrite=True
+            )
     return root
