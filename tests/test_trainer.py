@@ -1,0 +1,146 @@
+"""The trainer (training/): loss goes down, exact resume, checkpoints, NaN stop, configs, CLI."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from liquid_stream.checkpoint import CheckpointError, load_checkpoint
+from liquid_stream.model import LiquidS4Model
+from liquid_stream.training.cli import evaluate_cmd, train_cmd
+from liquid_stream.training.config import ConfigError, load_config
+from liquid_stream.training.tasks import build_task
+from liquid_stream.training.trainer import NonFiniteLossError, Trainer, seed_everything
+
+SMALL = [
+    "data.n_train=16", "data.n_val=8", "data.n_test=8", "data.length=192",
+    "optim.batch_size=4", "optim.epochs=3", "optim.warmup_steps=2",
+    "model.d_model=8", "model.dropout=0.1", "train.device=cpu", "train.progress=false",
+]  # fmt: skip
+
+
+def make(tmp, overrides=(), seed=None):
+    cfg = load_config("toy", None, SMALL + list(overrides))
+    seed_everything(cfg["train"]["seed"] if seed is None else seed)
+    train, val, test, meta, loss = build_task(cfg)
+    model = LiquidS4Model(d_input=meta["d_input"], d_output=meta["d_output"], **cfg["model"])
+    return Trainer(model, train, val, cfg["optim"], cfg["train"], tmp, meta, loss, config=cfg)
+
+
+def test_training_reduces_loss(tmp_path):
+    tr = make(tmp_path, ["optim.epochs=3", "model.d_model=16", "optim.lr=0.02",
+                         "data.n_train=32", "data.length=512", "model.dropout=0"])  # fmt: skip
+    summary = tr.fit()
+    losses = tr.step_losses
+    assert len(losses) == 24 and summary["step"] == 24
+    assert sum(losses[-4:]) / 4 < 0.85 * sum(losses[:4]) / 4, losses
+    assert summary["train_acc"] > 0.5
+
+
+@pytest.mark.parametrize("accum,k", [(1, 6), (2, 4)])
+def test_resume_is_bit_exact(tmp_path, accum, k):
+    over = [f"optim.grad_accum={accum}"]
+    full = make(tmp_path / "full", over)
+    full.fit()
+    # Interrupted run: stops after k steps (mid-epoch for accum=1), then a fresh process
+    # (different global seed, freshly initialised model) resumes from last.pt.
+    first = make(tmp_path / "cut", over + [f"train.max_steps={k}"])
+    first.fit()
+    assert first.step == k
+    second = make(tmp_path / "cut", over, seed=12345)
+    second.resume(tmp_path / "cut" / "last.pt")
+    assert second.step == k
+    second.fit()
+    assert first.step_losses + second.step_losses == full.step_losses
+    for (name, a), b in zip(full.model.state_dict().items(), second.model.state_dict().values(),
+                            strict=True):  # fmt: skip
+        assert torch.equal(a, b), name
+    with open(tmp_path / "full" / "steps.csv") as f1, open(tmp_path / "cut" / "steps.csv") as f2:
+        assert [r["loss"] for r in csv.DictReader(f1)] == [r["loss"] for r in csv.DictReader(f2)]
+
+
+def test_checkpoints_weights_only_and_corrupt(tmp_path):
+    tr = make(tmp_path, ["optim.epochs=1"])
+    tr.fit()
+    for name in ("last.pt", "best.pt"):
+        obj = torch.load(tmp_path / name, map_location="cpu", weights_only=True)
+        assert obj["meta"]["labels"] == ["silence", "440 Hz", "880 Hz"]
+        assert {"input_mean", "input_std", "sample_rate", "task"} <= set(obj["meta"])
+        st = obj["trainer"]
+        assert {"optimizer", "scheduler", "rng", "sampler", "epoch", "step", "best"} <= set(st)
+        assert obj["config"]["model"]["d_model"] == 8
+    data = (tmp_path / "last.pt").read_bytes()
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="corrupt|truncated"):
+        load_checkpoint(bad)
+    with pytest.raises(CheckpointError):
+        make(tmp_path / "other").resume(bad)
+    bad.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError):
+        make(tmp_path / "other").resume(bad)
+
+
+def test_nan_loss_stops_with_clear_message(tmp_path):
+    tr = make(tmp_path, ["optim.epochs=1"])
+    tr.fit()  # 4 good steps, last.pt at step 4
+    tr.optim_cfg["epochs"] = 2
+    with torch.no_grad():
+        tr.model.encoder.weight[0, 0] = float("nan")
+    with pytest.raises(NonFiniteLossError, match=r"non-finite .*nan.* at step 5 \(epoch 2") as e:
+        tr.fit()
+    assert "last.pt" in str(e.value)
+    kept = load_checkpoint(tmp_path / "last.pt")
+    assert kept["trainer"]["step"] == 4
+    assert all(torch.isfinite(v).all() for v in kept["model"].values() if v.is_floating_point())
+
+
+def test_config_presets_overrides_and_errors():
+    cfg = load_config("toy", "tiny", ["optim.lr=1e-3", "model.liquid=null", "optim.milestones=[2]"])
+    assert cfg["data"]["n_train"] == 16 and cfg["optim"]["epochs"] == 2  # preset
+    assert cfg["optim"]["lr"] == 1e-3 and cfg["model"]["liquid"] is None  # --set
+    assert cfg["optim"]["milestones"] == [2] and cfg["optim"]["grad_clip"] == 1.0  # file
+    with pytest.raises(ConfigError, match=r"optim\.lrr.*did you mean lr"):
+        load_config("toy", None, ["optim.lrr=1"])
+    with pytest.raises(ConfigError, match=r"model\.d_modle"):
+        load_config("toy", None, ["model.d_modle=4"])
+    with pytest.raises(ConfigError, match="unknown preset"):
+        load_config("toy", "nope")
+    with pytest.raises(ConfigError, match="schedule"):
+        load_config("toy", None, ["optim.schedule=linear"])
+    sp = load_config("speech", "paper")
+    assert (sp["model"]["n_layers"], sp["model"]["d_model"], sp["model"]["d_state"]) == (6, 128, 7)
+    assert sp["model"]["bidirectional"] is False and sp["model"]["liquid"] == "pb"
+    assert (sp["optim"]["lr"], sp["optim"]["batch_size"], sp["optim"]["epochs"]) == (0.008, 10, 50)
+    cpu = load_config("speech", "cpu")
+    assert cpu["model"]["d_model"] <= 64 and cpu["data"]["max_train_per_class"]
+
+
+def test_speech_without_loader_is_a_clear_error(monkeypatch):
+    from liquid_stream.training import tasks
+
+    monkeypatch.setattr(tasks, "SPEECH_MODULE", "liquid_stream.training.no_such_module")
+    with pytest.raises(RuntimeError, match="loader training/data/"):
+        build_task(load_config("speech", "cpu"))
+
+
+def test_cli_train_and_evaluate(tmp_path):
+    out = tmp_path / "run"
+    r = CliRunner().invoke(
+        train_cmd, ["toy", "--preset", "tiny", "--max-steps", "5", "--out", str(out),
+                    "--device", "cpu", "--set", "model.d_model=8"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "final:" in r.output and "test (best.pt)" in r.output
+    for name in ("metrics.csv", "curves.png", "best.pt", "last.pt", "steps.csv", "config.yaml"):
+        assert (out / name).stat().st_size > 0, name
+    assert load_checkpoint(out / "last.pt")["trainer"]["step"] == 5
+    r = CliRunner().invoke(evaluate_cmd, [str(out / "best.pt"), "--device", "cpu"])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "accuracy" in r.output and "440 Hz" in r.output
+    assert (out / "confusion_test_8000.png").stat().st_size > 0
+    r = CliRunner().invoke(train_cmd, ["toy", "--set", "optim.bogus=1", "--out", str(out)])
+    assert r.exit_code != 0 and "optim.bogus" in r.output

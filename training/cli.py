@@ -1,0 +1,199 @@
+"""Click commands ``train`` and ``evaluate`` (added to ``liquid-stream`` by the main CLI).
+
+    liquid-stream train toy --max-steps 5 --out runs/toy
+    liquid-stream train speech --preset cpu [--data PATH] [--set optim.lr=3e-3 ...]
+    liquid-stream train speech --resume runs/speech/last.pt
+    liquid-stream evaluate runs/speech/best.pt [--data PATH]
+
+Heavy imports (torch, the trainer) stay inside the functions so ``--help`` is fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import click
+
+DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda"])
+
+
+def _fmt(metrics: dict) -> str:
+    parts = []
+    for k, v in metrics.items():
+        if isinstance(v, float):
+            parts.append(f"{k}={v:.4f}" if math.isfinite(v) else f"{k}={v}")
+        elif isinstance(v, int | str) or v is None:
+            parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+@click.command("train")
+@click.argument("task")
+@click.option("--preset", default=None, help="Config preset (e.g. paper, cpu).")
+@click.option("--data", "data_root", default=None, type=click.Path(file_okay=False),
+              help="Dataset root (sets data.root); default: the task's built-in data.")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Output folder (default runs/<task>[-<preset>]).")
+@click.option("--device", default=None, type=DEVICE_CHOICE, help="Overrides train.device.")
+@click.option("--resume", default=None, type=click.Path(dir_okay=False),
+              help="Continue exactly from a last.pt / best.pt written by the trainer.")
+@click.option("--max-steps", default=None, type=click.IntRange(1),
+              help="Stop after K optimizer steps (sets train.max_steps).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a config field, e.g. --set optim.lr=1e-3 (repeatable).")
+def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, overrides):
+    """Train TASK (a name from training/configs/, or a .yaml path) and print the final
+    validation and test metrics."""  # fmt: skip
+    from .config import ConfigError, dump_config, load_config
+
+    extra = list(overrides)
+    if data_root is not None:
+        extra.append(f"data.root={json.dumps(str(data_root))}")
+    if device is not None:
+        extra.append(f"train.device={device}")
+    if max_steps is not None:
+        extra.append(f"train.max_steps={max_steps}")
+    try:
+        cfg = load_config(task, preset, extra)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from e
+    out = Path(out_dir or Path("runs") / (cfg["task"] + (f"-{preset}" if preset else "")))
+    out.mkdir(parents=True, exist_ok=True)
+    dump_config(cfg, out / "config.yaml")
+
+    from liquid_stream.checkpoint import CheckpointError
+    from liquid_stream.model import LiquidS4Model
+
+    from .tasks import build_task
+    from .trainer import NonFiniteLossError, Trainer, seed_everything
+
+    seed_everything(cfg["train"]["seed"])
+    try:
+        train_set, val_set, test_set, meta, loss = build_task(cfg)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from e
+    model = LiquidS4Model(d_input=meta["d_input"], d_output=meta["d_output"], **cfg["model"])
+    n_params = sum(p.numel() for p in model.parameters())
+    trainer = Trainer(model, train_set, val_set, cfg["optim"], cfg["train"], out, meta, loss,
+                      config=cfg)  # fmt: skip
+    click.echo(
+        f"task {cfg['task']}" + (f" (preset {preset})" if preset else "")
+        + f": {n_params} parameters, {len(train_set)} train / "
+        f"{len(val_set) if val_set is not None else 0} val examples, device "
+        f"{trainer.device}, {trainer.steps_per_epoch} steps/epoch -> {out}"
+    )  # fmt: skip
+    if resume:
+        try:
+            trainer.resume(resume)
+        except CheckpointError as e:
+            raise click.ClickException(str(e)) from e
+        click.echo(f"resumed from {resume} at epoch {trainer.epoch}, step {trainer.step}")
+    try:
+        summary = trainer.fit()
+    except NonFiniteLossError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"final: {_fmt(summary)}")
+    best = out / "best.pt"
+    if test_set is not None and len(test_set) and best.is_file():
+        from liquid_stream.checkpoint import load_checkpoint
+
+        trainer.model.load_state_dict(load_checkpoint(best)["model"])
+        test = trainer.evaluate(test_set)
+        click.echo(f"test (best.pt): {_fmt(test)}")
+        (out / "test_metrics.json").write_text(json.dumps(test, indent=1))
+    click.echo(f"wrote {out}/metrics.csv, curves.png, last.pt, best.pt")
+
+
+@click.command("evaluate")
+@click.argument("checkpoint", type=click.Path(dir_okay=False))
+@click.option("--data", "data_root", default=None, type=click.Path(file_okay=False),
+              help="Dataset root (default: the one recorded in the checkpoint's config).")
+@click.option("--split", default="test", type=click.Choice(["val", "test"]),
+              show_default=True)
+@click.option("--device", default="auto", type=DEVICE_CHOICE, show_default=True)
+@click.option("--batch-size", default=32, type=click.IntRange(1), show_default=True)
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Where to write confusion PNGs (default: next to the checkpoint).")
+def evaluate_cmd(checkpoint, data_root, split, device, batch_size, out_dir):
+    """Accuracy, per-class accuracy and a confusion-matrix PNG of CHECKPOINT on its
+    task's SPLIT (speech: at 16 kHz and zero-shot at 8 kHz with Δ doubled)."""
+    import copy
+
+    from liquid_stream.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint
+
+    from .tasks import build_task
+    from .trainer import evaluate_model, resolve_device
+
+    try:
+        ckpt = load_checkpoint(checkpoint)
+        model, meta = model_from_checkpoint(ckpt)
+    except CheckpointError as e:
+        raise click.ClickException(str(e)) from e
+    cfg = copy.deepcopy(ckpt.get("config") or {})
+    if not cfg.get("task"):
+        raise click.ClickException(f"{checkpoint} records no task config; cannot rebuild data")
+    if data_root is not None:
+        cfg["data"]["root"] = str(data_root)
+    elif cfg["task"] == "speech" and not cfg["data"].get("root") and meta.get("data_root"):
+        cfg["data"]["root"] = meta["data_root"]
+    loss = (ckpt.get("trainer") or {}).get("loss", "ce")
+    stats = (meta.get("input_mean"), meta.get("input_std"))
+    stats = stats if None not in stats else None
+    dev = resolve_device(device)
+    model.to(dev)
+    out = Path(out_dir) if out_dir else Path(checkpoint).parent
+    out.mkdir(parents=True, exist_ok=True)
+    rates = [(1, meta.get("sample_rate"))]
+    if cfg["task"] == "speech":
+        rates.append((2, (meta.get("sample_rate") or 16000) // 2))
+    labels = list(meta.get("labels") or [])
+    for rate, sr in rates:
+        try:
+            if rate == 1:
+                sets = build_task(cfg, stats=stats)
+            else:
+                from .tasks import TASKS
+
+                sets = TASKS[cfg["task"]](cfg, stats=stats, rate=rate)
+        except RuntimeError as e:
+            raise click.ClickException(str(e)) from e
+        ds = sets[2] if split == "test" else sets[1]
+        n_classes = None if loss == "mse" else int(meta.get("d_output") or model.d_output)
+        res = evaluate_model(model, ds, loss, dev, batch_size, rate=float(rate),
+                             n_classes=n_classes)  # fmt: skip
+        tag = f"{sr} Hz" if sr else f"rate {rate}"
+        if loss == "mse":
+            click.echo(f"{split} @ {tag}: rmse {res['rmse']:.4f}, mae {res['mae']:.4f}")
+            continue
+        click.echo(f"{split} @ {tag}: accuracy {100 * res['acc']:.2f}% ({len(ds)} examples)")
+        names = labels if len(labels) == n_classes else [str(i) for i in range(n_classes)]
+        for name, acc in zip(names, res["per_class_acc"], strict=True):
+            shown = f"{100 * acc:6.2f}%" if acc == acc else "   n/a"
+            click.echo(f"  {name:>12s}: {shown}")
+        png = out / f"confusion_{split}_{sr or rate}.png"
+        plot_confusion(res["confusion"], names, png, f"{split} @ {tag}: {100 * res['acc']:.2f}%")
+        click.echo(f"  confusion matrix: {png}")
+
+
+def plot_confusion(conf, names, path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    conf = np.asarray(conf, np.float64)
+    norm = conf / np.maximum(conf.sum(1, keepdims=True), 1)
+    n = len(names)
+    size = max(4.0, 0.28 * n + 2)
+    fig, ax = plt.subplots(figsize=(size + 1, size))
+    im = ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(n), names, rotation=90, fontsize=7 if n > 12 else 9)
+    ax.set_yticks(range(n), names, fontsize=7 if n > 12 else 9)
+    ax.set(xlabel="predicted", ylabel="true", title=title)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,193 @@
+"""Task registry: ``TASKS[name](cfg) → (train_set, val_set, test_set, meta, loss)``.
+
+A builder takes the resolved config (see :mod:`.config`) and returns three map-style
+datasets yielding ``(x (L, d_input) float32, y)``, the task ``meta`` (stored in every
+checkpoint: ``task``, ``labels``, ``sample_rate``, ``input_mean``, ``input_std``,
+``d_input``, ``d_output``, ...) and the loss kind (``"ce"``, ``"mse"`` or
+``"ce_per_step"``). Every builder has a ``data_defaults`` dict: the keys allowed in the
+config's ``data:`` section. ``stats=(mean, std)`` (from a checkpoint's meta) makes a
+builder reuse that input standardisation instead of computing it from the train set.
+
+- ``toy``: tone bursts in noise labelled sample by sample (the task of
+  ``liquid_stream.demo``), generated in memory, deterministic; for tests and CI.
+- ``speech``: Speech Commands (SC35/SC10) through ``training/data/speech.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import numpy as np
+
+Builder = Callable[..., tuple]
+TASKS: dict[str, Builder] = {}
+
+
+def register(name: str, data_defaults: dict):
+    def deco(fn):
+        fn.data_defaults = dict(data_defaults)
+        TASKS[name] = fn
+        return fn
+
+    return deco
+
+
+def data_defaults_for(name: str) -> dict:
+    return dict(TASKS[name].data_defaults)
+
+
+def build_task(cfg: dict, stats=None):
+    """Run the registered builder for ``cfg["task"]``."""
+    name = cfg["task"]
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
+    return TASKS[name](cfg, stats=stats)
+
+
+# ------------------------------------------------------------------------------- toy
+
+
+TOY_LABELS = ["silence", "440 Hz", "880 Hz"]
+
+
+def tone_bursts(
+    rng: np.random.Generator, n: int, length: int, sr: int, noise: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Noise with non-overlapping tone bursts (440/880 Hz); per-sample labels 0/1/2."""
+    x = noise * rng.standard_normal((n, length))
+    y = np.zeros((n, length), np.int64)
+    t = np.arange(length) / sr
+    lo, hi = max(8, length // 8), max(16, length // 2)
+    for b in range(n):
+        pos = int(rng.integers(0, lo))
+        while pos < length:
+            end = min(pos + int(rng.integers(lo, hi)), length)
+            cls = int(rng.integers(1, 3))
+            amp = rng.uniform(0.3, 1.0)
+            phase = rng.uniform(0, 6.3)
+            x[b, pos:end] += amp * np.sin(2 * np.pi * 440.0 * cls * t[pos:end] + phase)
+            y[b, pos:end] = cls
+            pos = end + int(rng.integers(lo // 2, hi))
+    return x.astype(np.float32)[..., None], y
+
+
+@register(
+    "toy",
+    {"n_train": 64, "n_val": 32, "n_test": 32, "length": 512, "sample_rate": 8000,
+     "noise": 0.3, "seed": 1234},
+)  # fmt: skip
+def build_toy(cfg: dict, stats=None):
+    import torch
+    from torch.utils.data import TensorDataset
+
+    d = cfg["data"]
+    rng = np.random.default_rng(d["seed"])
+    splits = [tone_bursts(rng, d[k], d["length"], d["sample_rate"], d["noise"])
+              for k in ("n_train", "n_val", "n_test")]  # fmt: skip
+    if stats is None:
+        mean, std = float(splits[0][0].mean()), float(splits[0][0].std())
+    else:
+        mean, std = float(np.ravel(stats[0])[0]), float(np.ravel(stats[1])[0])
+    sets = [
+        TensorDataset(torch.from_numpy((x - mean) / std), torch.from_numpy(y)) for x, y in splits
+    ]
+    meta = {
+        "task": "toy",
+        "labels": list(TOY_LABELS),
+        "sample_rate": int(d["sample_rate"]),
+        "input_mean": [mean],
+        "input_std": [std],
+        "d_input": 1,
+        "d_output": len(TOY_LABELS),
+    }
+    return sets[0], sets[1], sets[2], meta, "ce_per_step"
+
+
+# ---------------------------------------------------------------------------- speech
+# The loader lives in training/data/speech.py (liquid_stream.training.data.speech):
+#   SpeechCommands(root, split="train"|"val"|"test", subset="sc35"|"sc10", normalizer=(mean,
+#   std), augment, rate=1|2, seed) -> (x (16000 // rate, 1) float32, y int), with .labels,
+#   .targets and set_epoch(); compute_normalizer(train_set) -> (mean, std); SC35_WORDS;
+#   ensure_synth(per_word) -> root of the cached synthetic set (speech_synth.py).
+
+SPEECH_MODULE = "liquid_stream.training.data.speech"
+SYNTH_MODULE = "liquid_stream.training.data.speech_synth"
+
+
+def _import(name: str):
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name and name.startswith(e.name):
+            raise RuntimeError(
+                f"the speech task needs the Speech Commands loader training/data/ ({name}), "
+                "which is not installed yet"
+            ) from e
+        raise
+
+
+def _targets(ds) -> list[int]:
+    t = getattr(ds, "targets", None)
+    if t is not None and len(t) == len(ds):
+        return [int(v) for v in t]
+    return [int(ds[i][1]) for i in range(len(ds))]
+
+
+def per_class_subset(ds, k: int | None, seed: int = 0):
+    """At most ``k`` items of every class (a fixed, seeded choice); ``ds`` when k is None."""
+    if k is None:
+        return ds
+    from torch.utils.data import Subset
+
+    targets = np.asarray(_targets(ds))
+    rng = np.random.default_rng(seed)
+    keep = []
+    for c in np.unique(targets):
+        idx = np.nonzero(targets == c)[0]
+        keep.extend(rng.permutation(idx)[:k].tolist())
+    sub = Subset(ds, sorted(keep))
+    sub.targets = [int(targets[i]) for i in sub.indices]
+    return sub
+
+
+@register(
+    "speech",
+    {"root": None, "subset": "sc35", "synth_per_word": 30, "max_train_per_class": None,
+     "max_eval_per_class": None, "augment": False, "sample_rate": 16000},
+)  # fmt: skip
+def build_speech(cfg: dict, stats=None, rate: int = 1):
+    """Speech Commands (real v0.02 layout at data.root, else the cached synthetic set).
+    ``rate=2``: the val/test splits at 8 kHz (x[::2]) for the zero-shot evaluation."""
+    sc = _import(SPEECH_MODULE)
+    d, seed = cfg["data"], int(cfg["train"]["seed"])
+    if d["root"]:
+        root = d["root"]
+    else:
+        root = _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
+
+    def split(name, normalizer, augment=False, r=1):
+        ds = sc.SpeechCommands(root, name, d["subset"], normalizer=normalizer, augment=augment,
+                               rate=r, seed=seed)  # fmt: skip
+        limit = d["max_train_per_class"] if name == "train" else d["max_eval_per_class"]
+        return per_class_subset(ds, limit, seed)
+
+    if stats is not None:
+        normalizer = (float(np.ravel(stats[0])[0]), float(np.ravel(stats[1])[0]))
+    else:
+        normalizer = tuple(float(v) for v in sc.compute_normalizer(split("train", None)))
+    train = split("train", normalizer, bool(d["augment"]))
+    val, test = split("val", normalizer, r=rate), split("test", normalizer, r=rate)
+    labels = list(getattr(train, "dataset", train).labels)
+    meta = {
+        "task": "speech",
+        "subset": d["subset"],
+        "labels": labels,
+        "sample_rate": int(d["sample_rate"]),
+        "input_mean": [normalizer[0]],
+        "input_std": [normalizer[1]],
+        "d_input": 1,
+        "d_output": len(labels),
+        "data_root": str(root),
+    }
+    return train, val, test, meta, "ce"
