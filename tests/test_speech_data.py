@@ -43,7 +43,6 @@ from liquid_stream.training.data.speech_synth import (
 NAME_RE = re.compile(r"^[0-9a-f]{8}_nohash_\d+\.wav$")
 
 
-
 def _tts_missing() -> str | None:
     try:
         speech_synth.check_tools()
@@ -206,6 +205,21 @@ def test_ensure_synth_cache(monkeypatch, tmp_path: Path) -> None:
 def test_cli_help() -> None:
     res = CliRunner().invoke(data_cli, ["speech-synth", "--help"])
     assert res.exit_code == 0 and "--per-word" in res.output and "--seed" in res.output
+
+
+@needs_tts
+def test_cli_generates(tmp_path: Path) -> None:
+    args = ["speech-synth", str(tmp_path / "o"), "--per-word", "3", "--words", "yes,no"]
+    args += ["--speakers", "6", "--noise-seconds", "1", "--workers", "1"]
+    res = CliRunner().invoke(data_cli, args)
+    assert res.exit_code == 0, res.output
+    assert "clips/s" in res.output and re.search(r"val\s*:\s+2 clips,\s+1 speakers", res.output)
+    assert len(list((tmp_path / "o").glob("*/*_nohash_*.wav"))) == 6
+    res = CliRunner().invoke(data_cli, args)  # exists: refused without --force
+    assert res.exit_code != 0 and "--force" in res.output
+    assert CliRunner().invoke(data_cli, [*args, "--force"]).exit_code == 0
+    res = CliRunner().invoke(data_cli, [*args[:4], "--words", "yes,maybe"])
+    assert res.exit_code != 0 and "maybe" in res.output
 
 
 # ---------------------------------------------------------------------------- loader

@@ -33,19 +33,37 @@ def data() -> None:
     type=click.FloatRange(1.0),
     help="Length of each _background_noise_ file (white, pink, brown).",
 )
+@click.option(
+    "--words",
+    default=None,
+    help="Comma-separated subset of the 35 words (e.g. the SC10 ones) [default: all 35].",
+)
 @click.option("--force", is_flag=True, help="Replace OUT if it is a previous synthetic set.")
-def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, force):
+def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, words, force):
     """Write a synthetic Speech Commands v0.02 dataset (35 words, espeak-ng + flite
     speakers, speaker-disjoint validation/testing lists, background noise) to OUT."""
+    from liquid_stream.training.data.speech import SC35_WORDS
     from liquid_stream.training.data.speech_synth import (
         SynthToolMissing,
         generate_speech_synth,
     )
 
+    if words is None:
+        word_list = SC35_WORDS
+    else:
+        word_list = tuple(w.strip() for w in words.split(",") if w.strip())
+        unknown = [w for w in word_list if w not in SC35_WORDS]
+        if unknown or not word_list:
+            raise click.BadParameter(
+                f"not Speech Commands v0.02 words: {', '.join(unknown) or '(none given)'}",
+                param_hint="--words",
+            )
+
     try:
         rep = generate_speech_synth(
             out,
             per_word,
+            words=word_list,
             seed=seed,
             workers=workers,
             n_speakers=speakers,
