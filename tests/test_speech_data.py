@@ -261,6 +261,9 @@ def test_normalizer(synth_root: Path) -> None:
     xs = torch.cat([x for x, _ in SpeechCommands(synth_root, "train", "sc10", (mean, std))])
     assert abs(xs.double().mean().item()) < 1e-4
     assert abs(xs.double().std().item() - 1) < 1e-3
+    sub = torch.utils.data.Subset(train, [0, 3, 5])
+    generic = [train[i] for i in (0, 3, 5)]  # a plain list of (x, y): the generic path
+    assert np.allclose(compute_normalizer(sub), compute_normalizer(generic), rtol=1e-6)
     val = SpeechCommands(synth_root, "val", "sc10", (mean, std))
     assert torch.allclose(val[0][0], (SpeechCommands(synth_root, "val", "sc10")[0][0] - mean) / std)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 SR = 16000
 
@@ -272,14 +272,20 @@ class SpeechCommands(_Augmented, Dataset):
 
 def compute_normalizer(train_set: SpeechCommands) -> tuple[float, float]:
     """(mean, std) over every sample of the zero-padded 1 s train clips (float64 sums,
-    no augmentation, 16 kHz). Use it for every split and for the 8 kHz test."""
-    if isinstance(train_set, SpeechCommands):
+    no augmentation, 16 kHz). Use it for every split and for the 8 kHz test. Accepts a
+    :class:`SpeechCommands`, a ``torch.utils.data.Subset`` of one (read from the files
+    directly), or any dataset of unstandardised ``(x, y)``."""
+    base, idx = train_set, None
+    if isinstance(train_set, Subset) and isinstance(train_set.dataset, SpeechCommands):
+        base, idx = train_set.dataset, list(train_set.indices)
+    if isinstance(base, SpeechCommands):
+        files = base.files if idx is None else [base.files[i] for i in idx]
         s = s2 = 0.0
-        for p in train_set.files:
-            x = read_wav(train_set.root / p).astype(np.float64) / 32768.0
+        for p in files:
+            x = read_wav(base.root / p).astype(np.float64) / 32768.0
             s += x.sum()
             s2 += (x * x).sum()
-        n = SR * len(train_set.files)
+        n = SR * len(files)
     else:  # any dataset of (x, y) with unstandardised x
         s = s2 = 0.0
         n = 0
