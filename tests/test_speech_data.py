@@ -145,6 +145,11 @@ def test_plan_speakers_and_seed() -> None:
     assert counts == {"train": 160, "val": 20, "test": 20}
     engines = {j.voice.engine for j in jobs}
     assert engines == {"espeak-ng", "flite", "festival"}
+    engine_of = {j.voice.speaker_id: j.voice.engine for j in jobs}
+    for split in ("train", "val", "test"):  # stratified: every split hears every engine
+        assert {engine_of[k] for k, v in split_of.items() if v == split} == engines
+    _, split30 = plan_synth(30, seed=0)
+    assert sorted(split30.values()).count("val") == 6
     again, _ = plan_synth(100, seed=0)
     other, _ = plan_synth(100, seed=1)
     assert again == jobs and other != jobs

@@ -208,6 +208,31 @@ def split_counts(n: int, frac: float = 0.1) -> tuple[int, int, int]:
     return n - 2 * k, k, k
 
 
+def split_speakers(speakers: Sequence[Voice], seed: int) -> dict[str, list[Voice]]:
+    """Speaker-disjoint train/val/test pools (:func:`split_counts` sizes), stratified by
+    engine: each of val and test gets each engine's share of its size (largest remainder),
+    so every split hears every engine when there are enough speakers."""
+    rng = _rng(seed, "speaker-split")
+    groups: dict[str, list[Voice]] = {}
+    for i in rng.permutation(len(speakers)):
+        groups.setdefault(speakers[i].engine, []).append(speakers[i])
+    _, k, _ = split_counts(len(speakers))
+    exact = {e: k * len(g) / len(speakers) for e, g in sorted(groups.items())}
+    quota = {e: int(q) for e, q in exact.items()}
+    for e in sorted(exact, key=lambda e: (quota[e] - exact[e], e))[: k - sum(quota.values())]:
+        quota[e] += 1
+    pools: dict[str, list[Voice]] = {"train": [], "val": [], "test": []}
+    for e, g in sorted(groups.items()):
+        q = min(quota[e], len(g) // 2)
+        pools["val"] += g[:q]
+        pools["test"] += g[q : 2 * q]
+        pools["train"] += g[2 * q :]
+    for short in ("val", "test"):  # a quota clipped by a tiny engine group: top up
+        while len(pools[short]) < k:
+            pools[short].append(pools["train"].pop())
+    return pools
+
+
 def plan_synth(
     per_word: int,
     words: Sequence[str] = SC35_WORDS,
@@ -217,9 +242,10 @@ def plan_synth(
     """Draw the generation plan: the clip jobs and the split of every speaker id.
 
     ``n_speakers`` defaults to ``max(10, 2 * per_word)``: each speaker says about half the
-    words. Speakers are split first (80/10/10); then each word's ``per_word`` clips are
-    split 80/10/10 and each split's clips go to that split's speakers (without repeats
-    while there are enough speakers, then ``_nohash_1``, ``_2`` ... repeats).
+    words. Speakers are split first (80/10/10, stratified by engine); then each word's
+    ``per_word`` clips are split 80/10/10 and each split's clips go to that split's
+    speakers (without repeats while there are enough speakers, then ``_nohash_1``, ``_2``
+    ... repeats).
     """
     if per_word < 1:
         raise ValueError(f"per_word must be >= 1, got {per_word}")
@@ -227,13 +253,7 @@ def plan_synth(
     if n_speakers < 3:
         raise ValueError(f"need at least 3 speakers (one per split), got {n_speakers}")
     speakers = make_speakers(n_speakers, seed)
-    order = _rng(seed, "speaker-split").permutation(n_speakers)
-    n_tr, n_va, _ = split_counts(n_speakers)
-    pools = {
-        "train": [speakers[i] for i in order[:n_tr]],
-        "val": [speakers[i] for i in order[n_tr : n_tr + n_va]],
-        "test": [speakers[i] for i in order[n_tr + n_va :]],
-    }
+    pools = split_speakers(speakers, seed)
     split_of = {v.speaker_id: s for s, pool in pools.items() for v in pool}
     jobs: list[ClipJob] = []
     for word in words:
