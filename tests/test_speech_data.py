@@ -95,6 +95,8 @@ def test_synth_layout(synth_root: Path) -> None:
         assert len(read_wav(p, max_samples=None)) == 32000
     stamp = json.loads((synth_root / STAMP_NAME).read_text())
     assert stamp["per_word"] == FIXTURE_PER_WORD and stamp["seed"] == 0
+    assert stamp["revision"] == speech_synth.GENERATOR_REVISION
+    assert synth_root.stat().st_mode & 0o777 == 0o755
 
 
 def test_synth_split_by_speaker(synth_root: Path) -> None:
@@ -194,6 +196,7 @@ def test_ensure_synth_cache(monkeypatch, tmp_path: Path) -> None:
         calls.append(per_word)
         Path(root).mkdir(parents=True, exist_ok=True)
         stamp = {"version": 1, "per_word": per_word, "seed": seed, "n_speakers": None}
+        stamp["revision"] = speech_synth.GENERATOR_REVISION
         stamp["words"] = list(SC35_WORDS)
         (Path(root) / STAMP_NAME).write_text(json.dumps(stamp))
 
@@ -205,6 +208,11 @@ def test_ensure_synth_cache(monkeypatch, tmp_path: Path) -> None:
     ensure_synth(8)  # more requested: regenerated
     ensure_synth(8, seed=1)  # other seed: regenerated
     assert calls == [5, 8, 8]
+    stamp = json.loads((default_synth_root() / STAMP_NAME).read_text())
+    stamp["revision"] -= 1  # made by an older generator: regenerated
+    (default_synth_root() / STAMP_NAME).write_text(json.dumps(stamp))
+    ensure_synth(8, seed=1)
+    assert calls == [5, 8, 8, 8]
 
 
 def test_cli_help() -> None:

@@ -45,7 +45,10 @@ import numpy as np
 
 from .speech import SC35_WORDS, SR
 
-SYNTH_VERSION = 1
+SYNTH_VERSION = 1  # the cache folder name (speech-synth-v1)
+# Bumped whenever the same (per_word, seed) would give different audio or lists, so
+# ensure_synth regenerates a stale cache. 2: festival speakers, engine-stratified split.
+GENERATOR_REVISION = 2
 STAMP_NAME = ".synth-stamp.json"
 NOISE_DIR = "_background_noise_"
 
@@ -508,6 +511,7 @@ def generate_speech_synth(
     jobs, split_of = plan_synth(per_word, words, seed, n_speakers)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is an ordinary folder
     try:
         for w in words:
             (tmp / w).mkdir()
@@ -557,6 +561,7 @@ def generate_speech_synth(
         )
         stamp = {
             "version": SYNTH_VERSION,
+            "revision": GENERATOR_REVISION,
             "per_word": per_word,
             "seed": seed,
             "n_speakers": n_speakers,
@@ -598,7 +603,8 @@ def ensure_synth(
 ) -> Path:
     """Return a synthetic SC35 root with at least ``per_word`` clips per word, generating it
     if missing. A cached set made with a different seed, version or word list, or with fewer
-    clips per word, is regenerated; a cached set with more clips per word is reused."""
+    clips per word, or by an older generator revision, is regenerated; a cached set with
+    more clips per word is reused."""
     import fcntl
 
     root = Path(root).expanduser() if root is not None else default_synth_root()
@@ -608,6 +614,7 @@ def ensure_synth(
         return (
             st is not None
             and st.get("version") == SYNTH_VERSION
+            and st.get("revision") == GENERATOR_REVISION
             and st.get("seed") == seed
             and st.get("words") == list(SC35_WORDS)
             and st.get("n_speakers") is None
