@@ -144,3 +144,27 @@ def test_cli_train_and_evaluate(tmp_path):
     assert (out / "confusion_test_8000.png").stat().st_size > 0
     r = CliRunner().invoke(train_cmd, ["toy", "--set", "optim.bogus=1", "--out", str(out)])
     assert r.exit_code != 0 and "optim.bogus" in r.output
+
+
+def test_cli_speech_cpu_preset_end_to_end(tmp_path):
+    """`train speech --preset cpu --max-steps K` on a small v0.02-layout root, then
+    `evaluate` at 16 kHz and zero-shot 8 kHz."""
+    from fixtures_speech import tiny_root
+
+    root = tiny_root(tmp_path / "sc")
+    out = tmp_path / "run"
+    r = CliRunner().invoke(
+        train_cmd, ["speech", "--preset", "cpu", "--data", str(root), "--max-steps", "2",
+                    "--out", str(out), "--set", "data.subset=sc10", "--set", "model.d_model=8",
+                    "--set", "model.n_layers=1", "--set", "optim.batch_size=4"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    ckpt = load_checkpoint(out / "best.pt")
+    meta = ckpt["meta"]
+    assert meta["labels"][:3] == ["yes", "no", "up"] and meta["sample_rate"] == 16000
+    assert meta["input_std"][0] > 0 and ckpt["trainer"]["step"] == 2
+    r = CliRunner().invoke(evaluate_cmd, [str(out / "best.pt"), "--device", "cpu"])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "16000 Hz" in r.output and "8000 Hz" in r.output
+    for sr in (16000, 8000):
+        assert (out / f"confusion_test_{sr}.png").stat().st_size > 0
