@@ -29,6 +29,7 @@ from liquid_stream.training.data.speech import (
     compute_normalizer,
     make_step_labels,
     read_wav,
+    speech_end,
 )
 from liquid_stream.training.data.speech_synth import (
     STAMP_NAME,
@@ -314,6 +315,27 @@ def test_step_labels_rule() -> None:
     # overlap: the later clip wins; spans are clipped at both ends
     y = make_step_labels(8, [(1, 0), (5, 3), (6, 4), (9, 2)], tail=2, hold=2, silence=9)
     assert y.tolist() == [0, 0, 0, 3, 4, 4, 4, 2]
+
+
+def test_speech_end() -> None:
+    x = np.zeros(16000, np.float32)
+    x[2000:6000] = 0.5 * np.sin(np.arange(4000) * 0.3)
+    x += 1e-4 * np.random.default_rng(0).standard_normal(16000).astype(np.float32)
+    assert speech_end(x) == 6080  # end of the 10 ms block [5920, 6080) holding sample 5999
+    assert speech_end(np.zeros(16000)) == 16000 and speech_end(x[:100]) == 100
+
+
+def test_speech_stream_speech_end(synth_root: Path) -> None:
+    ss = SpeechStream(synth_root, "val", "sc10", length=32000, num_items=3, clip_end="speech")
+    ss.set_epoch(0)
+    for i in range(3):
+        x, y, events = ss.compose(i)
+        for end, cls in events:
+            if cls != 10 and ss.tail <= end < 32000 - ss.hold:
+                assert y[end - 1] == cls
+                assert np.abs(x[end : end + 1600]).max() < np.abs(x[end - 1600 : end]).max()
+    with pytest.raises(ValueError, match="clip_end"):
+        SpeechStream(synth_root, "val", "sc10", clip_end="middle")
 
 
 def test_speech_stream(synth_root: Path) -> None:

@@ -303,6 +303,19 @@ def compute_normalizer(train_set: SpeechCommands) -> tuple[float, float]:
     return float(mean), std
 
 
+def speech_end(x: np.ndarray, rel_db: float = -40.0, frame: int = 160) -> int:
+    """One past the last sample of the last ``frame``-sample block whose RMS is within
+    ``rel_db`` dB of the loudest block (``len(x)`` if every block is silent or x is short)."""
+    n = len(x) // frame
+    if n == 0:
+        return len(x)
+    rms = np.sqrt(np.mean(np.asarray(x[: n * frame], np.float64).reshape(n, frame) ** 2, axis=1))
+    if rms.max() == 0:
+        return len(x)
+    active = np.flatnonzero(rms >= rms.max() * 10 ** (rel_db / 20))
+    return int((active[-1] + 1) * frame)
+
+
 def make_step_labels(
     length: int,
     events: Sequence[tuple[int, int]],
@@ -337,13 +350,15 @@ class SpeechStream(_Augmented, Dataset):
     gain uniform in [0, ``noise_max_gain``]; then the normaliser is applied.
 
     Labelling rule (``y`` int64, one per step): with ``end`` the index one past the last
-    sample of a keyword clip's WAV data (its file length, not the 1 s padding), the steps
-    ``[end - label_tail, end + label_hold)`` carry the clip's class (``label_tail`` and
-    ``label_hold`` given in ms, converted at 16 kHz); a later clip's span overwrites an
-    earlier one where they overlap; every other step — gaps, non-keywords, the start of
-    each keyword — is the extra class ``_silence_`` = ``len(labels)``. So a causal model is
-    asked to name a keyword only once it has heard (most of) it. At ``rate=2`` both ``x``
-    and ``y`` are taken ``[::2]``. ``labels`` lists the classes, ``_silence_`` last.
+    sample of a keyword clip's WAV data (its file length, not the 1 s padding; with
+    ``clip_end="speech"``, one past its last active sample instead, see
+    :func:`speech_end`), the steps ``[end - label_tail, end + label_hold)`` carry the
+    clip's class (``label_tail`` and ``label_hold`` given in ms, converted at 16 kHz); a
+    later clip's span overwrites an earlier one where they overlap; every other step —
+    gaps, non-keywords, the start of each keyword — is the extra class ``_silence_`` =
+    ``len(labels)``. So a causal model is asked to name a keyword only once it has heard
+    (most of) it. At ``rate=2`` both ``x`` and ``y`` are taken ``[::2]``. ``labels``
+    lists the classes, ``_silence_`` last.
     """
 
     def __init__(
@@ -356,6 +371,7 @@ class SpeechStream(_Augmented, Dataset):
         normalizer: tuple[float, float] | None = None,
         label_tail_ms: float = 100,
         label_hold_ms: float = 100,
+        clip_end: str = "file",
         gap_ms: tuple[float, float] = (0, 500),
         keyword_prob: float = 0.8,
         noise_prob: float = 0.8,
@@ -383,6 +399,9 @@ class SpeechStream(_Augmented, Dataset):
         self.normalizer = normalizer
         self.tail = int(round(label_tail_ms * SR / 1000))
         self.hold = int(round(label_hold_ms * SR / 1000))
+        if clip_end not in ("file", "speech"):
+            raise ValueError(f"clip_end must be 'file' or 'speech', got {clip_end!r}")
+        self.clip_end = clip_end
         self.gap = (int(round(gap_ms[0] * SR / 1000)), int(round(gap_ms[1] * SR / 1000)))
         self.keyword_prob = keyword_prob if self.other_files else 1.0
         self.noise_prob = noise_prob
@@ -420,7 +439,8 @@ class SpeechStream(_Augmented, Dataset):
             a, b = max(pos, 0), min(pos + len(s), n)
             if a < b:
                 x[a:b] = s[a - pos : b - pos]
-            events.append((pos + len(s), cls))
+            end = len(s) if self.clip_end == "file" else speech_end(s)
+            events.append((pos + end, cls))
             pos += len(s) + int(rng.integers(self.gap[0], self.gap[1] + 1))
         y = make_step_labels(n, events, self.tail, self.hold, self.silence)
         if rng.random() < self.noise_prob:
