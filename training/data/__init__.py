@@ -11,6 +11,7 @@ from .speech import (
     compute_normalizer,
     make_step_labels,
     read_wav,
+    speech_end,
 )
 from .speech_synth import default_synth_root, ensure_synth, generate_speech_synth
 
@@ -25,4 +26,5 @@ __all__ = [
     "generate_speech_synth",
     "make_step_labels",
     "read_wav",
+    "speech_end",
 ]
