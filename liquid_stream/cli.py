@@ -68,5 +68,17 @@ def export_cmd(checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_le
         click.echo(str(report))
 
 
+def _register_training_commands() -> None:
+    """train / evaluate / data live in liquid_stream.training (imported lazily inside)."""
+    from liquid_stream.training.cli import evaluate_cmd, train_cmd
+    from liquid_stream.training.data.cli import data
+
+    for command in (train_cmd, evaluate_cmd, data):
+        main.add_command(command)
+
+
+_register_training_commands()
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,30 +1,31 @@
 """Datasets: Speech Commands v0.02 (real layout) and its synthetic generator.
 
-Heavy pieces load lazily: ``speech`` imports torch, ``speech_synth`` does not.
+Names load lazily: ``speech`` imports torch, ``speech_synth`` does not, so the CLI's
+``data`` commands and ``liquid-stream --help`` stay torch-free.
 """
 
-from .speech import (
-    SC10_WORDS,
-    SC35_WORDS,
-    SpeechCommands,
-    SpeechStream,
-    compute_normalizer,
-    make_step_labels,
-    read_wav,
-    speech_end,
-)
-from .speech_synth import default_synth_root, ensure_synth, generate_speech_synth
+from __future__ import annotations
 
-__all__ = [
-    "SC10_WORDS",
-    "SC35_WORDS",
-    "SpeechCommands",
-    "SpeechStream",
-    "compute_normalizer",
-    "default_synth_root",
-    "ensure_synth",
-    "generate_speech_synth",
-    "make_step_labels",
-    "read_wav",
-    "speech_end",
-]
+import importlib
+
+_EXPORTS = {
+    "SC10_WORDS": "speech",
+    "SC35_WORDS": "speech",
+    "SpeechCommands": "speech",
+    "SpeechStream": "speech",
+    "compute_normalizer": "speech",
+    "make_step_labels": "speech",
+    "read_wav": "speech",
+    "speech_end": "speech",
+    "default_synth_root": "speech_synth",
+    "ensure_synth": "speech_synth",
+    "generate_speech_synth": "speech_synth",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
