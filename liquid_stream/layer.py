@@ -120,6 +120,9 @@ class LiquidS4(nn.Module):
     def forward(self, u: Tensor, rate: float = 1.0) -> Tensor:
         """``u (B, L, H)`` → ``(B, L, H)``; ``rate`` scales Δ (2.0 for half-rate input)."""
         check_input(u, self.d_model)
+        if u.dtype in (torch.float16, torch.bfloat16):  # mixed precision: the SSM runs in fp32
+            with torch.autocast(u.device.type, enabled=False):
+                return self.forward(u.float(), rate)
         x = u.transpose(1, 2)  # (B, H, L)
         L = x.shape[-1]
         disc = self.kernel.discretize(rate)

@@ -115,3 +115,14 @@ def test_checkpoint_roundtrip_and_errors(tmp_path):
     torch.save({"something": torch.zeros(1)}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="not a liquid-stream checkpoint"):
         load_checkpoint(tmp_path / "other.pt")
+
+
+def test_mixed_precision_autocast_runs_ssm_in_float32():
+    """Under bf16 autocast (CPU here; bf16/fp16 on CUDA) the SSM and its FFTs run in fp32."""
+    m = model(decoder="window", decoder_window=4).eval()
+    x = torch.randn(2, 64, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = m(x)
+    ref = m(x)
+    assert torch.isfinite(y).all()
+    assert (y.float() - ref).abs().max() < 0.1 * ref.abs().max()
