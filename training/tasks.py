@@ -11,6 +11,9 @@ builder reuse that input standardisation instead of computing it from the train 
 - ``toy``: tone bursts in noise labelled sample by sample (the task of
   ``liquid_stream.demo``), generated in memory, deterministic; for tests and CI.
 - ``speech``: Speech Commands (SC35/SC10) through ``training/data/speech.py``.
+- ``speech-stream``: random crops of concatenated Speech Commands clips + noise
+  (``SpeechStream``) with per-step labels (keyword classes + ``_silence_``), for a causal
+  ``window`` decoder that runs on continuous audio.
 """
 
 from __future__ import annotations
@@ -191,3 +194,74 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
         "data_root": str(root),
     }
     return train, val, test, meta, "ce"
+
+
+# --------------------------------------------------------------------- speech-stream
+# Streaming-ready keyword spotting: random crops of Speech Commands clips laid end to end
+# with silent gaps and background noise (SpeechStream in training/data/speech.py), one
+# label per step (the keyword just heard, else _silence_), for a causal `window` decoder.
+
+
+@register(
+    "speech-stream",
+    {"root": None, "subset": "sc35", "synth_per_word": 30, "sample_rate": 16000,
+     "length": 32000, "n_train": 400, "n_val": 64, "n_test": 128,
+     "label_tail_ms": 100.0, "label_hold_ms": 200.0, "clip_end": "speech",
+     "gap_ms": [0.0, 500.0], "keyword_prob": 0.8, "noise_prob": 0.8,
+     "noise_max_gain": 0.1, "normalizer_per_class": None},
+)  # fmt: skip
+def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
+    """:class:`SpeechStream` crops of the official train/val/test splits (real v0.02 root at
+    data.root, else the cached synthetic set, as for ``speech``). Labels: the words of
+    data.subset, then ``_silence_``; loss ``ce_per_step``. The train crops are a function
+    of (seed, epoch, index) (the trainer calls ``set_epoch``); val and test are fixed
+    (seeds ``seed + 1`` / ``seed + 2``, epoch 0). The normaliser is that of the 1 s
+    SpeechCommands train clips (at most ``normalizer_per_class`` per word when set), as
+    in ``speech``. ``rate=2``: val/test at 8 kHz (x and y taken [::2])."""
+    sc = _import(SPEECH_MODULE)
+    d, seed = cfg["data"], int(cfg["train"]["seed"])
+    if d["root"]:
+        root = d["root"]
+    else:
+        root = _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
+    if stats is not None:
+        normalizer = (float(np.ravel(stats[0])[0]), float(np.ravel(stats[1])[0]))
+    else:
+        clips = sc.SpeechCommands(root, "train", d["subset"], seed=seed)
+        clips = per_class_subset(clips, d["normalizer_per_class"], seed)
+        normalizer = tuple(float(v) for v in sc.compute_normalizer(clips))
+    gap = tuple(float(v) for v in d["gap_ms"])
+    if len(gap) != 2 or gap[0] < 0 or gap[1] < gap[0]:
+        raise ValueError(f"data.gap_ms must be [lo, hi] with 0 <= lo <= hi, got {d['gap_ms']!r}")
+
+    def split(name, n_items, split_seed, r=1):
+        return sc.SpeechStream(
+            root, name, d["subset"], length=int(d["length"]), num_items=int(n_items),
+            normalizer=normalizer, label_tail_ms=float(d["label_tail_ms"]),
+            label_hold_ms=float(d["label_hold_ms"]), clip_end=d["clip_end"], gap_ms=gap,
+            keyword_prob=float(d["keyword_prob"]), noise_prob=float(d["noise_prob"]),
+            noise_max_gain=float(d["noise_max_gain"]), rate=r, seed=split_seed,
+        )  # fmt: skip
+
+    train = split("train", d["n_train"], seed)
+    val = split("val", d["n_val"], seed + 1, rate)
+    test = split("test", d["n_test"], seed + 2, rate)
+    for ds in (val, test):
+        ds.set_epoch(0)  # fixed crops: the same items on every evaluation
+    labels = list(train.labels)
+    meta = {
+        "task": "speech-stream",
+        "subset": d["subset"],
+        "labels": labels,
+        "silence_class": int(train.silence),
+        "sample_rate": int(d["sample_rate"]),
+        "input_mean": [normalizer[0]],
+        "input_std": [normalizer[1]],
+        "d_input": 1,
+        "d_output": len(labels),
+        "data_root": str(root),
+        "clip_end": d["clip_end"],
+        "label_tail_ms": float(d["label_tail_ms"]),
+        "label_hold_ms": float(d["label_hold_ms"]),
+    }
+    return train, val, test, meta, "ce_per_step"
