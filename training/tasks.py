@@ -154,6 +154,19 @@ def per_class_subset(ds, k: int | None, seed: int = 0):
     return sub
 
 
+def _speech_source(sc, d: dict, seed: int, stats, per_class: int | None):
+    """The dataset root (data.root, else the cached synthetic set) and the (mean, std)
+    normaliser: from a checkpoint's ``stats`` when given, else over the train clips
+    (at most ``per_class`` per word)."""
+    root = d["root"] or _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
+    if stats is not None:
+        return root, (float(np.ravel(stats[0])[0]), float(np.ravel(stats[1])[0]))
+    clips = per_class_subset(
+        sc.SpeechCommands(root, "train", d["subset"], seed=seed), per_class, seed
+    )
+    return root, tuple(float(v) for v in sc.compute_normalizer(clips))
+
+
 @register(
     "speech",
     {"root": None, "subset": "sc35", "synth_per_word": 30, "max_train_per_class": None,
@@ -164,10 +177,7 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
     ``rate=2``: the val/test splits at 8 kHz (x[::2]) for the zero-shot evaluation."""
     sc = _import(SPEECH_MODULE)
     d, seed = cfg["data"], int(cfg["train"]["seed"])
-    if d["root"]:
-        root = d["root"]
-    else:
-        root = _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
+    root, normalizer = _speech_source(sc, d, seed, stats, d["max_train_per_class"])
 
     def split(name, normalizer, augment=False, r=1):
         ds = sc.SpeechCommands(root, name, d["subset"], normalizer=normalizer, augment=augment,
@@ -175,10 +185,6 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
         limit = d["max_train_per_class"] if name == "train" else d["max_eval_per_class"]
         return per_class_subset(ds, limit, seed)
 
-    if stats is not None:
-        normalizer = (float(np.ravel(stats[0])[0]), float(np.ravel(stats[1])[0]))
-    else:
-        normalizer = tuple(float(v) for v in sc.compute_normalizer(split("train", None)))
     train = split("train", normalizer, bool(d["augment"]))
     val, test = split("val", normalizer, r=rate), split("test", normalizer, r=rate)
     labels = list(getattr(train, "dataset", train).labels)
@@ -220,16 +226,7 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     in ``speech``. ``rate=2``: val/test at 8 kHz (x and y taken [::2])."""
     sc = _import(SPEECH_MODULE)
     d, seed = cfg["data"], int(cfg["train"]["seed"])
-    if d["root"]:
-        root = d["root"]
-    else:
-        root = _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
-    if stats is not None:
-        normalizer = (float(np.ravel(stats[0])[0]), float(np.ravel(stats[1])[0]))
-    else:
-        clips = sc.SpeechCommands(root, "train", d["subset"], seed=seed)
-        clips = per_class_subset(clips, d["normalizer_per_class"], seed)
-        normalizer = tuple(float(v) for v in sc.compute_normalizer(clips))
+    root, normalizer = _speech_source(sc, d, seed, stats, d["normalizer_per_class"])
     gap = tuple(float(v) for v in d["gap_ms"])
     if len(gap) != 2 or gap[0] < 0 or gap[1] < gap[0]:
         raise ValueError(f"data.gap_ms must be [lo, hi] with 0 <= lo <= hi, got {d['gap_ms']!r}")
