@@ -168,3 +168,21 @@ def test_cli_speech_cpu_preset_end_to_end(tmp_path):
     assert "16000 Hz" in r.output and "8000 Hz" in r.output
     for sr in (16000, 8000):
         assert (out / f"confusion_test_{sr}.png").stat().st_size > 0
+
+
+def test_cli_resume_continues_the_stored_run_config(tmp_path):
+    """--resume takes the checkpoint's config (model size, data, …); only this command's
+    overrides (here max_steps) apply — the task YAML is not re-read into the run."""
+    out = tmp_path / "run"
+    args = ["toy", "--preset", "tiny", "--set", "model.d_model=12", "--out", str(out)]
+    r = CliRunner().invoke(train_cmd, [*args, "--max-steps", "3"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(
+        train_cmd, ["toy", "--resume", str(out / "last.pt"), "--max-steps", "6", "--out", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    assert "resumed from" in r.output and "step=6" in r.output
+    r = CliRunner().invoke(
+        train_cmd, ["speech", "--resume", str(out / "last.pt"), "--out", str(out)]
+    )
+    assert r.exit_code != 0 and "not 'speech'" in r.output

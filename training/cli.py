@@ -46,7 +46,7 @@ def _fmt(metrics: dict) -> str:
 def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, overrides):
     """Train TASK (a name from training/configs/, or a .yaml path) and print the final
     validation and test metrics."""  # fmt: skip
-    from .config import ConfigError, dump_config, load_config
+    from .config import ConfigError, dump_config, load_config, resume_config
 
     extra = list(overrides)
     if data_root is not None:
@@ -57,6 +57,15 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, overr
         extra.append(f"train.max_steps={max_steps}")
     try:
         cfg = load_config(task, preset, extra)
+        if resume:  # continue the stored run: its config, plus this command's overrides
+            from liquid_stream.checkpoint import CheckpointError, load_checkpoint
+
+            try:
+                saved = load_checkpoint(resume).get("config")
+            except CheckpointError as e:
+                raise click.ClickException(str(e)) from e
+            if saved:
+                cfg = resume_config(saved, task, extra)
     except ConfigError as e:
         raise click.ClickException(str(e)) from e
     out = Path(out_dir or Path("runs") / (cfg["task"] + (f"-{preset}" if preset else "")))

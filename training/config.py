@@ -228,6 +228,11 @@ def load_config(
                 raise ConfigError(f"{where}: section {section!r} must be a mapping")
             _check_keys(section, values, data_defaults, where)
             _merge(cfg[section], values, section)
+    return apply_overrides(cfg, overrides, data_defaults)
+
+
+def apply_overrides(cfg: dict, overrides, data_defaults: dict) -> dict:
+    """Apply ``section.key=value`` overrides to ``cfg`` (in place) and validate it."""
     for item in overrides:
         parts, value = parse_override(item)
         section, key = parts[0], parts[1]
@@ -242,6 +247,16 @@ def load_config(
             target = target.setdefault(p, {})
         target[parts[-1]] = value
     return validate(cfg, data_defaults)
+
+
+def resume_config(saved: dict, task: str, overrides=()) -> dict:
+    """The config stored in a checkpoint, with CLI ``overrides`` applied: a resumed run
+    continues the run it comes from, whatever the task YAML or presets say now."""
+    from .tasks import data_defaults_for
+
+    if saved.get("task") != task and Path(task).stem != saved.get("task"):
+        raise ConfigError(f"the checkpoint is a {saved.get('task')!r} run, not {task!r}")
+    return apply_overrides(copy.deepcopy(saved), overrides, data_defaults_for(saved["task"]))
 
 
 def _check_keys(section: str, values: dict, data_defaults: dict, where: str) -> None:
