@@ -154,6 +154,22 @@ def per_class_subset(ds, k: int | None, seed: int = 0):
     return sub
 
 
+def _speech_meta(task: str, d: dict, labels: list, normalizer, root, **extra) -> dict:
+    """Checkpoint/ONNX metadata shared by the speech tasks (raw 16 kHz mono input)."""
+    return {
+        "task": task,
+        "subset": d["subset"],
+        "labels": labels,
+        "sample_rate": int(d["sample_rate"]),
+        "input_mean": [normalizer[0]],
+        "input_std": [normalizer[1]],
+        "d_input": 1,
+        "d_output": len(labels),
+        "data_root": str(root),
+        **extra,
+    }
+
+
 def _speech_source(sc, d: dict, seed: int, stats, per_class: int | None):
     """The dataset root (data.root, else the cached synthetic set) and the (mean, std)
     normaliser: from a checkpoint's ``stats`` when given, else over the train clips
@@ -188,17 +204,7 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
     train = split("train", normalizer, bool(d["augment"]))
     val, test = split("val", normalizer, r=rate), split("test", normalizer, r=rate)
     labels = list(getattr(train, "dataset", train).labels)
-    meta = {
-        "task": "speech",
-        "subset": d["subset"],
-        "labels": labels,
-        "sample_rate": int(d["sample_rate"]),
-        "input_mean": [normalizer[0]],
-        "input_std": [normalizer[1]],
-        "d_input": 1,
-        "d_output": len(labels),
-        "data_root": str(root),
-    }
+    meta = _speech_meta("speech", d, labels, normalizer, root)
     return train, val, test, meta, "ce"
 
 
@@ -246,19 +252,9 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     for ds in (val, test):
         ds.set_epoch(0)  # fixed crops: the same items on every evaluation
     labels = list(train.labels)
-    meta = {
-        "task": "speech-stream",
-        "subset": d["subset"],
-        "labels": labels,
-        "silence_class": int(train.silence),
-        "sample_rate": int(d["sample_rate"]),
-        "input_mean": [normalizer[0]],
-        "input_std": [normalizer[1]],
-        "d_input": 1,
-        "d_output": len(labels),
-        "data_root": str(root),
-        "clip_end": d["clip_end"],
-        "label_tail_ms": float(d["label_tail_ms"]),
-        "label_hold_ms": float(d["label_hold_ms"]),
-    }
+    meta = _speech_meta(
+        "speech-stream", d, labels, normalizer, root,
+        silence_class=int(train.silence), clip_end=d["clip_end"],
+        label_tail_ms=float(d["label_tail_ms"]), label_hold_ms=float(d["label_hold_ms"]),
+    )  # fmt: skip
     return train, val, test, meta, "ce_per_step"
