@@ -50,7 +50,7 @@ def export_model(
         input_mean=meta.get("input_mean", 0.0),
         input_std=meta.get("input_std", 1.0),
     )
-    extra = {"chunk": str(chunk), **{k: v for k, v in meta.items()}}
+    extra = {"chunk": str(chunk), **meta}
     for key, value in metadata_props(sm, info, extra).items():
         model_proto.metadata_props.add(key=key, value=value)
     onnx.checker.check_model(model_proto)

@@ -53,7 +53,6 @@ class _Emitter:
         n_blocks = -(-(self.S - 1 + max_chunk) // self.S) + 1
         self.levels = math.ceil(math.log2(n_blocks))
         self.max_chunk = self.S * (2**self.levels - 1) - (self.S - 1)
-        self.state_in: dict[str, str] = {}
         self.state_out: dict[str, str] = {}
         self.spec: list[dict] = []
         self._cache: dict[tuple, str] = {}
@@ -61,7 +60,6 @@ class _Emitter:
     # ------------------------------------------------------------------ state
     def state(self, name: str, shape: list, dtype=np.float32) -> str:
         value = self.g.input(f"state.{name}", dtype, shape)
-        self.state_in[name] = value
         self.spec.append({"name": name, "shape": shape, "dtype": np.dtype(dtype).name})
         return value
 

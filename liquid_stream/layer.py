@@ -134,11 +134,10 @@ class LiquidS4(nn.Module):
         n = 2 * L
         K_f = torch.fft.rfft(K, n=n)
         y_f = torch.einsum("rhf,rbhf->bhf", K_f[0], torch.fft.rfft(signals, n=n))
+        y = torch.fft.irfft(y_f, n=n)[..., :L]
         if self.bidirectional:  # anti-causal part: lags −1 … −(L−1)
             x_rev = shift(x.flip(-1), 1)
             y_rev = torch.fft.irfft(K_f[1, 0] * torch.fft.rfft(x_rev, n=n), n=n)[..., :L]
-        y = torch.fft.irfft(y_f, n=n)[..., :L]
-        if self.bidirectional:
             y = y + y_rev.flip(-1)
         y = y + self.D[:, None] * x
         if self.liquid == "pb":
