@@ -58,12 +58,21 @@ def pb_coefficients(disc: Discrete, order: int) -> Tensor:
 
 
 def causal_window_sum(x: Tensor, n: int) -> Tensor:
-    """out[…, t] = Σ_{j<n} x[…, t−j] (zeros before the start), for ``x (B, H, L)``."""
+    """out[…, t] = Σ_{j<n} x[…, t−j] (zeros before the start), for ``x (B, H, L)``.
+
+    Short windows: a depthwise convolution. Long ones (the ``window`` decoder, n up to the
+    sequence length): O(L) prefix sums in float64, out_t = S_t − S_{t−n}, so the cost does
+    not grow with n and the difference of two large sums loses nothing in float32."""
     if n == 1:
         return x
     B, H, L = x.shape
-    w = x.new_ones(H, 1, n)
-    return F.conv1d(F.pad(x, (n - 1, 0)), w, groups=H)
+    if n <= 32:
+        w = x.new_ones(H, 1, n)
+        return F.conv1d(F.pad(x, (n - 1, 0)), w, groups=H)
+    s = torch.cumsum(x.double(), -1)
+    if n < L:
+        s = torch.cat([s[..., :n], s[..., n:] - s[..., : L - n]], -1)
+    return s.to(x.dtype)
 
 
 def pb_term(u: Tensor, disc: Discrete, order: int, liquid_len: int) -> Tensor:

@@ -148,6 +148,8 @@ class LiquidS4Model(nn.Module):
         dropout: float = 0.0,
         decoder: str = "pool",
         decoder_window: int = 1,
+        output_scale: float | list[float] = 1.0,
+        output_shift: float | list[float] = 0.0,
     ):
         super().__init__()
         self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -168,6 +170,18 @@ class LiquidS4Model(nn.Module):
         )
         self.final_norm = Norm(d_model, norm) if prenorm else nn.Identity()
         self.head = nn.Linear(d_model, d_output)
+        # Fixed output affine y = scale · head(·) + shift (regression targets in physical
+        # units; a buffer, not a parameter: it is part of the config, never trained).
+        scale = torch.as_tensor(output_scale, dtype=torch.float32).expand(d_output).clone()
+        shift = torch.as_tensor(output_shift, dtype=torch.float32).expand(d_output).clone()
+        if not (torch.isfinite(scale).all() and (scale != 0).all() and torch.isfinite(shift).all()):
+            raise ValueError("output_scale must be finite and non-zero, output_shift finite")
+        self.register_buffer("output_scale", scale, persistent=False)
+        self.register_buffer("output_shift", shift, persistent=False)
+
+    def decode(self, h: Tensor) -> Tensor:
+        """The head and the output affine: ``scale · (W h + b) + shift``, ``(..., d_output)``."""
+        return self.head(h) * self.output_scale + self.output_shift
 
     @property
     def is_causal(self) -> bool:
@@ -185,15 +199,15 @@ class LiquidS4Model(nn.Module):
     def forward(self, x: Tensor, rate: float = 1.0) -> Tensor:
         h = self.features(x, rate)
         if self.decoder == "pool":
-            return self.head(h.mean(1))
+            return self.decode(h.mean(1))
         if self.decoder == "last":
-            return self.head(h[:, -1])
+            return self.decode(h[:, -1])
         L = h.shape[1]
         count = torch.arange(1, L + 1, device=h.device, dtype=h.dtype).clamp(
             max=self.decoder_window
         )
         mean = causal_window_sum(h.transpose(1, 2), self.decoder_window) / count
-        return self.head(mean.transpose(1, 2))
+        return self.decode(mean.transpose(1, 2))
 
     def forward_steps(self, x: Tensor, rate: float = 1.0) -> Tensor:
         """Per-step outputs ``(B, L, d_output)``, exactly what the streaming form emits.
@@ -203,7 +217,7 @@ class LiquidS4Model(nn.Module):
         """
         if self.decoder == "window":
             return self.forward(x, rate)
-        logits = self.head(self.features(x, rate))
+        logits = self.decode(self.features(x, rate))
         if self.decoder == "last":
             return logits
         count = torch.arange(1, logits.shape[1] + 1, device=x.device, dtype=logits.dtype)
@@ -267,7 +281,13 @@ class StreamingModel(nn.Module):
                 if isinstance(model.final_norm, Norm)
                 else nn.Identity()
             )
-            self.head = copy.deepcopy(model.head).to(dtype)
+            # The output affine folds into the head: scale·(W h + b) + shift; exact because
+            # every decoder (last / window mean / running mean) is affine-equivariant.
+            head = copy.deepcopy(model.head).double()
+            scale, shift = model.output_scale.double(), model.output_shift.double()
+            head.weight.mul_(scale[:, None])
+            head.bias.mul_(scale).add_(shift)
+            self.head = head.to(dtype)
         self.dtype = dtype
         self.eval()
 

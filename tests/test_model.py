@@ -126,3 +126,28 @@ def test_mixed_precision_autocast_runs_ssm_in_float32():
     ref = m(x)
     assert torch.isfinite(y).all()
     assert (y.float() - ref).abs().max() < 0.1 * ref.abs().max()
+
+
+@pytest.mark.parametrize("decoder", ["pool", "last", "window"])
+def test_output_affine_in_forward_streaming_and_checkpoint(decoder, tmp_path):
+    """y = scale · head(·) + shift: the same in forward, the step form (folded into the
+    head) and a model rebuilt from a checkpoint; the affine is config, not a parameter."""
+    m = model(decoder=decoder, decoder_window=6, d_output=2, output_scale=[15.0, 2.0],
+              output_shift=[75.0, -3.0]).double().eval()  # fmt: skip
+    plain = model(decoder=decoder, decoder_window=6, d_output=2).double().eval()
+    x = torch.randn(2, 40, 3, dtype=torch.float64)
+    scale = torch.tensor([15.0, 2.0], dtype=torch.float64)
+    shift = torch.tensor([75.0, -3.0], dtype=torch.float64)
+    assert torch.allclose(m(x), plain(x) * scale + shift, atol=1e-12)
+    sm = m.streaming(dtype=torch.float64)
+    state = sm.init_state(2)
+    y1, state = sm(x[:, :13], state)
+    y2, _ = sm(x[:, 13:], state)
+    assert torch.allclose(torch.cat([y1, y2], 1), m.forward_steps(x), atol=1e-10)
+    names = {n for n, _ in m.named_parameters()}
+    assert not any("output_" in n for n in names) and "output_scale" not in m.state_dict()
+    save_checkpoint(tmp_path / "c.pt", m)
+    m2, _ = model_from_checkpoint(tmp_path / "c.pt")
+    assert torch.allclose(m2.double().eval()(x), m(x), atol=1e-12)
+    with pytest.raises(ValueError, match="output_scale"):
+        model(output_scale=0.0)
