@@ -10,8 +10,11 @@ PIP    := $(PY) -m pip
 # torch is installed first, pinned: an unpinned resolve pulls a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 STAMP  := $(VENV)/.installed-stamp
-# Debian packages of the synthetic Speech Commands generator (training/data/speech_synth.py).
-APT_PACKAGES := espeak-ng flite sox festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
+# Debian packages: the synthetic Speech Commands generator (training/data/speech_synth.py:
+# espeak-ng, flite, festival + voices, sox) and live audio for the KWS app (PortAudio for
+# sounddevice; PulseAudio for the virtual microphone of scripts/virtual-mic.sh).
+APT_PACKAGES := espeak-ng flite sox festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts \
+	libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins
 FESTIVAL_VOICES := /usr/share/festival/voices
 
 # Project-local KeOps build cache (its default folder name embeds the hostname).
@@ -26,15 +29,16 @@ $(PY):
 
 # Re-installs only when pyproject.toml changes (or the venv is new).
 $(STAMP): pyproject.toml | $(PY)
-	@# Required: the synthetic Speech Commands generator needs espeak-ng, flite and festival
-	@# with three voices (all Debian main). Installed only when missing (root or sudo).
-	@command -v espeak-ng >/dev/null && command -v flite >/dev/null && command -v festival >/dev/null \
-		&& test -d $(FESTIVAL_VOICES)/english/kal_diphone && test -d $(FESTIVAL_VOICES)/english/ked_diphone \
-		&& test -d $(FESTIVAL_VOICES)/us/cmu_us_slt_arctic_hts \
-		|| { if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-		     $$SUDO apt-get update -qq \
-		     && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
-		        $(APT_PACKAGES); }
+	@# Required Debian packages (all in Debian main), installed only when one is missing
+	@# (root or sudo).
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+		| grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		echo "installing Debian packages: $$missing"; \
+		$$SUDO apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 	$(PIP) install '$(TORCH_PIN)'
 	$(PIP) install -e '.[dev]'
 	@# Best effort: pykeops needs g++ at run time and may fail to install/build.
