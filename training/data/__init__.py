@@ -1,4 +1,5 @@
-"""Datasets: Speech Commands v0.02 (real layout) and its synthetic generator.
+"""Datasets: Speech Commands v0.02 (real layout) and its synthetic generator; BIDMC vital
+signs (PhysioNet WFDB / Monash .ts loaders, simulator, NeuroKit2 baseline).
 
 Names load lazily: ``speech`` imports torch, ``speech_synth`` does not, so the CLI's
 ``data`` commands and ``liquid-stream --help`` stay torch-free.
@@ -20,6 +21,13 @@ _EXPORTS = {
     "default_synth_root": "speech_synth",
     "ensure_synth": "speech_synth",
     "generate_speech_synth": "speech_synth",
+    "BidmcDataError": "bidmc",
+    "load_wfdb_windows": "bidmc",
+    "load_ts_windows": "bidmc",
+    "split_windows": "bidmc",
+    "ensure_bidmc_sim": "bidmc_sim",
+    "write_bidmc_sim": "bidmc_sim",
+    "baseline_estimates": "bidmc_baseline",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -80,3 +80,34 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
         click.echo(f"  {s:5s}: {rep.clips[s]:6d} clips, {rep.speakers[s]:4d} speakers")
     if rep.too_long:
         click.echo(f"  note: {rep.too_long} clips were longer than 1 s and were cut")
+
+
+@data.command("bidmc-sim")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--records", default=24, show_default=True, type=click.IntRange(1, 99))
+@click.option(
+    "--minutes", default=8.0, show_default=True, type=click.FloatRange(0.6), help="Per record."
+)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
+@click.option("--force", is_flag=True, help="Replace OUT if it is a previous simulated set.")
+def bidmc_sim_cmd(out, records, minutes, seed, workers, force):
+    """Write simulated BIDMC WFDB records (bidmcNN 125 Hz RESP/PLETH/V/AVR/II + bidmcNNn 1 Hz
+    HR/PULSE/RESP/SpO2 numerics, NeuroKit2 waveforms warped onto known trajectories) to OUT."""
+    from liquid_stream.training.data.bidmc_sim import write_bidmc_sim
+
+    try:
+        rep = write_bidmc_sim(
+            out, records, minutes, seed, workers=workers, progress=True, overwrite=force
+        )
+    except (FileExistsError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(
+        f"wrote {rep.records} record pairs ({rep.minutes:g} min each) to {rep.root} "
+        f"in {rep.seconds:.1f} s"
+    )
+    click.echo(
+        f"  baselines: HR {rep.hr_range[0]:.0f}-{rep.hr_range[1]:.0f} bpm, "
+        f"RR {rep.rr_range[0]:.0f}-{rep.rr_range[1]:.0f} breaths/min, "
+        f"SpO2 {rep.spo2_range[0]:.0f}-{rep.spo2_range[1]:.0f} %"
+    )
