@@ -41,9 +41,12 @@ def _fmt(metrics: dict) -> str:
               help="Continue exactly from a last.pt / best.pt written by the trainer.")
 @click.option("--max-steps", default=None, type=click.IntRange(1),
               help="Stop after K optimizer steps (sets train.max_steps).")
+@click.option("--target", default=None,
+              help="Regression target of a vital-sign task (bidmc: hr, rr or spo2; sets "
+                   "data.target).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config field, e.g. --set optim.lr=1e-3 (repeatable).")
-def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, overrides):
+def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, target, overrides):
     """Train TASK (a name from training/configs/, or a .yaml path) and print the final
     validation and test metrics."""  # fmt: skip
     from .config import ConfigError, dump_config, load_config, resume_config
@@ -55,6 +58,8 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, overr
         extra.append(f"train.device={device}")
     if max_steps is not None:
         extra.append(f"train.max_steps={max_steps}")
+    if target is not None:
+        extra.append(f"data.target={json.dumps(target)}")
     try:
         cfg = load_config(task, preset, extra)
         if resume:  # continue the stored run: its config, plus this command's overrides
@@ -68,7 +73,8 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, overr
                 cfg = resume_config(saved, task, extra)
     except ConfigError as e:
         raise click.ClickException(str(e)) from e
-    out = Path(out_dir or Path("runs") / (cfg["task"] + (f"-{preset}" if preset else "")))
+    name = cfg["task"] + (f"-{cfg['data']['target']}" if "target" in cfg["data"] else "")
+    out = Path(out_dir or Path("runs") / (name + (f"-{preset}" if preset else "")))
     out.mkdir(parents=True, exist_ok=True)
     dump_config(cfg, out / "config.yaml")
 
@@ -81,9 +87,12 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, overr
     seed_everything(cfg["train"]["seed"])
     try:
         train_set, val_set, test_set, meta, loss = build_task(cfg)
-    except RuntimeError as e:
+    except (RuntimeError, ValueError) as e:
         raise click.ClickException(str(e)) from e
-    model = LiquidS4Model(d_input=meta["d_input"], d_output=meta["d_output"], **cfg["model"])
+    model = LiquidS4Model(
+        d_input=meta["d_input"], d_output=meta["d_output"], **cfg["model"],
+        **{k: v for k, v in output_affine(meta).items() if k not in cfg["model"]},
+    )
     n_params = sum(p.numel() for p in model.parameters())
     trainer = Trainer(model, train_set, val_set, cfg["optim"], cfg["train"], out, meta, loss,
                       config=cfg)  # fmt: skip
@@ -115,8 +124,20 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, overr
     click.echo(f"wrote {out}/metrics.csv, curves.png, last.pt, best.pt")
 
 
+def output_affine(meta: dict) -> dict:
+    """Regression tasks: the model's output affine from the train targets' mean / std, so
+    the network learns standardised targets while every output (forward, streaming, ONNX)
+    is in physical units."""
+    if "target_mean" in meta and "target_std" in meta:
+        return {
+            "output_shift": float(meta["target_mean"]),
+            "output_scale": float(meta["target_std"]),
+        }
+    return {}
+
+
 @click.command("evaluate")
-@click.argument("checkpoint", type=click.Path(dir_okay=False))
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--data", "data_root", default=None, type=click.Path(file_okay=False),
               help="Dataset root (default: the one recorded in the checkpoint's config).")
 @click.option("--split", default="test", type=click.Choice(["val", "test"]),
@@ -124,10 +145,27 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, overr
 @click.option("--device", default="auto", type=DEVICE_CHOICE, show_default=True)
 @click.option("--batch-size", default=32, type=click.IntRange(1), show_default=True)
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
-              help="Where to write confusion PNGs (default: next to the checkpoint).")
-def evaluate_cmd(checkpoint, data_root, split, device, batch_size, out_dir):
-    """Accuracy, per-class accuracy and a confusion-matrix PNG of CHECKPOINT on its
-    task's SPLIT (speech: at 16 kHz and zero-shot at 8 kHz with Δ doubled)."""
+              help="Where to write the PNGs (default: next to each checkpoint).")
+@click.option("--baseline", is_flag=True,
+              help="Vital signs: also run NeuroKit2's peak-detection HR / RR on the same "
+                   "windows and print its RMSE next to the model's.")
+def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, baseline):
+    """Evaluate CHECKPOINTS on their task's SPLIT. Classifiers: accuracy, per-class
+    accuracy and a confusion-matrix PNG (speech: at 16 kHz and zero-shot at 8 kHz with Δ
+    doubled). Vital signs (bidmc): RMSE / MAE in physical units, a scatter + Bland–Altman
+    PNG, one table row per checkpoint (e.g. one per split protocol) and, with
+    --baseline, NeuroKit2's classical estimate on the same windows."""
+    rows = []
+    for checkpoint in checkpoints:
+        rows += _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir,
+                              baseline) or []  # fmt: skip
+    if rows:
+        from .evaluate_vitals import format_table
+
+        click.echo(format_table(rows))
+
+
+def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, baseline):
     import copy
 
     from liquid_stream.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint
@@ -154,6 +192,14 @@ def evaluate_cmd(checkpoint, data_root, split, device, batch_size, out_dir):
     model.to(dev)
     out = Path(out_dir) if out_dir else Path(checkpoint).parent
     out.mkdir(parents=True, exist_ok=True)
+    if cfg["task"] == "bidmc":
+        from .evaluate_vitals import evaluate_vitals
+
+        try:
+            return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out,
+                                   baseline, name=Path(checkpoint).parent.name)  # fmt: skip
+        except (RuntimeError, ValueError) as e:
+            raise click.ClickException(str(e)) from e
     rates = [(1, meta.get("sample_rate"))]
     if cfg["task"] == "speech":
         rates.append((2, (meta.get("sample_rate") or 16000) // 2))

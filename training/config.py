@@ -9,7 +9,8 @@ A task file ``training/configs/<task>.yaml`` has the sections
               warmup_steps, milestones, gamma, grad_clip, epochs, batch_size, grad_accum
     train:    seed, device (auto|cpu|cuda), amp, amp_dtype, eval_every, max_steps,
               num_workers, save_every_steps, progress
-    presets:  {name: {section: {key: value}}} applied over the base values
+    presets:  {name: {section: {key: value}}} applied over the base values; a preset's
+              ``by_target: {t: {section: ...}}`` applies when data.target is t
 
 Resolution order: built-in defaults ← file ← preset ← ``--set`` overrides (each value
 parsed as YAML: ``--set optim.lr=1e-3``, ``--set model.liquid=null``,
@@ -216,7 +217,21 @@ def load_config(
                 f"unknown preset {preset!r} for task {cfg['task']!r}; "
                 f"available: {', '.join(presets) or '(none)'}"
             )
-        layers.append((f"preset {preset!r}", presets[preset] or {}))
+        chosen = dict(presets[preset] or {})
+        by_target = chosen.pop("by_target", None) or {}
+        layers.append((f"preset {preset!r}", chosen))
+    else:
+        by_target = {}
+    _apply_layers(cfg, layers, data_defaults)
+    if by_target:  # per-target values of a preset (e.g. bidmc lr for rr / spo2)
+        target = apply_overrides(copy.deepcopy(cfg), overrides, data_defaults)["data"].get("target")
+        if target in by_target:
+            _apply_layers(cfg, [(f"preset {preset!r} target {target!r}", by_target[target])],
+                          data_defaults)  # fmt: skip
+    return apply_overrides(cfg, overrides, data_defaults)
+
+
+def _apply_layers(cfg: dict, layers: list, data_defaults: dict) -> None:
     for where, layer in layers:
         for section, values in layer.items():
             if section not in ("model", "data", "optim", "train"):
@@ -228,7 +243,6 @@ def load_config(
                 raise ConfigError(f"{where}: section {section!r} must be a mapping")
             _check_keys(section, values, data_defaults, where)
             _merge(cfg[section], values, section)
-    return apply_overrides(cfg, overrides, data_defaults)
 
 
 def apply_overrides(cfg: dict, overrides, data_defaults: dict) -> dict:

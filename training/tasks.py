@@ -258,3 +258,105 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
         label_tail_ms=float(d["label_tail_ms"]), label_hold_ms=float(d["label_hold_ms"]),
     )  # fmt: skip
     return train, val, test, meta, "ce_per_step"
+
+
+# ----------------------------------------------------------------------------- bidmc
+# Vital-sign regression (HR / RR / SpO2) from PPG + ECG windows (training/data/bidmc.py):
+# PhysioNet BIDMC WFDB records or the Monash BIDMC32 .ts files at data.root, else the
+# cached simulated BIDMC records (training/data/bidmc_sim.py). The model maps a 32 s
+# window (4000 samples at 125 Hz) to the mean of the 1 Hz numerics over it; with a
+# `window` decoder of W = 4000 steps the last step of the per-step output is exactly that
+# estimate, so the same model streams: at every step it estimates the trailing 32 s.
+
+BIDMC_MODULE = "liquid_stream.training.data.bidmc"
+BIDMC_SIM_MODULE = "liquid_stream.training.data.bidmc_sim"
+
+
+def bidmc_windows(d: dict, seed: int):
+    """(format, root, train, val, test) ``Windows`` of the data section ``d``.
+
+    WFDB: ``protocol`` ``record`` (no recording in two splits) or ``shuffled`` (all
+    windows, 70/15/15, as the S4 code). ``.ts``: ``record`` is the archive's fixed
+    TRAIN/TEST split (val = 15 % of TRAIN, seeded), ``shuffled`` merges TRAIN+TEST."""
+    bd = _import(BIDMC_MODULE)
+    root = d["root"]
+    if root is None:
+        root = _import(BIDMC_SIM_MODULE).ensure_bidmc_sim(
+            int(d["sim_records"]), float(d["sim_minutes"]), int(d["sim_seed"])
+        )
+    fmt = bd.find_format(root) if d["format"] == "auto" else d["format"]
+    protocol = d["protocol"]
+    if protocol not in ("record", "shuffled"):
+        raise ValueError(f"data.protocol must be 'record' or 'shuffled', got {protocol!r}")
+    if fmt == "wfdb":
+        w = bd.load_wfdb_windows(
+            root, d["target"], tuple(d["channels"]), int(d["window"]), int(d["hop"]),
+            int(d["sample_rate"]), min_valid=float(d["min_valid"]),
+        )  # fmt: skip
+        return (fmt, root, *bd.split_windows(w, protocol, seed))
+    if fmt != "ts":
+        raise ValueError(f"data.format must be auto, wfdb or ts, got {fmt!r}")
+    train, test = bd.load_ts_windows(root, d["target"])
+    if protocol == "shuffled":
+        merged = bd.concat_windows(train, test)
+        return (fmt, root, *bd.split_windows(merged, "shuffled", seed))
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(train))
+    n_val = int(round(0.15 * len(train)))
+    return fmt, root, train.subset(np.sort(perm[n_val:])), train.subset(np.sort(perm[:n_val])), test
+
+
+@register(
+    "bidmc",
+    {"root": None, "format": "auto", "target": "hr", "protocol": "record",
+     "channels": ["PLETH", "II"], "window": 4000, "hop": 250, "sample_rate": 125,
+     "min_valid": 0.5, "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0,
+     "max_train": None},
+)  # fmt: skip
+def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
+    """BIDMC HR / RR / SpO2 regression (loss ``mse`` at the window's last step, in units
+    of the train targets' std; RMSE / MAE in physical units). ``meta`` carries what the
+    vitals app needs: target, units, channels, window, target_mean / target_std (the
+    model's output affine, set by the caller from ``meta`` before building the model)."""
+    if rate != 1:
+        raise ValueError("bidmc has no resampled evaluation")
+    bd = _import(BIDMC_MODULE)
+    d, seed = cfg["data"], int(cfg["train"]["seed"])
+    target = d["target"]
+    if target not in bd.TARGETS:
+        raise ValueError(f"data.target must be one of {', '.join(bd.TARGETS)}, got {target!r}")
+    fmt, root, train, val, test = windows or bidmc_windows(d, seed)
+    if d["max_train"] is not None and len(train) > int(d["max_train"]):
+        keep = np.random.default_rng(seed).permutation(len(train))[: int(d["max_train"])]
+        train = train.subset(np.sort(keep))
+    if len(train) == 0:
+        raise ValueError(f"no training windows for {target} in {root}")
+    if stats is None:
+        mean, std = bd.channel_stats(train.x)
+    else:
+        mean, std = [float(v) for v in np.ravel(stats[0])], [float(v) for v in np.ravel(stats[1])]
+    sets = [bd.WindowDataset(w, mean, std) for w in (train, val, test)]
+    y = train.y.astype(np.float64)
+    meta = {
+        "task": "bidmc",
+        "target": target,
+        "units": bd.TARGETS[target][1],
+        "labels": [target],
+        "channels": list(train.channels),
+        "sample_rate": int(d["sample_rate"]),
+        "window": int(d["window"]),
+        "input_mean": mean,
+        "input_std": std,
+        "target_mean": float(y.mean()),
+        "target_std": float(max(y.std(), 1e-3)),
+        "d_input": len(train.channels),
+        "d_output": 1,
+        "format": fmt,
+        "protocol": d["protocol"],
+        "data_root": str(root),
+        "windows": {"train": len(train), "val": len(val), "test": len(test)},
+    }
+    if fmt == "wfdb":  # which recordings each split holds (the apps stream held-out ones)
+        parts = (("train", train), ("val", val), ("test", test))
+        meta["records"] = {k: sorted({str(r) for r in w.record}) for k, w in parts}
+    return sets[0], sets[1], sets[2], meta, "mse"

@@ -193,8 +193,15 @@ def _sums_zero() -> dict:
     return {"n": 0.0, "loss": 0.0, "correct": 0.0, "count": 0.0, "se": 0.0, "ae": 0.0}
 
 
-def compute_loss(out: torch.Tensor, y: torch.Tensor, kind: str) -> tuple[torch.Tensor, dict]:
-    """Mean loss and the (detached) sums for the epoch metrics."""
+def compute_loss(
+    out: torch.Tensor, y: torch.Tensor, kind: str, scale: torch.Tensor | None = None
+) -> tuple[torch.Tensor, dict]:
+    """Mean loss and the (detached) sums for the epoch metrics.
+
+    ``mse``: per-step outputs ``(B, L, d)`` (a ``window`` decoder) are scored at the last
+    step; ``scale`` (the model's ``output_scale``, the targets' std) makes the loss
+    ``mean(((out − y) / scale)²)`` while RMSE / MAE stay in the targets' physical units.
+    """
     out = out.float()
     if kind in ("ce", "ce_per_step"):
         if kind == "ce_per_step" and out.dim() != 3:
@@ -209,8 +216,11 @@ def compute_loss(out: torch.Tensor, y: torch.Tensor, kind: str) -> tuple[torch.T
         count = target.numel()
         sums = {"correct": float(correct), "count": float(count), "se": 0.0, "ae": 0.0}
     elif kind == "mse":
+        if out.dim() == 3:
+            out = out[:, -1]
         target = y.float().reshape(out.shape)
-        loss = F.mse_loss(out, target)
+        unit = 1.0 if scale is None else scale.float().to(out.device)
+        loss = F.mse_loss(out / unit, target / unit)
         with torch.no_grad():
             d = out - target
             sums = {"correct": 0.0, "count": float(d.numel()),
@@ -274,7 +284,7 @@ def evaluate_model(
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             with autocast or contextlib.nullcontext():
                 out = forward_for_loss(model, x, loss, rate)
-            _, s = compute_loss(out, y, loss)
+            _, s = compute_loss(out, y, loss, getattr(model, "output_scale", None))
             for k in sums:
                 sums[k] += s[k]
             if confusion is not None:
@@ -581,7 +591,9 @@ class Trainer:
                 try:
                     with self.autocast():
                         out = forward_for_loss(self.model, x, self.loss_kind)
-                    loss, sums = compute_loss(out, y, self.loss_kind)
+                    loss, sums = compute_loss(
+                        out, y, self.loss_kind, getattr(self.model, "output_scale", None)
+                    )
                     value = loss.item()
                     if not math.isfinite(value):
                         bad = f"loss ({value})"

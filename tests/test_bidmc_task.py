@@ -1,0 +1,131 @@
+"""The ``bidmc`` task end to end: config presets, training through the CLI on simulated
+WFDB records, evaluation (both split protocols, NeuroKit2 baseline, plots) and export of
+the trained regressor to ONNX in physical units."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from liquid_stream.checkpoint import load_checkpoint, model_from_checkpoint
+from liquid_stream.training.cli import evaluate_cmd, train_cmd
+from liquid_stream.training.config import load_config
+
+TINY = ["--set", "model.d_model=8", "--set", "model.n_layers=1", "--set", "model.d_state=4",
+        "--set", "optim.batch_size=8", "--set", "optim.eval_batch_size=32",
+        "--set", "optim.epochs=1", "--set", "data.hop=500",
+        "--set", "optim.warmup_steps=1"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    from liquid_stream.training.data.bidmc_sim import write_bidmc_sim
+
+    root = tmp_path_factory.mktemp("bidmc") / "sim"
+    write_bidmc_sim(root, records=4, minutes=1.5, seed=3, progress=False)
+    return root
+
+
+def test_presets_follow_the_paper_per_target():
+    for target, lr, order in (("hr", 0.005, 3), ("rr", 0.01, 2), ("spo2", 0.01, 4)):
+        cfg = load_config("bidmc", "paper", [f"data.target={target}"])
+        assert cfg["optim"]["lr"] == lr and cfg["model"]["liquid_order"] == order
+        assert cfg["model"]["d_state"] == 256 and cfg["model"]["norm"] == "layer"
+        assert cfg["model"]["decoder_window"] == cfg["data"]["window"] == 4000
+    # a command-line override beats the preset's per-target value
+    cfg = load_config("bidmc", "paper", ["data.target=rr", "optim.lr=0.02"])
+    assert cfg["optim"]["lr"] == 0.02
+
+
+def _train(tmp_path, records, name, *extra):
+    out = tmp_path / name
+    args = ["bidmc", "--preset", "cpu", "--data", str(records), "--out", str(out), *TINY,
+            *extra]  # fmt: skip
+    r = CliRunner().invoke(train_cmd, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return out, r.output
+
+
+def test_train_evaluate_export(tmp_path, records):
+    out, text = _train(tmp_path, records, "hr", "--target", "hr", "--max-steps", "3")
+    assert (out / "best.pt").is_file() and (out / "metrics.csv").is_file()
+    test = json.loads((out / "test_metrics.json").read_text())
+    assert np.isfinite(test["rmse"]) and test["rmse"] > 0
+    ckpt = load_checkpoint(out / "best.pt")  # weights_only
+    meta = ckpt["meta"]
+    assert meta["target"] == "hr" and meta["units"] == "bpm"
+    assert meta["channels"] == ["PLETH", "II"] and meta["sample_rate"] == 125
+    # the output affine is the train targets' mean / std: an untrained-ish model already
+    # answers in bpm, around the mean heart rate
+    model, _ = model_from_checkpoint(ckpt)
+    assert model.config["output_shift"] == pytest.approx(meta["target_mean"])
+    assert 40 < meta["target_mean"] < 140
+
+    # the shuffled protocol, then both in one evaluate table with the baseline
+    out2, _ = _train(tmp_path, records, "hr-shuffled", "--target", "hr", "--max-steps", "2",
+                     "--set", "data.protocol=shuffled")  # fmt: skip
+    r = CliRunner().invoke(
+        evaluate_cmd, [str(out / "best.pt"), str(out2 / "best.pt"), "--baseline",
+                       "--device", "cpu"], catch_exceptions=False,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "record split" in r.output and "shuffled split" in r.output
+    assert "NeuroKit2 baseline: RMSE" in r.output
+    table = r.output.strip().splitlines()[-3:]
+    assert table[0].split()[:3] == ["model", "target", "protocol"]
+    assert {table[1].split()[2], table[2].split()[2]} == {"record", "shuffled"}
+    assert (out / "agreement_hr_record_test.png").stat().st_size > 0
+
+    # export: ONNX in physical units, same numbers as the torch model (design §5)
+    from liquid_stream.export.pipeline import export_model, verify_onnx
+    from liquid_stream.onnx_streamer import OnnxStreamer
+
+    info = export_model(model, tmp_path / "hr.onnx", chunk=125, meta=meta)
+    report = verify_onnx(model, info["path"], length=3000, meta=meta)
+    assert report.ok, str(report)
+    s = OnnxStreamer(info["path"])
+    assert s.task == "bidmc" and s.meta_json("channels") == ["PLETH", "II"]
+    assert s.metadata["target"] == "hr" and s.metadata["units"] == "bpm"
+
+
+def test_spo2_has_no_classical_baseline(tmp_path, records):
+    out, _ = _train(tmp_path, records, "spo2", "--target", "spo2", "--max-steps", "1")
+    r = CliRunner().invoke(evaluate_cmd, [str(out / "best.pt"), "--baseline", "--device",
+                                          "cpu"], catch_exceptions=False)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "baseline: n/a" in r.output
+
+
+def test_training_reduces_the_loss(records):
+    """A few optimiser steps on the same batch reduce the (standardised) MSE."""
+    from liquid_stream.model import LiquidS4Model, make_optimizer
+    from liquid_stream.training.tasks import build_bidmc
+    from liquid_stream.training.trainer import compute_loss
+
+    cfg = load_config("bidmc", "cpu", ["data.target=hr", "data.hop=500", f"data.root={records}"])
+    train, _, _, meta, kind = build_bidmc(cfg)
+    x = torch.stack([train[i][0] for i in range(8)])
+    y = torch.stack([train[i][1] for i in range(8)])
+    torch.manual_seed(0)
+    model = LiquidS4Model(2, 1, d_model=8, n_layers=1, d_state=4, decoder="window",
+                          decoder_window=4000, norm="layer", output_shift=meta["target_mean"],
+                          output_scale=meta["target_std"])  # fmt: skip
+    opt = make_optimizer(model, lr=0.01, weight_decay=0.0)
+    losses = []
+    for _ in range(15):
+        loss, _ = compute_loss(model(x), y, kind, model.output_scale)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_bad_target_is_a_clear_error(tmp_path, records):
+    r = CliRunner().invoke(train_cmd, ["bidmc", "--target", "bp", "--data", str(records),
+                                       "--out", str(tmp_path / "x"), *TINY])  # fmt: skip
+    assert r.exit_code != 0 and "data.target must be one of" in r.output

@@ -1,0 +1,159 @@
+"""Evaluation of the vital-sign regressors (task ``bidmc``): RMSE / MAE in physical units,
+scatter + Bland–Altman plot, and NeuroKit2's classical estimate on the same windows.
+
+    liquid-stream evaluate runs/bidmc-hr-cpu/best.pt runs/bidmc-hr-shuffled/best.pt --baseline
+
+Each checkpoint is scored on the test split of *its own* protocol (``record``: no
+recording shared with training; ``shuffled``: windows of the same recordings in train and
+test, the paper's protocol), so passing one checkpoint per protocol prints both side by
+side. Bland–Altman: the difference (estimate − reference) against their mean, with the
+bias and the 95 % limits of agreement bias ± 1.96 sd.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+import numpy as np
+import torch
+
+BASELINE_MODULE = "liquid_stream.training.data.bidmc_baseline"
+
+
+def predict_windows(
+    model: torch.nn.Module, dataset, device: torch.device, batch_size: int = 32
+) -> tuple[np.ndarray, np.ndarray]:
+    """The model's estimate for every window (the last step of a ``window`` decoder, the
+    pooled output otherwise) and the targets, both ``(n,)`` float64."""
+    from torch.utils.data import DataLoader
+
+    preds, ys = [], []
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for x, y in DataLoader(dataset, batch_size=batch_size, shuffle=False):
+            out = model(x.to(device)).double()
+            out = out[:, -1] if out.dim() == 3 else out
+            preds.append(out[:, 0].cpu().numpy())
+            ys.append(y.double().reshape(-1).numpy())
+    model.train(was_training)
+    return np.concatenate(preds), np.concatenate(ys)
+
+
+def errors(pred: np.ndarray, y: np.ndarray) -> dict:
+    """RMSE, MAE, bias and the Bland–Altman limits over the finite pairs."""
+    ok = np.isfinite(pred) & np.isfinite(y)
+    d = pred[ok] - y[ok]
+    if not len(d):
+        nan = float("nan")
+        return {"n": 0, "rmse": nan, "mae": nan, "bias": nan, "loa": nan}
+    return {
+        "n": int(ok.sum()),
+        "rmse": float(np.sqrt(np.mean(d**2))),
+        "mae": float(np.mean(np.abs(d))),
+        "bias": float(d.mean()),
+        "loa": float(1.96 * d.std()),
+    }
+
+
+def plot_agreement(
+    pred: np.ndarray, y: np.ndarray, units: str, title: str, path: Path,
+    baseline: np.ndarray | None = None,
+) -> None:  # fmt: skip
+    """Scatter (estimate vs reference, identity line) and Bland–Altman panels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6))
+    series = [("Liquid-S4", pred, "tab:blue")]
+    if baseline is not None and np.isfinite(baseline).any():
+        series.append(("NeuroKit2", baseline, "tab:orange"))
+    lo = np.nanmin([np.nanmin(y)] + [np.nanmin(p) for _, p, _ in series])
+    hi = np.nanmax([np.nanmax(y)] + [np.nanmax(p) for _, p, _ in series])
+    for label, p, color in series:
+        e = errors(p, y)
+        ok = np.isfinite(p)
+        ax1.scatter(y[ok], p[ok], s=6, alpha=0.5, color=color,
+                    label=f"{label}: RMSE {e['rmse']:.2f} (n={e['n']})")  # fmt: skip
+        mean, diff = (p[ok] + y[ok]) / 2, p[ok] - y[ok]
+        ax2.scatter(mean, diff, s=6, alpha=0.5, color=color, label=label)
+        for v, style in ((e["bias"], "-"), (e["bias"] + e["loa"], "--"),
+                         (e["bias"] - e["loa"], "--")):  # fmt: skip
+            ax2.axhline(v, color=color, linestyle=style, linewidth=1)
+    ax1.plot([lo, hi], [lo, hi], "k-", linewidth=0.8)
+    ax1.set(xlabel=f"reference ({units})", ylabel=f"estimate ({units})", title=title)
+    ax1.legend(fontsize=8)
+    ax2.set(xlabel=f"mean of estimate and reference ({units})",
+            ylabel=f"estimate − reference ({units})",
+            title="Bland–Altman (bias, ±1.96 sd)")  # fmt: skip
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def evaluate_vitals(
+    model, meta: dict, cfg: dict, stats, split: str, device, batch_size: int, out: Path,
+    baseline: bool = False, name: str = "",
+) -> list[dict]:  # fmt: skip
+    """Score one bidmc checkpoint on SPLIT of its protocol; prints and returns a table row."""
+    from .tasks import _import, bidmc_windows, build_bidmc
+
+    d = cfg["data"]
+    windows = bidmc_windows(d, int(cfg["train"]["seed"]))
+    fmt, root, *splits = windows
+    w = splits[2] if split == "test" else splits[1]
+    sets = build_bidmc(cfg, stats=stats, windows=windows)
+    ds = sets[2] if split == "test" else sets[1]
+    if len(ds) == 0:
+        raise ValueError(f"the {split} split of {root} has no windows")
+    pred, y = predict_windows(model, ds, device, batch_size)
+    target, units = meta.get("target", d["target"]), meta.get("units", "")
+    res = errors(pred, y)
+    tag = f"{target} {split} ({d['protocol']} split, {fmt}, {res['n']} windows)"
+    click.echo(f"{tag}: RMSE {res['rmse']:.3f} {units}, MAE {res['mae']:.3f} {units}, "
+               f"bias {res['bias']:+.3f} ± {res['loa']:.3f} (95% LoA)")  # fmt: skip
+    row = {"model": name, "target": target, "units": units, "protocol": d["protocol"],
+           "format": fmt, "split": split, **res}  # fmt: skip
+    base = None
+    if baseline:
+        bb = _import(BASELINE_MODULE)
+        base = np.asarray(bb.baseline_estimates(root, w, target), np.float64)
+        b = errors(base, y)
+        valid = np.isfinite(base)
+        same = errors(pred[valid], y[valid])
+        row.update(baseline_rmse=b["rmse"], baseline_mae=b["mae"], baseline_n=b["n"],
+                   model_rmse_on_baseline_windows=same["rmse"])  # fmt: skip
+        if b["n"] == 0:
+            click.echo(f"  NeuroKit2 baseline: n/a for {target} (no classical estimate)")
+        else:
+            click.echo(
+                f"  NeuroKit2 baseline: RMSE {b['rmse']:.3f} {units}, MAE {b['mae']:.3f} "
+                f"{units} on {b['n']}/{len(y)} windows (failures excluded; the model on "
+                f"those windows: RMSE {same['rmse']:.3f})"
+            )
+    png = out / f"agreement_{target}_{d['protocol']}_{split}.png"
+    plot_agreement(pred, y, units, f"{target} {split}, {d['protocol']} split", png, base)
+    click.echo(f"  scatter + Bland–Altman: {png}")
+    return [row]
+
+
+def format_table(rows: list[dict]) -> str:
+    """A plain-text table: one line per evaluated checkpoint."""
+
+    def f(v):
+        return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else (
+            f"{v:.3f}" if isinstance(v, float) else str(v))  # fmt: skip
+
+    cols = ["model", "target", "protocol", "format", "split", "n", "rmse", "mae"]
+    if any("baseline_rmse" in r for r in rows):
+        cols += ["baseline_rmse", "baseline_mae", "baseline_n"]
+    cells = [[f(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
