@@ -1,0 +1,354 @@
+"""Audio sources for the live apps: WAV files and microphones, streamed in blocks (no torch).
+
+    src = WavSource("talk.wav", block_ms=10, realtime=False)   # or MicSource(device="pulse")
+    with src:
+        for block in src.blocks():                # float32 mono blocks at src.rate
+            ...
+
+- :func:`read_wav` reads RIFF/WAVE files itself (PCM 8/16/24/32-bit, IEEE float 32/64,
+  WAVE_FORMAT_EXTENSIBLE), so a missing file, a non-WAV file or a truncated WAV (fewer
+  data bytes than the header says) each get a clear :class:`AudioError`. Multichannel
+  files are reduced to channel 0 (the caller gets a note to show).
+- :class:`WavSource` yields a file in blocks, paced to real time (as a microphone would)
+  or as fast as the consumer takes them (``realtime=False``).
+- :class:`MicSource` wraps ``sounddevice.InputStream``; its callback only copies the block
+  into a bounded queue. A full queue drops the block (counted in ``dropped``); PortAudio's
+  ``input_overflow`` flags are counted in ``overflows``; neither ever raises.
+- :class:`StreamResampler` converts between integer rates with a polyphase FIR
+  (``scipy.signal.upfirdn`` with the Kaiser-windowed filter of
+  ``scipy.signal.resample_poly``), streaming-exact: feeding blocks of any size gives
+  exactly the output of one call on the whole signal. It is causal, so it delays the
+  signal by ``delay_s`` (the filter's half length, ~1 ms for 16 → 8 kHz). Any pair of
+  integer rates works (11025 → 8000 uses up = 320, down = 441).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from math import gcd
+from pathlib import Path
+
+import numpy as np
+
+
+class AudioError(ValueError):
+    """A WAV file or an audio device that cannot be used (message names the cause)."""
+
+
+# ------------------------------------------------------------------------------ WAV
+
+_PCM, _FLOAT, _EXTENSIBLE = 0x0001, 0x0003, 0xFFFE
+
+
+def read_wav(path: str | os.PathLike) -> tuple[np.ndarray, int, list[str]]:
+    """Read a WAV file as float32 mono in [-1, 1]: ``(samples, rate, notes)``.
+
+    ``notes`` lists what was changed (e.g. "3 channels: using channel 0"). Raises
+    :class:`AudioError` for a missing or unreadable file, a file that is not RIFF/WAVE,
+    an unsupported encoding, or a truncated data chunk.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise AudioError(f"audio file not found: {path}")
+    if not path.is_file():
+        raise AudioError(f"not a file: {path}")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise AudioError(f"cannot read {path}: {e}") from e
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise AudioError(f"{path} is not a WAV file (no RIFF/WAVE header)")
+    fmt = None
+    pos = 12
+    while pos + 8 <= len(data):
+        cid, size = data[pos : pos + 4], struct.unpack("<I", data[pos + 4 : pos + 8])[0]
+        body = pos + 8
+        if cid == b"fmt ":
+            if size < 16 or body + 16 > len(data):
+                raise AudioError(f"{path}: truncated WAV (fmt chunk cut short)")
+            tag, ch, rate, _, _, bits = struct.unpack("<HHIIHH", data[body : body + 16])
+            if tag == _EXTENSIBLE and size >= 40 and body + 26 <= len(data):
+                tag = struct.unpack("<H", data[body + 24 : body + 26])[0]  # sub-format GUID
+            fmt = (tag, ch, rate, bits)
+        elif cid == b"data":
+            if fmt is None:
+                raise AudioError(f"{path}: malformed WAV (data chunk before fmt chunk)")
+            raw = data[body : body + size]
+            if len(raw) < size:
+                raise AudioError(
+                    f"{path}: truncated WAV (header says {size} data bytes, file holds {len(raw)})"
+                )
+            return _decode(path, raw, *fmt)
+        pos = body + size + (size & 1)
+    if fmt is None:
+        raise AudioError(f"{path}: truncated or malformed WAV (no fmt chunk)")
+    raise AudioError(f"{path}: truncated or malformed WAV (no data chunk)")
+
+
+def _decode(path: Path, raw: bytes, tag: int, ch: int, rate: int, bits: int):
+    if ch < 1 or rate < 1:
+        raise AudioError(f"{path}: malformed WAV ({ch} channels, {rate} Hz)")
+    width = bits // 8
+    if tag == _PCM and bits in (8, 16, 24, 32):
+        n = len(raw) // (width * ch)
+        raw = raw[: n * width * ch]
+        if bits == 8:
+            x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
+        elif bits == 24:
+            b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
+            v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
+            x = (np.where(v >= 1 << 23, v - (1 << 24), v) / float(1 << 23)).astype(np.float32)
+        else:
+            x = np.frombuffer(raw, f"<i{width}").astype(np.float32) / float(1 << (bits - 1))
+    elif tag == _FLOAT and bits in (32, 64):
+        n = len(raw) // (width * ch)
+        x = np.frombuffer(raw[: n * width * ch], f"<f{width}").astype(np.float32)
+    else:
+        kind = {_PCM: "PCM", _FLOAT: "float"}.get(tag, f"format tag 0x{tag:04x}")
+        raise AudioError(
+            f"{path}: unsupported WAV encoding ({kind}, {bits}-bit); use 8/16/24/32-bit PCM "
+            "or 32/64-bit float"
+        )
+    notes = []
+    x = x.reshape(-1, ch)
+    if ch > 1:
+        notes.append(f"{path.name}: {ch} channels, using channel 0")
+    return np.ascontiguousarray(x[:, 0]), int(rate), notes
+
+
+def write_wav(path: str | os.PathLike, x: np.ndarray, rate: int) -> None:
+    """Write float samples in [-1, 1] (clipped) as a 16-bit PCM mono WAV."""
+    import wave
+
+    pcm = np.round(np.clip(np.asarray(x, np.float64), -1.0, 32767 / 32768) * 32768)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(int(rate))
+        w.writeframes(pcm.astype("<i2").tobytes())
+
+
+# ------------------------------------------------------------------------- resampling
+
+
+class StreamResampler:
+    """Streaming polyphase resampler ``in_rate → out_rate`` (integer rates).
+
+    ``process(block)`` returns every output sample whose inputs have all arrived, so the
+    concatenated outputs equal ``upfirdn(h, x, up, down)`` of the whole signal, whatever
+    the block sizes. The filter is ``resample_poly``'s (Kaiser β = 5, half length
+    10 · max(up, down) taps on the upsampled grid); being causal it delays the signal
+    by ``delay_s`` seconds.
+    """
+
+    def __init__(self, in_rate: int, out_rate: int):
+        from scipy.signal import firwin
+
+        if int(in_rate) != in_rate or int(out_rate) != out_rate or in_rate < 1 or out_rate < 1:
+            raise AudioError(f"resampling needs positive integer rates, got {in_rate} → {out_rate}")
+        in_rate, out_rate = int(in_rate), int(out_rate)
+        g = gcd(in_rate, out_rate)
+        self.in_rate, self.out_rate = in_rate, out_rate
+        self.up, self.down = out_rate // g, in_rate // g
+        half = 10 * max(self.up, self.down)
+        self.h = (
+            firwin(2 * half + 1, 1.0 / max(self.up, self.down), window=("kaiser", 5.0)) * self.up
+        )
+        self.delay_s = half / (self.up * in_rate)
+        self.reset()
+
+    def reset(self) -> None:
+        # Input history starts at absolute index -pad (zeros), pad a multiple of `down`
+        # that covers the filter, so the first outputs see a zero past.
+        need = -(-(len(self.h) - 1) // self.up) + 1
+        self._pad = -(-need // self.down) * self.down
+        self._buf = np.zeros(self._pad, np.float64)
+        self._start = -self._pad  # absolute input index of self._buf[0]
+        self._next = 0  # next output index m (z[m * down] of the full convolution)
+
+    def process(self, block: np.ndarray) -> np.ndarray:
+        from scipy.signal import upfirdn
+
+        if self.up == self.down:
+            return np.asarray(block, np.float32)
+        self._buf = np.concatenate([self._buf, np.asarray(block, np.float64)])
+        n_in = self._start + len(self._buf)  # inputs received: absolute indices < n_in
+        # output m needs inputs up to floor(m * down / up) < n_in
+        m_end = ((n_in - 1) * self.up) // self.down + 1
+        if m_end <= self._next:
+            return np.zeros(0, np.float32)
+        # local convolution over buf; output m sits at local index m - start*up/down
+        z = upfirdn(self.h, self._buf, self.up, self.down)
+        off = (-self._start * self.up) // self.down  # _start is a multiple of down
+        y = z[self._next + off : m_end + off]
+        self._next = m_end
+        # keep only the history the next outputs need (aligned to a multiple of down)
+        keep_from = (self._next * self.down - (len(self.h) - 1)) // self.up - 1
+        keep_from = (keep_from // self.down) * self.down
+        if keep_from > self._start:
+            self._buf = self._buf[keep_from - self._start :]
+            self._start = keep_from
+        return y.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- sources
+
+
+class WavSource:
+    """A WAV file as a stream of float32 mono blocks of ``block_ms`` at ``rate``.
+
+    ``realtime=True`` sleeps so blocks come at the pace of a live microphone;
+    ``realtime=False`` yields them as fast as they are consumed. ``stop()`` ends it early.
+    """
+
+    kind = "file"
+
+    def __init__(self, path: str | os.PathLike, block_ms: float = 10.0, realtime: bool = True):
+        self.path = Path(path)
+        self.samples, self.rate, self.notes = read_wav(self.path)
+        self.block = max(1, int(round(self.rate * block_ms / 1000)))
+        self.realtime = realtime
+        self.dropped = 0
+        self.overflows = 0
+        self.name = str(self.path)
+        self._stop = threading.Event()
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.samples) / self.rate
+
+    def __enter__(self) -> WavSource:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        t0 = time.perf_counter()
+        for pos in range(0, len(self.samples), self.block):
+            if self._stop.is_set():
+                return
+            if self.realtime:
+                wait = t0 + pos / self.rate - time.perf_counter()
+                if wait > 0 and self._stop.wait(wait):
+                    return
+            yield self.samples[pos : pos + self.block]
+
+
+class MicSource:
+    """A sounddevice input as a stream of float32 mono blocks (channel 0) at ``rate``.
+
+    ``device``: a PortAudio index or (part of) a device name, None for the default input.
+    The stream opens at ``prefer_rate`` when the device accepts it, else at the device's
+    default rate (the caller resamples). The PortAudio callback only copies the block into
+    a queue of ``max_queue`` blocks: when the consumer falls behind, new blocks are
+    dropped and counted (``dropped``); PortAudio overflow flags are counted in
+    ``overflows``.
+    """
+
+    kind = "mic"
+
+    def __init__(
+        self,
+        device: int | str | None = None,
+        prefer_rate: int | None = None,
+        block_ms: float = 10.0,
+        max_queue: int = 200,
+    ):
+        import sounddevice as sd
+
+        self._sd = sd
+        try:
+            info = sd.query_devices(device, "input")
+        except (ValueError, sd.PortAudioError) as e:
+            names = [
+                f"{i}: {d['name']}"
+                for i, d in enumerate(sd.query_devices())
+                if d["max_input_channels"] > 0
+            ]
+            avail = "; ".join(names) if names else "none"
+            raise AudioError(f"no usable input device {device!r} ({e}); inputs: {avail}") from e
+        self.name = str(info["name"])
+        self.device = device
+        rate = None
+        if prefer_rate:
+            try:
+                sd.check_input_settings(device=device, channels=1, samplerate=prefer_rate)
+                rate = int(prefer_rate)
+            except Exception:  # noqa: BLE001 - PortAudio reports unsupported rates variously
+                rate = None
+        self.rate = rate or int(round(info["default_samplerate"]))
+        self.block = max(1, int(round(self.rate * block_ms / 1000)))
+        self.queue: queue.Queue[np.ndarray] = queue.Queue(maxsize=max_queue)
+        self.dropped = 0
+        self.overflows = 0
+        self.notes: list[str] = []
+        self.first_block_at: float | None = None
+        self._stop = threading.Event()
+        self._stream = None
+
+    def _callback(self, indata, frames, time_info, status) -> None:  # PortAudio thread
+        if status.input_overflow:
+            self.overflows += 1
+        try:
+            self.queue.put_nowait(indata[:, 0].copy())
+        except queue.Full:
+            self.dropped += 1
+
+    def __enter__(self) -> MicSource:
+        sd = self._sd
+        try:
+            self._stream = sd.InputStream(
+                device=self.device,
+                channels=1,
+                samplerate=self.rate,
+                blocksize=self.block,
+                dtype="float32",
+                callback=self._callback,
+            )
+            self._stream.start()
+        except (sd.PortAudioError, ValueError) as e:
+            raise AudioError(
+                f"cannot open input device {self.name!r} at {self.rate} Hz: {e}"
+            ) from e
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        if self._stream is not None:
+            try:
+                self._stream.stop()
+                self._stream.close()
+            except self._sd.PortAudioError:
+                pass
+            self._stream = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait_first_block(self, timeout: float = 5.0) -> bool:
+        """Block until the device delivered its first block (True) or ``timeout`` s."""
+        end = time.monotonic() + timeout
+        while self.queue.empty() and self.first_block_at is None:
+            if time.monotonic() > end or self._stop.is_set():
+                return False
+            time.sleep(0.01)
+        return True
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        while not self._stop.is_set():
+            try:
+                block = self.queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if self.first_block_at is None:
+                self.first_block_at = time.time()
+            yield block

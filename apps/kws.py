@@ -1,0 +1,346 @@
+"""Keyword spotting on a live stream with an exported liquid-stream ONNX model (no torch).
+
+    from liquid_stream.apps.kws import KeywordSpotter
+
+    spotter = KeywordSpotter("kws.onnx", threshold=0.8)    # keywords = the model's labels
+    for frame in frames:                   # e.g. 10 ms blocks at spotter.sample_rate
+        scores = spotter.predict(frame)    # {"yes": 0.01, "no": 0.93}: smoothed, latest sample
+        for det in spotter.detections:     # what this frame triggered
+            print(det.time_s, det.keyword, det.score)
+
+The model (a per-step classifier: one output row per input sample, e.g. the
+``speech-stream`` task with a causal ``window`` decoder) gives logits; the spotter turns
+them into softmax posteriors, smooths each keyword's posterior with a moving average
+over ``smooth_ms``, and fires a :class:`Detection` at the first sample where a smoothed
+score reaches its keyword's threshold, provided that keyword has fallen back below its
+threshold since its last detection (re-arm) and no keyword fired in the last
+``refractory`` seconds. ``Detection.time_s`` is stream time: seconds of audio fed
+since the start (or the last ``reset()``), at sample resolution.
+
+Frames are float in [-1, 1] or int16 (scaled by 1/32768), at the model's
+``sample_rate`` (resample first, see :class:`~liquid_stream.apps.audio.StreamResampler`).
+The no-keyword class is the metadata ``silence_class`` when present, else the label named
+``_silence_``, ``silence`` or ``_unknown_``. Models that are not per-step audio
+classifiers are refused with :class:`KwsModelError`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from liquid_stream.onnx_streamer import OnnxModelError, OnnxStreamer
+
+SILENCE_NAMES = ("_silence_", "silence", "_unknown_")
+# Tasks whose outputs are not class logits (vital-sign regression, ...).
+REGRESSION_TASKS = ("bidmc", "vitals", "regression")
+
+
+class KwsModelError(ValueError):
+    """The ONNX file is unusable as a keyword spotter (message says why)."""
+
+
+@dataclass(frozen=True)
+class Detection:
+    """A keyword heard at ``time_s`` seconds of stream time with smoothed ``score``."""
+
+    time_s: float
+    keyword: str
+    score: float
+
+
+def check_kws_model(streamer: OnnxStreamer) -> int:
+    """Validate an opened model for keyword spotting; return its no-keyword class index."""
+    name = streamer.path.name
+    task = streamer.task or "?"
+    if any(task.startswith(t) for t in REGRESSION_TASKS) or streamer.metadata.get("loss") == "mse":
+        raise KwsModelError(
+            f"{name} is a regression model (task {task!r}), not a keyword classifier"
+        )
+    if streamer.d_input != 1:
+        raise KwsModelError(
+            f"{name} takes {streamer.d_input} input channels (task {task!r}); a keyword "
+            "spotter needs a mono audio model (d_input = 1)"
+        )
+    if not streamer.labels:
+        raise KwsModelError(f"{name} has no class labels in its metadata (task {task!r})")
+    if len(streamer.labels) != streamer.d_output:
+        raise KwsModelError(
+            f"{name}: {len(streamer.labels)} labels for {streamer.d_output} outputs"
+        )
+    if not streamer.sample_rate:
+        raise KwsModelError(f"{name} has no sample_rate in its metadata (task {task!r})")
+    if streamer.metadata.get("decoder") == "pool":
+        raise KwsModelError(
+            f"{name} has a 'pool' decoder (a running mean over the whole stream, task "
+            f"{task!r}): train a per-step model (e.g. task speech-stream, decoder window)"
+        )
+    silence = streamer.meta_json("silence_class")
+    if silence is None:
+        for s in SILENCE_NAMES:
+            if s in streamer.labels:
+                silence = streamer.labels.index(s)
+                break
+    if silence is None or not 0 <= int(silence) < streamer.d_output:
+        raise KwsModelError(
+            f"{name}: no non-keyword class (metadata silence_class, or a label named "
+            f"{' / '.join(SILENCE_NAMES)}); labels: {streamer.labels}"
+        )
+    return int(silence)
+
+
+class KeywordSpotter:
+    """Streaming keyword spotter around an :class:`OnnxStreamer` (see the module docstring).
+
+    Args:
+        model_path: an ONNX file from ``liquid-stream export`` of a per-step classifier.
+        keywords: the labels to spot (default: every label except the no-keyword class).
+        threshold: smoothed-score threshold, one value or a dict keyword → value.
+        refractory: seconds after a detection during which no keyword fires.
+        smooth_ms: moving-average window of the posteriors (1 sample when 0).
+        chunk_ms: the frame length the app feeds (``chunk`` samples); any length works.
+        threads: onnxruntime intra-op threads (default: onnxruntime's choice).
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        keywords: list[str] | None = None,
+        threshold: float | dict[str, float] = 0.8,
+        refractory: float = 1.0,
+        smooth_ms: float = 100.0,
+        chunk_ms: float = 10.0,
+        threads: int | None = None,
+    ):
+        path = Path(model_path)
+        if not path.is_file():
+            raise KwsModelError(f"model not found: {path}")
+        try:
+            self.streamer = OnnxStreamer(path, providers=["CPUExecutionProvider"], threads=threads)
+        except OnnxModelError as e:
+            raise KwsModelError(str(e)) from e
+        self.silence_class = check_kws_model(self.streamer)
+        self.labels = list(self.streamer.labels)
+        self.sample_rate = int(round(self.streamer.sample_rate))
+        self.task = self.streamer.task
+        candidates = [lab for i, lab in enumerate(self.labels) if i != self.silence_class]
+        if keywords:
+            unknown = [k for k in keywords if k not in candidates]
+            if unknown:
+                raise KwsModelError(
+                    f"unknown keyword(s) {', '.join(unknown)}; this model knows: "
+                    f"{', '.join(candidates)}"
+                )
+            self.keywords = list(dict.fromkeys(keywords))
+        else:
+            self.keywords = candidates
+        self._cls = np.array([self.labels.index(k) for k in self.keywords])
+        if isinstance(threshold, dict):
+            bad = [k for k in threshold if k not in self.keywords]
+            if bad:
+                raise KwsModelError(f"threshold for unknown keyword(s): {', '.join(bad)}")
+            self.thresholds = np.array([float(threshold.get(k, 0.8)) for k in self.keywords])
+        else:
+            self.thresholds = np.full(len(self.keywords), float(threshold))
+        if np.any((self.thresholds <= 0) | (self.thresholds > 1)):
+            raise KwsModelError("thresholds must be in (0, 1]")
+        if refractory < 0 or smooth_ms < 0 or chunk_ms <= 0:
+            raise KwsModelError("refractory and smooth_ms must be >= 0, chunk_ms > 0")
+        self.refractory = float(refractory)
+        self.smooth = max(1, int(round(smooth_ms * self.sample_rate / 1000)))
+        self.chunk = max(1, int(round(chunk_ms * self.sample_rate / 1000)))
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+
+    def reset(self) -> None:
+        """Start a new stream: zero model state, empty smoothing window, time 0."""
+        self.streamer.reset()
+        k = len(self.keywords)
+        self._hist = np.zeros((self.smooth - 1, k))  # last smooth-1 posteriors
+        self._n = 0  # samples seen
+        self._armed = np.ones(k, bool)
+        self._last_det = -np.inf  # sample index of the last detection
+        self.scores: dict[str, float] = dict.fromkeys(self.keywords, 0.0)
+        self.detections: list[Detection] = []
+        self.last_trace: np.ndarray = np.zeros((0, k))
+
+    @property
+    def time_s(self) -> float:
+        """Stream time: seconds of audio consumed."""
+        return self._n / self.sample_rate
+
+    # ------------------------------------------------------------------ run
+
+    def predict(self, frame: np.ndarray) -> dict[str, float]:
+        """Feed a frame; return the smoothed keyword scores at its last sample.
+
+        Detections triggered inside this frame are in :attr:`detections` (replaced on
+        every call); the per-sample smoothed scores in :attr:`last_trace` (T, keywords).
+        """
+        x = np.asarray(frame)
+        if x.ndim == 2 and x.shape[1] == 1:
+            x = x[:, 0]
+        if x.ndim != 1:
+            raise ValueError(f"expected a mono frame (T,) or (T, 1), got shape {x.shape}")
+        if x.dtype == np.int16:
+            x = x.astype(np.float32) / 32768.0
+        self.detections = []
+        if len(x) == 0:
+            return dict(self.scores)
+        logits = self.streamer.process(x.astype(np.float32, copy=False)[:, None])
+        z = logits - logits.max(-1, keepdims=True)
+        p = np.exp(z)
+        p = (p[:, self._cls] / p.sum(-1, keepdims=True)).astype(np.float64)
+        s = self._smooth(p)
+        self.last_trace = s
+        self._detect(s)
+        self._n += len(x)
+        self.scores = {k: float(v) for k, v in zip(self.keywords, s[-1], strict=True)}
+        return dict(self.scores)
+
+    def detect(self, frame: np.ndarray) -> list[Detection]:
+        """Feed a frame; return the detections it triggered (scores in :attr:`scores`)."""
+        self.predict(frame)
+        return list(self.detections)
+
+    def run(self, audio: np.ndarray) -> list[Detection]:
+        """Feed a whole signal in ``chunk``-sample frames; return every detection."""
+        out: list[Detection] = []
+        for pos in range(0, len(audio), self.chunk):
+            out.extend(self.detect(audio[pos : pos + self.chunk]))
+        return out
+
+    def _smooth(self, p: np.ndarray) -> np.ndarray:
+        if self.smooth == 1:
+            return p
+        full = np.concatenate([self._hist, p])
+        c = np.cumsum(np.concatenate([np.zeros((1, full.shape[1])), full]), axis=0)
+        w = self.smooth
+        s = (c[w:] - c[:-w]) / w  # mean of the last w posteriors at every new sample
+        self._hist = full[-(w - 1) :]
+        return s
+
+    def _detect(self, s: np.ndarray) -> None:
+        above = s >= self.thresholds
+        if not above.any():
+            self._armed[:] = True
+            return
+        gap = self.refractory * self.sample_rate
+        for t in range(len(s)):
+            row = above[t]
+            self._armed |= ~row
+            fire = row & self._armed
+            if fire.any() and self._n + t - self._last_det >= gap:
+                k = int(np.argmax(np.where(fire, s[t], -1.0)))
+                self._armed[k] = False
+                self._last_det = self._n + t
+                self.detections.append(
+                    Detection(
+                        (self._n + t + 1) / self.sample_rate, self.keywords[k], float(s[t, k])
+                    )
+                )
+
+
+# -------------------------------------------------------------------------- evaluation
+
+
+@dataclass(frozen=True)
+class TrueEvent:
+    """A spoken word of a labelled stream: ``[start_s, end_s]`` (end = end of speech)."""
+
+    start_s: float
+    end_s: float
+    word: str
+    is_keyword: bool
+
+
+def read_label_csv(path: str | os.PathLike) -> list[TrueEvent]:
+    """Read ``start_s,end_s,word,is_keyword`` rows (header required) into events."""
+    import csv
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"labels file not found: {path}")
+    need = ("start_s", "end_s", "word", "is_keyword")
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or any(c not in reader.fieldnames for c in need):
+            raise ValueError(f"{path}: expected a CSV with columns {','.join(need)}")
+        out = []
+        for i, row in enumerate(reader, start=2):
+            try:
+                flag = row["is_keyword"].strip().lower() in ("1", "true", "yes")
+                ev = TrueEvent(float(row["start_s"]), float(row["end_s"]), row["word"], flag)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{path}:{i}: bad row {row} ({e})") from e
+            if ev.end_s < ev.start_s:
+                raise ValueError(f"{path}:{i}: end_s before start_s")
+            out.append(ev)
+    return out
+
+
+def evaluate_detections(
+    detections: list[Detection],
+    truth: list[TrueEvent],
+    keywords: list[str],
+    duration_s: float,
+    tolerance: float = 1.0,
+) -> dict:
+    """Match detections to true keyword events and score them.
+
+    A detection of word w matches the earliest unmatched true event of w (``is_keyword``)
+    with ``start_s <= time_s <= end_s + tolerance``; each event matches at most once.
+    Every unmatched detection is a false accept. Only true events whose word is one of
+    ``keywords`` (what the spotter listens for) count as targets. Returns overall and
+    per-keyword detection rate, false accepts (count and per hour), and the latency
+    ``time_s - end_s`` of matched detections (negative: fired before the word ended).
+    """
+    targets = [e for e in truth if e.is_keyword and e.word in keywords]
+    matched: dict[int, Detection] = {}
+    fa: list[Detection] = []
+    for d in sorted(detections, key=lambda d: d.time_s):
+        best = None
+        for i, e in enumerate(targets):
+            if i in matched or e.word != d.keyword:
+                continue
+            if e.start_s <= d.time_s <= e.end_s + tolerance:
+                best = i
+                break
+        if best is None:
+            fa.append(d)
+        else:
+            matched[best] = d
+    hours = max(duration_s, 1e-9) / 3600.0
+    lat = [matched[i].time_s - targets[i].end_s for i in matched]
+    per = {}
+    for k in keywords:
+        idx = [i for i, e in enumerate(targets) if e.word == k]
+        hit = [i for i in idx if i in matched]
+        k_fa = sum(1 for d in fa if d.keyword == k)
+        k_lat = [matched[i].time_s - targets[i].end_s for i in hit]
+        per[k] = {
+            "targets": len(idx),
+            "detected": len(hit),
+            "detection_rate": len(hit) / len(idx) if idx else None,
+            "false_accepts": k_fa,
+            "false_accepts_per_hour": k_fa / hours,
+            "mean_latency_s": float(np.mean(k_lat)) if k_lat else None,
+        }
+    ignored = sorted({e.word for e in truth if e.is_keyword and e.word not in keywords})
+    return {
+        "duration_s": duration_s,
+        "tolerance_s": tolerance,
+        "targets": len(targets),
+        "detected": len(matched),
+        "detection_rate": len(matched) / len(targets) if targets else None,
+        "false_accepts": len(fa),
+        "false_accepts_per_hour": len(fa) / hours,
+        "mean_latency_s": float(np.mean(lat)) if lat else None,
+        "per_keyword": per,
+        "ignored_words": ignored,
+        "false_accept_times": [round(d.time_s, 3) for d in fa],
+    }

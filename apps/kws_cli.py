@@ -1,0 +1,505 @@
+"""``liquid-stream kws`` / ``kws-eval`` / ``data kws-stream``: the keyword-spotting app.
+
+    liquid-stream kws kws.onnx                          # default microphone, live view
+    liquid-stream kws kws.onnx --device pulse --no-ui   # a named input, plain output
+    liquid-stream kws kws.onnx --input talk.wav --fast  # a file, as fast as possible
+    liquid-stream kws-eval kws.onnx --stream long.wav --labels long.csv --out eval.json
+    liquid-stream data kws-stream long.wav --labels long.csv --minutes 5
+
+How ``kws`` runs: an audio source (:class:`~.audio.MicSource`, whose PortAudio callback
+only enqueues blocks, or :class:`~.audio.WavSource`, paced to real time unless
+``--fast``) feeds a worker thread that resamples to the model's rate when needed
+(:class:`~.audio.StreamResampler`), cuts ``--chunk-ms`` chunks and runs the
+:class:`~.kws.KeywordSpotter`. The main thread prints every detection as
+``HH:MM:SS.mmm  keyword  score`` (wall clock for a microphone, stream time for a file),
+draws the rich live view (input level + per-keyword score bars) when stdout is a TTY and
+``--no-ui`` is not given, and on Ctrl-C (or the end of the file) stops the worker and
+prints a summary: detections, mean / p95 chunk latency, real-time factor (compute time /
+audio time), CPU % (process CPU time / wall time) and dropped blocks.
+
+Only click is imported at module level (``liquid-stream --help`` stays fast); numpy,
+onnxruntime, sounddevice and rich are imported inside the commands, torch never.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import click
+
+# ----------------------------------------------------------------------------- worker
+
+
+class KwsWorker(threading.Thread):
+    """Runs the spotter over a source's blocks in its own thread (see module docstring).
+
+    ``events`` receives ``(Detection, wall_time)``; ``latencies`` the seconds of every
+    ``spotter.detect`` call; ``trace`` (when ``record_trace``) ``(time_s, scores...)``
+    at every chunk's end; ``error`` any exception that ended the run.
+    """
+
+    def __init__(self, spotter, source, record_trace: bool = False):
+        import queue
+
+        from .audio import StreamResampler
+
+        super().__init__(name="kws-worker", daemon=True)
+        self.spotter = spotter
+        self.source = source
+        self.resampler = (
+            StreamResampler(source.rate, spotter.sample_rate)
+            if int(source.rate) != spotter.sample_rate
+            else None
+        )
+        # a file's detection times are shifted back by the resampler's causal delay
+        self.delay_s = self.resampler.delay_s if self.resampler is not None else 0.0
+        self.events: queue.Queue = queue.Queue()
+        self.latencies: list[float] = []
+        self.record_trace = record_trace
+        self.trace: list[list[float]] = []
+        self.level_db = -120.0
+        self.samples = 0  # model-rate samples processed
+        self.error: BaseException | None = None
+        self.stopped = threading.Event()
+
+    @property
+    def audio_s(self) -> float:
+        return self.samples / self.spotter.sample_rate
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.source.stop()
+
+    def run(self) -> None:
+        import dataclasses
+
+        import numpy as np
+
+        chunk = self.spotter.chunk
+        pending = np.zeros(0, np.float32)
+        try:
+            for block in self.source.blocks():
+                if self.stopped.is_set():
+                    break
+                block = np.asarray(block, np.float32)
+                if len(block):
+                    rms = float(np.sqrt(np.mean(block.astype(np.float64) ** 2)))
+                    self.level_db = 20 * np.log10(max(rms, 1e-6))
+                y = self.resampler.process(block) if self.resampler is not None else block
+                pending = np.concatenate([pending, y]) if len(pending) else y
+                while len(pending) >= chunk:
+                    self._step(pending[:chunk], dataclasses, np)
+                    pending = pending[chunk:]
+            if len(pending) and not self.stopped.is_set():
+                self._step(pending, dataclasses, np)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            self.error = e
+
+    def _step(self, x, dataclasses, np) -> None:
+        t = time.perf_counter()
+        dets = self.spotter.detect(x)
+        self.latencies.append(time.perf_counter() - t)
+        self.samples += len(x)
+        now = time.time()
+        for d in dets:
+            if self.delay_s:
+                d = dataclasses.replace(d, time_s=max(0.0, d.time_s - self.delay_s))
+            self.events.put((d, now))
+        if self.record_trace:
+            self.trace.append([self.spotter.time_s - self.delay_s, *self.spotter.scores.values()])
+
+
+def _clock(seconds: float) -> str:
+    ms = int(round(seconds * 1000))
+    h, rem = divmod(ms, 3_600_000)
+    m, rem = divmod(rem, 60_000)
+    s, ms = divmod(rem, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}.{ms:03d}"
+
+
+def _wall(t: float) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _open_spotter(model, keywords, threshold, refractory, smooth_ms, chunk_ms, threads):
+    from .kws import KeywordSpotter, KwsModelError
+
+    kw = [k.strip() for k in keywords.split(",") if k.strip()] if keywords else None
+    try:
+        return KeywordSpotter(
+            model, keywords=kw, threshold=threshold, refractory=refractory,
+            smooth_ms=smooth_ms, chunk_ms=chunk_ms, threads=threads,
+        )  # fmt: skip
+    except KwsModelError as e:
+        raise click.ClickException(str(e)) from e
+
+
+def _open_wav(path, chunk_ms, realtime):
+    from .audio import AudioError, WavSource
+
+    try:
+        return WavSource(path, block_ms=chunk_ms, realtime=realtime)
+    except AudioError as e:
+        raise click.ClickException(str(e)) from e
+
+
+def _summary(worker, wall_s: float, cpu_s: float, n_det: int, interrupted: bool) -> dict:
+    import numpy as np
+
+    lat = np.asarray(worker.latencies) if worker.latencies else np.zeros(1)
+    audio_s = worker.audio_s
+    return {
+        "interrupted": interrupted,
+        "detections": n_det,
+        "audio_s": round(audio_s, 3),
+        "chunks": len(worker.latencies),
+        "latency_mean_ms": float(1e3 * lat.mean()),
+        "latency_p95_ms": float(1e3 * np.percentile(lat, 95)),
+        "rtf": float(lat.sum() / audio_s) if audio_s > 0 else float("nan"),
+        "cpu_percent": float(100 * cpu_s / wall_s) if wall_s > 0 else float("nan"),
+        "dropped_blocks": int(worker.source.dropped),
+        "input_overflows": int(worker.source.overflows),
+        "wall_s": round(wall_s, 3),
+    }
+
+
+def _format_summary(s: dict) -> str:
+    head = "stopped (Ctrl-C)" if s["interrupted"] else "end of input"
+    return (
+        f"{head}: {s['detections']} detection(s) in {s['audio_s']:.1f} s of audio; "
+        f"chunk latency mean {s['latency_mean_ms']:.2f} ms / p95 {s['latency_p95_ms']:.2f} ms "
+        f"over {s['chunks']} chunks; real-time factor {s['rtf']:.3f}; "
+        f"CPU {s['cpu_percent']:.0f}%; dropped blocks {s['dropped_blocks']} "
+        f"(input overflows {s['input_overflows']})"
+    )
+
+
+def _live_view(worker, spotter, source_name: str):
+    from rich.table import Table
+
+    def bar(frac: float, width: int = 30, mark: float | None = None) -> str:
+        n = int(round(max(0.0, min(1.0, frac)) * width))
+        cells = ["█"] * n + ["·"] * (width - n)
+        if mark is not None:
+            cells[min(width - 1, int(round(mark * width)))] = "|"
+        return "".join(cells)
+
+    table = Table(title=f"liquid-stream kws — {source_name}", show_header=False, box=None)
+    level = worker.level_db
+    table.add_row("level", bar((level + 60) / 60), f"{level:6.1f} dBFS")
+    for k, thr in zip(spotter.keywords, spotter.thresholds, strict=True):
+        score = spotter.scores.get(k, 0.0)
+        style = "bold green" if score >= thr else ""
+        table.add_row(k, f"[{style}]{bar(score, mark=thr)}[/]" if style else bar(score, mark=thr),
+                      f"{score:.2f}")  # fmt: skip
+    table.add_row("time", f"{worker.audio_s:8.2f} s", "")
+    return table
+
+
+def _interrupt_on_signals():
+    """Make SIGINT (even when inherited as ignored, e.g. from a background job) and SIGTERM
+    raise KeyboardInterrupt in the main thread; returns a function restoring the handlers."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    return restore
+
+
+def run_kws(spotter, source, *, mic: bool, ui: bool, echo=click.echo) -> dict:
+    """Run ``source`` through ``spotter`` in a worker thread until the source ends or
+    Ctrl-C; print detections; return the summary dict."""
+    worker = KwsWorker(spotter, source)
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
+    n_det = 0
+    interrupted = False
+
+    def drain(print_fn) -> None:
+        nonlocal n_det
+        while not worker.events.empty():
+            det, wall = worker.events.get()
+            n_det += 1
+            stamp = _wall(wall) if mic else _clock(det.time_s)
+            print_fn(f"{stamp}  {det.keyword}  {det.score:.3f}")
+
+    live = None
+    restore = _interrupt_on_signals()
+    try:
+        worker.start()
+        if ui:
+            from rich.console import Console
+            from rich.live import Live
+
+            live = Live(
+                _live_view(worker, spotter, source.name), console=Console(), refresh_per_second=15
+            )
+            live.start()
+        while worker.is_alive():
+            worker.join(0.05)
+            if live is not None:
+                drain(lambda line: live.console.print(line, markup=False, highlight=False))
+                live.update(_live_view(worker, spotter, source.name))
+            else:
+                drain(echo)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        worker.stop()
+        worker.join(5.0)
+        if live is not None:
+            drain(lambda line: live.console.print(line, markup=False, highlight=False))
+            live.stop()
+        restore()
+    drain(echo)
+    if worker.error is not None:
+        raise click.ClickException(f"audio processing failed: {worker.error}")
+    return _summary(
+        worker, time.perf_counter() - t_wall, time.process_time() - t_cpu, n_det, interrupted
+    )
+
+
+# ---------------------------------------------------------------------------- commands
+
+_SPOTTER_OPTIONS = [
+    click.option("--keywords", default=None, help="Comma-separated keywords [default: all]."),
+    click.option(
+        "--threshold",
+        default=0.8,
+        show_default=True,
+        type=click.FloatRange(0, 1, min_open=True),
+        help="Smoothed-score threshold of a detection.",
+    ),
+    click.option(
+        "--refractory",
+        default=1.0,
+        show_default=True,
+        type=click.FloatRange(0),
+        help="Seconds after a detection during which nothing fires.",
+    ),
+    click.option(
+        "--smooth-ms",
+        default=100.0,
+        show_default=True,
+        type=click.FloatRange(0),
+        help="Moving-average window of the posteriors.",
+    ),
+    click.option(
+        "--chunk-ms",
+        default=10.0,
+        show_default=True,
+        type=click.FloatRange(0.1),
+        help="Audio per model call.",
+    ),
+    click.option(
+        "--threads",
+        default=1,
+        show_default=True,
+        type=click.IntRange(1),
+        help="onnxruntime intra-op threads.",
+    ),
+]
+
+
+def _spotter_options(fn):
+    for opt in reversed(_SPOTTER_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
+@click.command("kws")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--device", default=None, help="Input device: PortAudio index or name "
+              "(e.g. 'pulse') [default: the default input].")  # fmt: skip
+@click.option("--input", "input_path", default=None, type=click.Path(dir_okay=False),
+              help="Read a WAV file instead of a microphone.")  # fmt: skip
+@click.option("--fast", is_flag=True, help="With --input: as fast as possible, not real time.")
+@_spotter_options
+@click.option("--no-ui", is_flag=True, help="Plain output only (no live view).")
+def kws_cmd(model, device, input_path, fast, keywords, threshold, refractory, smooth_ms,
+            chunk_ms, threads, no_ui):  # fmt: skip
+    """Spot keywords live with an exported per-step classifier MODEL (.onnx).
+
+    Prints one line per detection, `HH:MM:SS.mmm  keyword  score` (wall clock for a
+    microphone, stream time for --input), and a summary on Ctrl-C or at the end of the file.
+    """
+    if input_path and device is not None:
+        raise click.UsageError("give either --device or --input, not both")
+    if fast and not input_path:
+        raise click.UsageError("--fast needs --input FILE.wav")
+    spotter = _open_spotter(model, keywords, threshold, refractory, smooth_ms, chunk_ms, threads)
+    ui = not no_ui and sys.stdout.isatty()
+    err = sys.stderr
+    if input_path:
+        source = _open_wav(input_path, chunk_ms, realtime=not fast)
+        for note in source.notes:
+            click.echo(f"note: {note}", err=True)
+        with source:
+            rate_note = f", resampled {source.rate} → {spotter.sample_rate} Hz" * (
+                source.rate != spotter.sample_rate
+            )
+            click.echo(f"reading {source.name} ({source.duration_s:.1f} s{rate_note})", err=True)
+            summary = run_kws(spotter, source, mic=False, ui=ui)
+    else:
+        from .audio import AudioError, MicSource
+
+        dev = int(device) if device is not None and device.isdigit() else device
+        try:
+            source = MicSource(dev, prefer_rate=spotter.sample_rate, block_ms=chunk_ms)
+            with source:
+                source.wait_first_block(5.0)
+                rate_note = f", resampled to {spotter.sample_rate} Hz" * (
+                    source.rate != spotter.sample_rate
+                )
+                print(f"listening on {source.name!r} at {source.rate} Hz{rate_note}; "
+                      "Ctrl-C to stop", file=err, flush=True)  # fmt: skip
+                summary = run_kws(spotter, source, mic=True, ui=ui)
+        except AudioError as e:
+            raise click.ClickException(str(e)) from e
+    click.echo(_format_summary(summary))
+
+
+@click.command("kws-eval")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--stream", "stream_path", required=True, type=click.Path(dir_okay=False),
+              help="Long WAV to spot keywords in.")  # fmt: skip
+@click.option("--labels", "labels_path", required=True, type=click.Path(dir_okay=False),
+              help="CSV start_s,end_s,word,is_keyword of the stream.")  # fmt: skip
+@click.option("--tolerance", default=1.0, show_default=True, type=click.FloatRange(0),
+              help="A detection counts until this long after the keyword's end.")  # fmt: skip
+@_spotter_options
+@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
+              help="Write the metrics as JSON here and a plot next to it (.png).")  # fmt: skip
+def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold, refractory,
+                 smooth_ms, chunk_ms, threads, out_path):  # fmt: skip
+    """Score MODEL on a labelled stream: detection rate, false accepts per hour, latency."""
+    import json
+    from pathlib import Path
+
+    from .kws import evaluate_detections, read_label_csv
+
+    spotter = _open_spotter(model, keywords, threshold, refractory, smooth_ms, chunk_ms, threads)
+    try:
+        truth = read_label_csv(labels_path)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from e
+    source = _open_wav(stream_path, chunk_ms, realtime=False)
+    worker = KwsWorker(spotter, source, record_trace=True)
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
+    worker.run()  # in this thread: nothing to display
+    wall, cpu = time.perf_counter() - t_wall, time.process_time() - t_cpu
+    if worker.error is not None:
+        raise click.ClickException(f"audio processing failed: {worker.error}")
+    dets = []
+    while not worker.events.empty():
+        dets.append(worker.events.get()[0])
+    res = evaluate_detections(dets, truth, spotter.keywords, source.duration_s, tolerance)
+    run = _summary(worker, wall, cpu, len(dets), False)
+    res.update(model=str(model), stream=str(stream_path), threshold=threshold,
+               rtf=run["rtf"], latency_mean_ms=run["latency_mean_ms"],
+               latency_p95_ms=run["latency_p95_ms"],
+               detections=[{"time_s": round(d.time_s, 4), "keyword": d.keyword,
+                            "score": round(d.score, 4)} for d in dets])  # fmt: skip
+
+    def fmt(v, spec=".3f"):
+        return "-" if v is None else format(v, spec)
+
+    click.echo(f"{'keyword':<16}{'targets':>8}{'hit':>6}{'rate':>7}{'FA':>5}{'lat s':>8}")
+    for k, r in res["per_keyword"].items():
+        click.echo(f"{k:<16}{r['targets']:>8}{r['detected']:>6}{fmt(r['detection_rate']):>7}"
+                   f"{r['false_accepts']:>5}{fmt(r['mean_latency_s']):>8}")  # fmt: skip
+    click.echo(
+        f"detection rate {fmt(res['detection_rate'])} ({res['detected']}/{res['targets']}), "
+        f"false accepts {res['false_accepts']} ({res['false_accepts_per_hour']:.1f}/h over "
+        f"{res['duration_s']:.1f} s), mean latency {fmt(res['mean_latency_s'])} s after the "
+        f"keyword's end, RTF {run['rtf']:.3f}"
+    )
+    if res["ignored_words"]:
+        click.echo(f"note: keywords in the labels the model does not spot: "
+                   f"{', '.join(res['ignored_words'])}", err=True)  # fmt: skip
+    if out_path:
+        out = Path(out_path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2) + "\n")
+        png = out.with_suffix(".png")
+        _plot_eval(png, source, worker.trace, spotter, truth, dets)
+        click.echo(f"wrote {out} and {png}")
+
+
+def _plot_eval(path, source, trace, spotter, truth, dets) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    x = source.samples
+    step = max(1, len(x) // 20000)
+    t = np.arange(0, len(x), step) / source.rate
+    tr = np.asarray(trace) if trace else np.zeros((0, 1 + len(spotter.keywords)))
+    fig, ax = plt.subplots(2, 1, figsize=(14, 6), sharex=True)
+    ax[0].plot(t, x[::step], lw=0.3, color="0.3")
+    ax[0].set(ylabel="audio", title=f"{source.name}: true keywords (spans) and detections")
+    colors = {k: f"C{i % 10}" for i, k in enumerate(spotter.keywords)}
+    for e in truth:
+        c = colors.get(e.word, "0.8") if e.is_keyword else "0.85"
+        for a in ax:
+            a.axvspan(e.start_s, e.end_s, color=c, alpha=0.2, lw=0)
+    for i, k in enumerate(spotter.keywords):
+        ax[1].plot(tr[:, 0], tr[:, 1 + i], lw=0.8, color=colors[k], label=k)
+    for d in dets:
+        ax[1].axvline(d.time_s, color=colors.get(d.keyword, "k"), ls="--", lw=0.8)
+    ax[1].axhline(float(np.min(spotter.thresholds)), color="k", lw=0.5, ls=":")
+    ax[1].set(xlabel="time (s)", ylabel="smoothed score", ylim=(0, 1.05))
+    if len(spotter.keywords) <= 12:
+        ax[1].legend(loc="upper right", fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+@click.command("kws-stream")
+@click.argument("out_wav", type=click.Path(dir_okay=False))
+@click.option("--labels", "labels_path", required=True, type=click.Path(dir_okay=False),
+              help="Output CSV start_s,end_s,word,is_keyword.")  # fmt: skip
+@click.option("--data", "root", default=None, type=click.Path(file_okay=False),
+              help="Speech Commands v0.02 root [default: the cached synthetic set].")  # fmt: skip
+@click.option("--minutes", default=2.0, show_default=True, type=click.FloatRange(0.05))
+@click.option("--keywords", default=None, help="Comma-separated keywords [default: SC10].")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--noise-gain", default=0.02, show_default=True, type=click.FloatRange(0))
+@click.option("--synth-per-word", default=30, show_default=True, type=click.IntRange(3),
+              help="Clips per word of the synthetic set when --data is not given.")  # fmt: skip
+def kws_stream_cmd(out_wav, labels_path, root, minutes, keywords, seed, noise_gain,
+                   synth_per_word):  # fmt: skip
+    """Build a long 16 kHz test stream OUT_WAV of Speech Commands TEST clips (keywords at
+    known times, other words and background noise between) and its labels CSV."""
+    from .audio import AudioError
+    from .kws_stream import SC10, build_kws_stream, write_kws_stream
+
+    if root is None:
+        from liquid_stream.training.data.speech_synth import ensure_synth
+
+        root = ensure_synth(synth_per_word)
+    kw = [k.strip() for k in keywords.split(",") if k.strip()] if keywords else list(SC10)
+    try:
+        x, rows = build_kws_stream(root, minutes, kw, seed, noise_gain=noise_gain)
+    except (OSError, ValueError, AudioError) as e:
+        raise click.ClickException(str(e)) from e
+    write_kws_stream(out_wav, labels_path, x, rows)
+    n_kw = sum(r.is_keyword for r in rows)
+    click.echo(f"wrote {out_wav} ({len(x) / 16000:.1f} s, {n_kw} keywords, "
+               f"{len(rows) - n_kw} other words) and {labels_path}")  # fmt: skip

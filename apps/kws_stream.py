@@ -1,0 +1,143 @@
+"""Build a long labelled 16 kHz keyword-spotting test stream from a Speech Commands root.
+
+    x, rows = build_kws_stream(root, minutes=2, keywords=["yes", "no"], seed=0)
+
+Clips come from the TEST split (``testing_list.txt``) of a Speech Commands v0.02 layout
+(``<root>/<word>/*.wav`` 16 kHz mono). The stream is a sequence of clips separated by
+random gaps (``gap_s``); each clip is a keyword (one of ``keywords``) with probability
+``keyword_prob``, else a non-keyword (any other word of the test split; none present →
+keywords only). A crop of the ``_background_noise_`` recordings (concatenated and
+looped) is added under everything at ``noise_gain``. ``rows`` hold one
+:class:`~liquid_stream.apps.kws.TrueEvent` per clip: ``start_s`` / ``end_s`` are the
+first / one-past-last sample of the clip's speech (10 ms blocks within 40 dB of its
+loudest block, as the ``speech-stream`` task's ``speech_end``), ``is_keyword`` says
+whether the word is a keyword. Everything is a function of ``seed``. Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .audio import AudioError, read_wav, write_wav
+from .kws import TrueEvent
+
+SR = 16000
+SC10 = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+NOISE_DIR = "_background_noise_"
+
+
+def speech_span(x: np.ndarray, rel_db: float = -40.0, frame: int = 160) -> tuple[int, int]:
+    """``(start, end)`` sample indices of the speech: the first and one past the last
+    ``frame``-sample block whose RMS is within ``rel_db`` dB of the loudest block."""
+    n = len(x) // frame
+    if n == 0:
+        return 0, len(x)
+    rms = np.sqrt(np.mean(np.asarray(x[: n * frame], np.float64).reshape(n, frame) ** 2, 1))
+    if rms.max() == 0:
+        return 0, len(x)
+    active = np.flatnonzero(rms >= rms.max() * 10 ** (rel_db / 20))
+    return int(active[0] * frame), int((active[-1] + 1) * frame)
+
+
+def clips_of_test_split(root: str | os.PathLike) -> dict[str, list[Path]]:
+    """The test split of a Speech Commands root: word → its WAV paths (sorted)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"Speech Commands root not found: {root}")
+    listing = root / "testing_list.txt"
+    if not listing.is_file():
+        raise FileNotFoundError(f"{listing} not found: not a Speech Commands v0.02 root")
+    words: dict[str, list[Path]] = {}
+    for line in listing.read_text().splitlines():
+        rel = line.strip()
+        if not rel or "/" not in rel:
+            continue
+        word = rel.split("/")[0]
+        if word == NOISE_DIR:
+            continue
+        p = root / rel
+        if not p.is_file():
+            raise FileNotFoundError(f"{p} is listed in {listing} but missing")
+        words.setdefault(word, []).append(p)
+    return {w: sorted(v) for w, v in sorted(words.items())}
+
+
+def _load(path: Path) -> np.ndarray:
+    x, rate, _ = read_wav(path)
+    if rate != SR:
+        raise AudioError(f"{path}: {rate} Hz, expected {SR} Hz (Speech Commands)")
+    return x
+
+
+def _noise_bed(root: Path, n: int, rng: np.random.Generator) -> np.ndarray:
+    files = sorted((root / NOISE_DIR).glob("*.wav")) if (root / NOISE_DIR).is_dir() else []
+    if not files:
+        return np.zeros(n, np.float32)
+    src = np.concatenate([_load(p) for p in files])
+    src = src / max(float(np.abs(src).max()), 1e-9)
+    if len(src) < n:
+        src = np.tile(src, -(-n // len(src)))
+    start = int(rng.integers(0, len(src) - n + 1))
+    return src[start : start + n].astype(np.float32)
+
+
+def build_kws_stream(
+    root: str | os.PathLike,
+    minutes: float = 2.0,
+    keywords: list[str] | tuple[str, ...] = SC10,
+    seed: int = 0,
+    keyword_prob: float = 0.7,
+    gap_s: tuple[float, float] = (0.5, 2.0),
+    noise_gain: float = 0.02,
+    lead_s: float = 1.0,
+) -> tuple[np.ndarray, list[TrueEvent]]:
+    """The stream (float32 at 16 kHz) and its labels; see the module docstring."""
+    root = Path(root)
+    split = clips_of_test_split(root)
+    missing = [k for k in keywords if k not in split]
+    if missing:
+        raise ValueError(
+            f"no test-split clips for keyword(s) {', '.join(missing)} in {root}; "
+            f"words there: {', '.join(split) or 'none'}"
+        )
+    others = [w for w in split if w not in keywords]
+    if minutes <= 0:
+        raise ValueError("minutes must be > 0")
+    rng = np.random.default_rng(seed)
+    n = int(round(minutes * 60 * SR))
+    x = np.zeros(n, np.float32)
+    rows: list[TrueEvent] = []
+    cache: dict[Path, np.ndarray] = {}
+    pos = int(round(lead_s * SR))
+    while True:
+        is_kw = not others or rng.random() < keyword_prob
+        word = str(rng.choice(list(keywords) if is_kw else others))
+        files = split[word]
+        path = files[int(rng.integers(len(files)))]
+        clip = cache.get(path)
+        if clip is None:
+            clip = cache[path] = _load(path)
+        if pos + len(clip) > n:
+            break
+        x[pos : pos + len(clip)] += clip
+        a, b = speech_span(clip)
+        rows.append(TrueEvent((pos + a) / SR, (pos + b) / SR, word, bool(is_kw)))
+        pos += len(clip) + int(round(rng.uniform(*gap_s) * SR))
+    if noise_gain > 0:
+        x += np.float32(noise_gain) * _noise_bed(root, n, rng)
+    return x, rows
+
+
+def write_kws_stream(
+    out_wav: str | os.PathLike, out_csv: str | os.PathLike, x: np.ndarray, rows: list[TrueEvent]
+) -> None:
+    """Write the stream as 16-bit WAV and the labels as ``start_s,end_s,word,is_keyword``."""
+    Path(out_wav).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
+    write_wav(out_wav, x, SR)
+    lines = ["start_s,end_s,word,is_keyword"]
+    lines += [f"{r.start_s:.6f},{r.end_s:.6f},{r.word},{int(r.is_keyword)}" for r in rows]
+    Path(out_csv).write_text("\n".join(lines) + "\n")
