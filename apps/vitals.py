@@ -1,0 +1,792 @@
+"""Streaming vital-sign monitor: exported ``bidmc`` ONNX models on a WFDB record (no torch).
+
+    from liquid_stream.apps.vitals import open_record, run_record
+
+    # 1..3 models (one per target); the record's channels they need; its <name>n numerics
+    monitor, source = open_record(["hr.onnx", "rr.onnx"], "bidmc/bidmc01", alarms="hr>120")
+    for chunk in source.chunks(speed=10):      # 1-s chunks (fs, C), paced at 10x real time
+        for est in monitor.push(chunk):        # one Estimate per completed second
+            print(est.time_s, est.values, est.valid, est.alarms)
+    monitor.flush()
+
+    # or the same loop with references, latencies and metrics:
+    result = run_record(monitor, source, speed=None)     # None: as fast as possible
+    result.metrics(); result.write_csv("v.csv"); result.plot("v.png")
+
+(``VitalsMonitor(models, alarms, channels, input_rate)`` also takes any ``(T, C)`` stream.)
+
+Each model (``task = "bidmc"``) names its ``target`` (hr / rr / spo2), its input
+``channels`` (record channel names without BIDMC's trailing comma), ``sample_rate`` and
+decoder ``window`` W. Its output at a sample is the estimate over the trailing W samples;
+the monitor reports it at the last sample of every second, flagged *valid* once the
+window holds W real samples since the last reset.
+
+Signal problems, per model (its own channels):
+
+- **short gap** (NaN run of at most ``max_gap_s``, default 2 s, with a valid sample before
+  it): linearly interpolated once the first valid sample after it arrives (those samples
+  are held back meanwhile, so estimates can arrive up to 2 s late); estimates stay
+  ``bridged`` (invalid) until the window no longer covers an interpolated sample.
+- **long gap** (longer, or at the record start): the samples are skipped, the model state
+  is reset at the gap and re-warms after it (``gap`` then ``warmup``: invalid).
+- **other sampling rate**: the record is resampled to the models' rate by a causal,
+  stateful polyphase FIR (the filter of ``scipy.signal.resample_poly``, without its delay
+  compensation: chunked output equals ``upfirdn`` on the whole record; the delay is
+  10 samples of the slower rate, e.g. 80 ms for 250 -> 125 Hz).
+
+References (numerics record ``<record>n``, 1 Hz, reading i describes second [i, i+1)): the
+estimate at time k s (samples up to k*fs) is compared with the *window* reference, the mean
+of the finite readings of the seconds its window covers, floor(k - W/fs) .. k-1 (what the
+bidmc task trains on), and with the *1 Hz* reference, the reading of second k-1. Seconds
+without a finite reference are left out of RMSE/MAE and counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from liquid_stream.apps.alarms import UNITS, VITALS, Alarm, AlarmRule, parse_alarms
+
+TASK = "bidmc"
+# target -> numerics channel of the BIDMC ``<record>n`` record
+NUMERICS_CHANNEL = {"hr": "HR", "rr": "RESP", "spo2": "SpO2"}
+DEFAULT_MAX_GAP_S = 2.0
+
+
+class VitalsError(ValueError):
+    """A model, record or setting the monitor cannot use (message says what and why)."""
+
+
+def strip_name(name: str) -> str:
+    """``"PLETH,"`` -> ``"PLETH"`` (BIDMC channel names end with a comma)."""
+    return name.strip().rstrip(",").strip()
+
+
+# ---------------------------------------------------------------------------- models
+
+
+@dataclass
+class VitalModel:
+    """One exported model and what its metadata says."""
+
+    path: Path
+    streamer: object  # OnnxStreamer
+    target: str
+    units: str
+    channels: list[str]
+    sample_rate: float
+    window: int
+
+    @property
+    def window_s(self) -> float:
+        return self.window / self.sample_rate
+
+
+def load_model(path: str | Path, threads: int | None = 1) -> VitalModel:
+    """Open ``path`` with onnxruntime and check it is a vital-sign (``bidmc``) model."""
+    from liquid_stream.onnx_streamer import OnnxModelError, OnnxStreamer
+
+    path = Path(path)
+    try:
+        s = OnnxStreamer(path, threads=threads, providers=["CPUExecutionProvider"])
+    except OnnxModelError as e:
+        raise VitalsError(str(e)) from None
+    if s.task != TASK:
+        raise VitalsError(
+            f"{path.name} is a {s.task or 'task-less'!r} model, not a vital-sign model "
+            f"(task {TASK!r}): pass models exported by the bidmc task"
+        )
+    target = s.metadata.get("target", "")
+    if target not in VITALS:
+        raise VitalsError(f"{path.name}: metadata target {target!r} is not one of {VITALS}")
+    try:
+        channels = [strip_name(c) for c in s.meta_json("channels", [])]
+    except (ValueError, TypeError):
+        channels = []
+    if not channels or len(channels) != s.d_input:
+        raise VitalsError(
+            f"{path.name}: metadata 'channels' must list its {s.d_input} input channel(s), "
+            f"got {s.metadata.get('channels')!r}"
+        )
+    if s.d_output != 1:
+        raise VitalsError(
+            f"{path.name}: expected 1 output (the {target} estimate), got {s.d_output}"
+        )
+    if not s.sample_rate or s.sample_rate <= 0:
+        raise VitalsError(f"{path.name}: metadata has no sample_rate")
+    if abs(s.sample_rate - round(s.sample_rate)) > 1e-9:
+        raise VitalsError(f"{path.name}: sample rate {s.sample_rate} Hz is not a whole number")
+    window = s.metadata.get("window") or (s.meta_json("model_config", {}) or {}).get(
+        "decoder_window"
+    )
+    try:
+        window = int(float(window))
+    except (TypeError, ValueError):
+        window = 0
+    if window < 1:
+        raise VitalsError(f"{path.name}: metadata has no valid decoder 'window' (samples)")
+    return VitalModel(
+        path, s, target, s.metadata.get("units") or UNITS[target], channels,
+        float(s.sample_rate), window,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------- resampling
+
+
+class StreamResampler:
+    """Causal, stateful polyphase resampling from ``fs_in`` to ``fs_out`` (any chunk sizes).
+
+    Uses the FIR of :func:`scipy.signal.resample_poly` (Kaiser beta 5, 10 zero crossings per
+    side) without its delay compensation, so chunked output equals
+    ``scipy.signal.upfirdn(h, whole_input, up, down)`` cut to the outputs that depend on
+    the input seen so far. Output n uses input up to sample floor(n * down / up).
+    """
+
+    def __init__(self, fs_in: float, fs_out: float, n_channels: int):
+        from scipy.signal import firwin
+
+        ratio = Fraction(fs_out).limit_denominator(10**6) / Fraction(fs_in).limit_denominator(10**6)
+        ratio = ratio.limit_denominator(1000)
+        self.up, self.down = ratio.numerator, ratio.denominator
+        max_rate = max(self.up, self.down)
+        half_len = 10 * max_rate
+        self.h = firwin(2 * half_len + 1, 1.0 / max_rate, window=("kaiser", 5.0)) * self.up
+        self.delay_s = half_len / self.up / fs_in
+        K = -(-len(self.h) // self.up)
+        hp = np.zeros(K * self.up)
+        hp[: len(self.h)] = self.h
+        self._H = hp.reshape(K, self.up).T  # _H[p, k] = h[p + k*up]
+        self._K = K
+        self._hist = np.zeros((K - 1, n_channels))
+        self.n_in = self.n_out = 0
+
+    def process(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        buf = np.concatenate([self._hist, x])  # buf[0] is input sample n_in - (K-1)
+        n_in = self.n_in + len(x)
+        n_out = (n_in * self.up + self.down - 1) // self.down
+        n = np.arange(self.n_out, n_out)
+        m = n * self.down
+        base, phase = m // self.up, m % self.up
+        idx = base[:, None] - np.arange(self._K)[None, :] - (self.n_in - (self._K - 1))
+        y = np.einsum("nk,nkc->nc", self._H[phase], buf[idx])
+        self._hist = buf[len(buf) - (self._K - 1) :]
+        self.n_in, self.n_out = n_in, n_out
+        return y
+
+
+# ---------------------------------------------------------------------------- monitor
+
+
+@dataclass
+class Estimate:
+    """The monitor's output for one second ``(time_s - 1, time_s]`` of the stream."""
+
+    time_s: int
+    values: dict[str, float]  # target -> estimate (NaN inside a long gap)
+    status: dict[str, str]  # "ok" | "warmup" | "bridged" | "gap"
+    alarms: dict[str, bool] = field(default_factory=dict)  # rule name -> active
+    events: list[tuple[str, str]] = field(default_factory=list)  # (rule name, "on"/"off")
+    ref: dict[str, float] = field(default_factory=dict)  # window-mean reference
+    ref_1hz: dict[str, float] = field(default_factory=dict)  # reading at time_s
+
+    @property
+    def valid(self) -> dict[str, bool]:
+        return {t: s == "ok" for t, s in self.status.items()}
+
+
+class _Lane:
+    """One model fed with its own channels: NaN-gap bridging, resets, per-second output."""
+
+    def __init__(self, model: VitalModel, cols: list[int], max_gap: int):
+        self.model, self.cols, self.max_gap = model, cols, max_gap
+        self.sps = int(round(model.sample_rate))
+        self.W = model.window
+        self.n_resolved = 0  # samples before this are fed or skipped
+        self.pending = np.zeros((0, len(cols)))  # an open NaN run (<= max_gap) held back
+        self.anchor: np.ndarray | None = None  # last fed sample (for interpolation)
+        self.first_fed: int | None = None  # first sample fed since the last reset
+        self.last_bridged = -(10**18)
+        self.in_long_gap = False
+        self.out: dict[int, tuple[float, str]] = {}
+        self.short_gaps = self.short_gap_samples = 0
+        self.long_gaps = self.long_gap_samples = 0
+
+    def _boundaries(self, g0: int, n: int) -> np.ndarray:
+        """Global indices i in [g0, g0+n) that end a second."""
+        first = -(-(g0 + 1) // self.sps) * self.sps - 1
+        return np.arange(first, g0 + n, self.sps)
+
+    def _feed(self, rows: np.ndarray, g0: int) -> None:
+        y = self.model.streamer.process(rows.astype(np.float32))[:, 0]
+        if self.first_fed is None:
+            self.first_fed = g0
+        for i in self._boundaries(g0, len(rows)):
+            if i - self.first_fed + 1 < self.W:
+                status = "warmup"
+            elif self.last_bridged >= i - self.W + 1:
+                status = "bridged"
+            else:
+                status = "ok"
+            self.out[(i + 1) // self.sps] = (float(y[i - g0]), status)
+        self.anchor = rows[-1].copy()
+
+    def _skip(self, g0: int, n: int) -> None:
+        for i in self._boundaries(g0, n):
+            self.out[(i + 1) // self.sps] = (math.nan, "gap")
+        self.long_gap_samples += n
+
+    def _reset(self) -> None:
+        self.model.streamer.reset()
+        self.anchor, self.first_fed = None, None
+
+    def push(self, x: np.ndarray) -> None:
+        seq = np.concatenate([self.pending, x]) if len(self.pending) else x
+        start = self.n_resolved
+        self.pending = seq[:0]
+        bad = ~np.isfinite(seq).all(1)
+        edges = np.flatnonzero(np.diff(bad.astype(np.int8))) + 1
+        bounds = [0, *edges.tolist(), len(seq)]
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            if a == b:
+                continue
+            if not bad[a]:
+                self._feed(seq[a:b], start + a)
+            elif self.in_long_gap and a == 0:  # a long gap goes on
+                self._skip(start, b)
+                self.in_long_gap = b == len(seq)
+            elif b < len(seq) and b - a <= self.max_gap and self.anchor is not None:
+                self._bridge(seq, a, b, start)
+            elif b == len(seq) and b - a <= self.max_gap and self.anchor is not None:
+                self.pending = seq[a:].copy()  # wait for the gap to end (or grow too long)
+                self.n_resolved = start + a
+                return
+            else:  # too long, or nothing before it to interpolate from
+                self.long_gaps += 1
+                self._reset()
+                self._skip(start + a, b - a)
+                self.in_long_gap = b == len(seq)
+        self.n_resolved = start + len(seq)
+
+    def _bridge(self, seq: np.ndarray, a: int, b: int, start: int) -> None:
+        span = np.concatenate([self.anchor[None], seq[a:b], seq[b : b + 1]])
+        pos = np.arange(len(span))
+        for c in range(span.shape[1]):
+            ok = np.isfinite(span[:, c])
+            span[~ok, c] = np.interp(pos[~ok], pos[ok], span[ok, c])
+        self.short_gaps += 1
+        self.short_gap_samples += b - a
+        self.last_bridged = start + b - 1
+        self._feed(span[1:-1], start + a)
+
+    def close(self) -> None:
+        """End of stream: an open gap is never bridged."""
+        if len(self.pending):
+            self.long_gaps += 1
+            self._skip(self.n_resolved, len(self.pending))
+            self.n_resolved += len(self.pending)
+            self.pending = self.pending[:0]
+
+    def resolved_seconds(self) -> int:
+        return self.n_resolved // self.sps
+
+
+class VitalsMonitor:
+    """Runs 1..3 vital-sign models on a multi-channel stream; one :class:`Estimate` per second.
+
+    Args:
+        models: paths of exported ``bidmc`` ONNX models (at most one per target).
+        alarms: ``"hr>120,spo2<90"`` (see :mod:`liquid_stream.apps.alarms`) or rules.
+        channels: column names of the chunks given to :meth:`push` (default: the union of
+            the models' channels, in model order).
+        input_rate: sampling rate of those chunks (default: the models'); another rate is
+            resampled (:class:`StreamResampler`).
+        max_gap_s: longest NaN gap that is interpolated; longer gaps reset the model.
+        threads: onnxruntime intra-op threads per model.
+    """
+
+    def __init__(
+        self,
+        models: Sequence[str | Path],
+        alarms: str | Sequence[str] | Sequence[AlarmRule] | None = None,
+        channels: Sequence[str] | None = None,
+        input_rate: float | None = None,
+        max_gap_s: float = DEFAULT_MAX_GAP_S,
+        threads: int | None = 1,
+    ):
+        if not models:
+            raise VitalsError("give at least one model")
+        if len(models) > len(VITALS):
+            raise VitalsError(f"at most {len(VITALS)} models (one each for {', '.join(VITALS)})")
+        self.models = [load_model(p, threads) for p in models]
+        seen: dict[str, Path] = {}
+        for m in self.models:
+            if m.target in seen:
+                raise VitalsError(
+                    f"two models estimate {m.target}: {seen[m.target].name} and {m.path.name}"
+                )
+            seen[m.target] = m.path
+        rates = {m.sample_rate for m in self.models}
+        if len(rates) > 1:
+            raise VitalsError(
+                "models expect different sample rates: "
+                + ", ".join(f"{m.path.name} {m.sample_rate:g} Hz" for m in self.models)
+                + "; export them at one rate"
+            )
+        self.models.sort(key=lambda m: VITALS.index(m.target))
+        self.sample_rate = self.models[0].sample_rate
+        self.targets = [m.target for m in self.models]
+        self.units = {m.target: m.units for m in self.models}
+        self.windows_s = {m.target: m.window_s for m in self.models}
+        needed: list[str] = []
+        for m in self.models:
+            needed += [c for c in m.channels if c not in needed]
+        self.channel_users = {
+            c: [m.path.name for m in self.models if c in m.channels] for c in needed
+        }
+        self.channels = [strip_name(c) for c in channels] if channels is not None else needed
+        missing = [c for c in needed if c not in self.channels]
+        if missing:
+            raise VitalsError(
+                f"channel {missing[0]!r} needed by {', '.join(self.channel_users[missing[0]])} "
+                f"is not in the input (it has: {', '.join(self.channels) or 'nothing'})"
+            )
+        self.samples_in = 0
+        self.set_input_rate(input_rate or self.sample_rate)
+        max_gap = int(round(max_gap_s * self.sample_rate))
+        self._lanes = [_Lane(m, [self.channels.index(c) for c in m.channels], max_gap)
+                       for m in self.models]  # fmt: skip
+        if alarms and isinstance(next(iter(alarms)), AlarmRule):
+            rules = list(alarms)
+        else:
+            rules = parse_alarms(alarms)
+        for r in rules:
+            if r.vital not in self.targets:
+                raise VitalsError(
+                    f"alarm {r.name} needs a {r.vital} model; models given: "
+                    f"{', '.join(self.targets)}"
+                )
+        self.alarms = [Alarm(r) for r in rules]
+        self.max_gap_s = max_gap_s
+        self._next_second = 1
+
+    def set_input_rate(self, rate: float) -> None:
+        """Set the sampling rate of the pushed chunks (before the first push)."""
+        if self.samples_in:
+            raise RuntimeError("set_input_rate after push")
+        self.input_rate = float(rate)
+        same = abs(self.input_rate - self.sample_rate) <= 1e-9
+        self.resampler = (
+            None if same else StreamResampler(self.input_rate, self.sample_rate, len(self.channels))
+        )
+
+    def push(self, chunk) -> list[Estimate]:
+        """Feed ``(T, len(channels))`` raw samples (or ``{channel: (T,)}``); returns the
+        estimates of the seconds completed by it (usually 0 or 1; more after a held gap)."""
+        if isinstance(chunk, dict):
+            chunk = np.stack([np.asarray(chunk[c], dtype=np.float64) for c in self.channels], 1)
+        x = np.asarray(chunk, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != len(self.channels):
+            raise ValueError(f"expected (T, {len(self.channels)}) samples, got {x.shape}")
+        self.samples_in += len(x)
+        if self.resampler is not None:
+            x = self.resampler.process(x)
+        if len(x):
+            for lane in self._lanes:
+                lane.push(x[:, lane.cols])
+        return self._emit()
+
+    def flush(self) -> list[Estimate]:
+        """End of stream: resolve open gaps, emit what is left (an incomplete last second
+        gets no estimate)."""
+        for lane in self._lanes:
+            lane.close()
+        return self._emit()
+
+    def _emit(self) -> list[Estimate]:
+        upto = min(lane.resolved_seconds() for lane in self._lanes)
+        out = []
+        for k in range(self._next_second, upto + 1):
+            values, status = {}, {}
+            for lane in self._lanes:
+                values[lane.model.target], status[lane.model.target] = lane.out.pop(k)
+            est = Estimate(k, values, status)
+            for alarm in self.alarms:
+                t = alarm.rule.vital
+                ev = alarm.update(values[t], status[t] == "ok", k)
+                est.alarms[alarm.rule.name] = alarm.active
+                if ev:
+                    est.events.append((alarm.rule.name, ev))
+            out.append(est)
+        self._next_second = max(self._next_second, upto + 1)
+        return out
+
+    def gap_counts(self) -> dict[str, dict[str, float]]:
+        """Per target: short (bridged) and long (reset) gaps and their seconds."""
+        fs = self.sample_rate
+        return {
+            lane.model.target: {
+                "short_gaps": lane.short_gaps,
+                "short_gap_s": lane.short_gap_samples / fs,
+                "long_gaps": lane.long_gaps,
+                "long_gap_s": lane.long_gap_samples / fs,
+            }
+            for lane in self._lanes
+        }
+
+
+# ----------------------------------------------------------------------------- record
+
+# bytes per sample of the WFDB formats (to find how much of a truncated .dat is there)
+_FMT_BYTES = {"8": 1, "16": 2, "61": 2, "80": 1, "160": 2, "24": 3, "32": 4, "212": 1.5,
+              "310": 4 / 3, "311": 4 / 3}  # fmt: skip
+
+
+def record_path(record: str | Path) -> Path:
+    """``dir/bidmc01``, ``dir/bidmc01.hea`` or ``dir/bidmc01.dat`` -> ``dir/bidmc01``."""
+    p = Path(record)
+    return p.with_suffix("") if p.suffix in (".hea", ".dat") else p
+
+
+class RecordSource:
+    """A WFDB record (plus its ``<name>n`` numerics record, when present) as a 1-s stream.
+
+    The record is read at open (so problems show before streaming starts) and handed out
+    by :meth:`chunks` one second at a time, paced at ``speed`` times real time.
+
+    Args:
+        record: path without extension (``data/bidmc01``).
+        channels: the channels to stream, in this column order (names without the trailing
+            comma); default all.
+        channel_users: channel -> model names, only to say who needs a missing channel.
+    """
+
+    def __init__(
+        self,
+        record: str | Path,
+        channels: Sequence[str] | None = None,
+        channel_users: dict[str, list[str]] | None = None,
+    ):
+        import wfdb
+
+        self.path = record_path(record)
+        self.name = self.path.name
+        self.warnings: list[str] = []
+        hea = self.path.with_name(self.name + ".hea")
+        if not hea.is_file():
+            raise VitalsError(f"record not found: {hea} does not exist")
+        try:
+            header = wfdb.rdheader(str(self.path))
+        except Exception as e:  # noqa: BLE001 - wfdb raises many kinds on bad headers
+            raise VitalsError(f"cannot read header {hea}: {e}") from None
+        if not header.n_sig or not header.fs:
+            raise VitalsError(f"{hea} describes no signals")
+        self.fs = float(header.fs)
+        names = [strip_name(n) for n in header.sig_name]
+        self.all_channels = names
+        wanted = list(names) if channels is None else [strip_name(c) for c in channels]
+        lower = [n.lower() for n in names]
+        idx = []
+        for c in wanted:  # exact name first, else ignoring case
+            if c in names:
+                idx.append(names.index(c))
+            elif c.lower() in lower:
+                idx.append(lower.index(c.lower()))
+            else:
+                users = (channel_users or {}).get(c)
+                who = f" needed by {', '.join(users)}" if users else ""
+                raise VitalsError(
+                    f"record {self.name} has no channel {c!r}{who} (it has: {', '.join(names)})"
+                )
+        self.channels = wanted
+        self.header_samples = int(header.sig_len or 0)  # 0: the header does not say
+        n = self._available_samples(header)
+        self.truncated = n is not None and 0 < n < self.header_samples
+        if n == 0:
+            raise VitalsError(f"record {self.name}: no complete samples in its signal file(s)")
+        if self.truncated:
+            self.warnings.append(
+                f"record {self.name} is truncated: the header says {self.header_samples} "
+                f"samples ({self.header_samples / self.fs:.1f} s), the signal file holds {n} "
+                f"({n / self.fs:.1f} s); streaming those"
+            )
+        try:
+            rec = wfdb.rdrecord(str(self.path), channels=idx, sampto=n)
+        except Exception as e:  # noqa: BLE001
+            raise VitalsError(f"cannot read record {self.name}: {e}") from None
+        if rec.p_signal is None or len(rec.p_signal) == 0:
+            raise VitalsError(f"record {self.name}: no samples")
+        self.signal = np.asarray(rec.p_signal, dtype=np.float64).reshape(-1, len(idx))
+        self.nan_samples = int((~np.isfinite(self.signal)).any(1).sum())
+        self.numerics, self.numerics_name = self._read_numerics(wfdb)
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.signal) / self.fs
+
+    def _available_samples(self, header) -> int | None:
+        """Complete samples in the signal file(s) (None: unknown layout, read them all)."""
+        n = self.header_samples or None
+        files: dict[str, list[int]] = {}
+        for i, f in enumerate(header.file_name):
+            files.setdefault(f, []).append(i)
+        for f, sigs in files.items():
+            p = self.path.with_name(f)
+            if not p.is_file():
+                raise VitalsError(f"record {self.name}: signal file {p} is missing")
+            fmt = str(header.fmt[sigs[0]])
+            spf = header.samps_per_frame[sigs[0]] if header.samps_per_frame else 1
+            if fmt not in _FMT_BYTES or any(str(header.fmt[i]) != fmt for i in sigs):
+                continue  # unknown layout: let wfdb decide
+            offset = (header.byte_offset[sigs[0]] or 0) if header.byte_offset else 0
+            per_frame = _FMT_BYTES[fmt] * len(sigs) * (spf or 1)
+            have = max(0, int((p.stat().st_size - offset) // per_frame))
+            n = have if n is None else min(n, have)
+        return n
+
+    def _read_numerics(self, wfdb) -> tuple[dict[str, np.ndarray], str | None]:
+        name = self.name + "n"
+        p = self.path.with_name(name)
+        if not p.with_name(name + ".hea").is_file():
+            return {}, None
+        try:
+            rec = wfdb.rdrecord(str(p))
+        except Exception as e:  # noqa: BLE001 - a reference is optional: warn, go on
+            self.warnings.append(f"numerics record {name} unreadable ({e}): no reference")
+            return {}, None
+        sig = np.asarray(rec.p_signal, dtype=np.float64)
+        per_s = max(1, int(round(rec.fs)))
+        if abs(rec.fs - 1.0) > 1e-9:  # bin to 1 Hz
+            n = len(sig) // per_s
+            with np.errstate(all="ignore"):
+                blocks = sig[: n * per_s].reshape(n, per_s, -1)
+                cnt = np.isfinite(blocks).sum(1)
+                sig = np.where(cnt > 0, np.nansum(blocks, 1) / np.maximum(cnt, 1), np.nan)
+        return {strip_name(c): sig[:, i] for i, c in enumerate(rec.sig_name)}, name
+
+    def chunks(self, speed: float | None = None, seconds: float = 1.0) -> Iterator[np.ndarray]:
+        """Yield ``(≈fs*seconds, C)`` chunks; chunk k is released when its last sample is
+        due at ``speed`` times real time (``None``: as fast as possible)."""
+        n = len(self.signal)
+        t0 = time.perf_counter()
+        a, k = 0, 1
+        while a < n:
+            b = min(n, int(round(k * seconds * self.fs)))
+            if speed:
+                wait = t0 + (b / self.fs) / speed - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+            yield self.signal[a:b]
+            a, k = b, k + 1
+
+    def reference(self, target: str, time_s: int, window_s: float) -> tuple[float, float]:
+        """(window reference, 1 Hz reference) for the estimate at ``time_s`` (NaN if none).
+
+        Window: the mean of the finite readings of seconds floor(time_s - window_s) ..
+        time_s - 1 (the seconds the model's window covers: the bidmc task's training
+        target); 1 Hz: the reading of second time_s - 1 (the last one in the window)."""
+        vals = self._numeric(target)
+        if vals is None:
+            return math.nan, math.nan
+        k = int(time_s) - 1
+        inst = float(vals[k]) if 0 <= k < len(vals) else math.nan
+        k0 = max(0, int(math.floor(time_s - window_s + 1e-9)))
+        seg = vals[k0 : int(time_s)]
+        seg = seg[np.isfinite(seg)]
+        return (float(seg.mean()) if len(seg) else math.nan), inst
+
+    def _numeric(self, target: str) -> np.ndarray | None:
+        want = NUMERICS_CHANNEL[target].lower()
+        for name, v in self.numerics.items():
+            if name.lower() == want:
+                return v
+        return None
+
+
+# ------------------------------------------------------------------------------- runs
+
+
+@dataclass
+class RunResult:
+    """Everything one run produced: estimates with references, timing, counts."""
+
+    estimates: list[Estimate]
+    targets: list[str]
+    units: dict[str, str]
+    alarms: list[Alarm]
+    latencies_s: np.ndarray  # per 1-s chunk: time in VitalsMonitor.push
+    compute_s: float
+    wall_s: float
+    duration_s: float
+    gaps: dict[str, dict[str, float]]
+    has_reference: bool
+    interrupted: bool = False
+
+    @property
+    def real_time_factor(self) -> float:
+        """Compute time / signal time (< 1: faster than real time)."""
+        return self.compute_s / self.duration_s if self.duration_s else math.nan
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """Per target: RMSE/MAE of the valid estimates against the window reference and the
+        1 Hz reading, with how many seconds were compared and left out (and why)."""
+        out = {}
+        for t in self.targets:
+            est = np.array([e.values[t] for e in self.estimates], dtype=np.float64)
+            valid = np.array([e.status[t] == "ok" for e in self.estimates], dtype=bool)
+            row: dict[str, float] = {"seconds": len(est), "valid": int(valid.sum())}
+            for key, attr in (("window", "ref"), ("1hz", "ref_1hz")):
+                ref = np.array([e.__dict__[attr].get(t, math.nan) for e in self.estimates])
+                use = valid & np.isfinite(ref)
+                err = est[use] - ref[use]
+                row[f"n_{key}"] = int(use.sum())
+                row[f"no_ref_{key}"] = int((valid & ~np.isfinite(ref)).sum())
+                row[f"rmse_{key}"] = float(np.sqrt(np.mean(err**2))) if len(err) else math.nan
+                row[f"mae_{key}"] = float(np.mean(np.abs(err))) if len(err) else math.nan
+            out[t] = row
+        return out
+
+    def columns(self) -> list[str]:
+        cols = ["time_s"]
+        for t in self.targets:
+            cols += [t, f"{t}_valid", f"{t}_status", f"{t}_ref", f"{t}_ref_1hz"]
+        return cols + [f"alarm_{a.rule.name}" for a in self.alarms]
+
+    def write_csv(self, path: str | Path) -> Path:
+        """One row per second; see :meth:`columns` (``nan`` where there is no value)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(self.columns())
+            for e in self.estimates:
+                row: list = [e.time_s]
+                for t in self.targets:
+                    row += [
+                        _fmt(e.values[t]), int(e.status[t] == "ok"), e.status[t],
+                        _fmt(e.ref.get(t, math.nan)), _fmt(e.ref_1hz.get(t, math.nan)),
+                    ]  # fmt: skip
+                row += [int(e.alarms.get(a.rule.name, False)) for a in self.alarms]
+                w.writerow(row)
+        return path
+
+    def plot(self, path: str | Path, title: str = "") -> Path:
+        """Estimate vs reference per target (invalid seconds grey, alarm time shaded)."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        t = np.array([e.time_s for e in self.estimates], dtype=np.float64)
+        fig, axes = plt.subplots(len(self.targets), 1, figsize=(10, 2.6 * len(self.targets)),
+                                 sharex=True, squeeze=False)  # fmt: skip
+        for ax, tgt in zip(axes[:, 0], self.targets, strict=True):
+            est = np.array([e.values[tgt] for e in self.estimates], dtype=np.float64)
+            ok = np.array([e.status[tgt] == "ok" for e in self.estimates])
+            ref = np.array([e.ref.get(tgt, math.nan) for e in self.estimates])
+            inst = np.array([e.ref_1hz.get(tgt, math.nan) for e in self.estimates])
+            if np.isfinite(inst).any():
+                ax.plot(t, inst, color="0.7", lw=0.8, label="monitor 1 Hz")
+            if np.isfinite(ref).any():
+                ax.plot(t, ref, color="k", lw=1.2, label="monitor, window mean")
+            ax.plot(t, np.where(ok, np.nan, est), color="0.55", lw=1, ls=":", label="invalid")
+            ax.plot(t, np.where(ok, est, np.nan), color="C0", lw=1.5, label="estimate")
+            for a in self.alarms:
+                if a.rule.vital != tgt:
+                    continue
+                ax.axhline(a.rule.threshold, color="C3", lw=0.8, ls="--")
+                on = np.array([e.alarms.get(a.rule.name, False) for e in self.estimates])
+                if on.any():
+                    ax.fill_between(
+                        t, 0, 1, where=on, color="C3", alpha=0.15, step="pre",
+                        transform=ax.get_xaxis_transform(), label=a.rule.name,
+                    )  # fmt: skip
+            ax.set_ylabel(f"{tgt.upper()} [{self.units[tgt]}]")
+            ax.legend(loc="upper right", fontsize=7, ncol=3)
+            ax.grid(alpha=0.3)
+        axes[-1, 0].set_xlabel("time [s]")
+        if title:
+            axes[0, 0].set_title(title)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        return path
+
+
+def _fmt(v: float) -> str:
+    return "nan" if v is None or not math.isfinite(v) else f"{v:.6g}"
+
+
+def open_record(
+    models: Sequence[str | Path],
+    record: str | Path,
+    alarms=None,
+    max_gap_s: float = DEFAULT_MAX_GAP_S,
+    threads: int | None = 1,
+) -> tuple[VitalsMonitor, RecordSource]:
+    """Load the models, then the record's channels they need (resampled if needed)."""
+    monitor = VitalsMonitor(models, alarms, max_gap_s=max_gap_s, threads=threads)
+    source = RecordSource(record, monitor.channels, monitor.channel_users)
+    monitor.set_input_rate(source.fs)
+    return monitor, source
+
+
+def run_record(
+    monitor: VitalsMonitor,
+    source: RecordSource,
+    speed: float | None = None,
+    on_estimate=None,
+) -> RunResult:
+    """Stream ``source`` through ``monitor`` (paced at ``speed``; None = unpaced), attach
+    the references, time every chunk. Ctrl-C stops early (``interrupted``), keeping what
+    was done. ``on_estimate(estimate)`` is called for each second as it is emitted."""
+    estimates: list[Estimate] = []
+    latencies: list[float] = []
+    t_start = time.perf_counter()
+
+    def take(ests):
+        for e in ests:
+            for t in monitor.targets:
+                e.ref[t], e.ref_1hz[t] = source.reference(t, e.time_s, monitor.windows_s[t])
+            estimates.append(e)
+            if on_estimate is not None:
+                on_estimate(e)
+
+    interrupted = False
+    try:
+        for chunk in source.chunks(speed):
+            t0 = time.perf_counter()
+            ests = monitor.push(chunk)
+            latencies.append(time.perf_counter() - t0)
+            take(ests)
+        t0 = time.perf_counter()
+        ests = monitor.flush()
+        latencies[-1:] = [latencies[-1] + time.perf_counter() - t0] if latencies else []
+        take(ests)
+    except KeyboardInterrupt:
+        interrupted = True
+    lat = np.array(latencies)
+    return RunResult(
+        estimates=estimates,
+        targets=list(monitor.targets),
+        units=dict(monitor.units),
+        alarms=monitor.alarms,
+        latencies_s=lat,
+        compute_s=float(lat.sum()),
+        wall_s=time.perf_counter() - t_start,
+        duration_s=monitor.samples_in / monitor.input_rate,
+        gaps=monitor.gap_counts(),
+        has_reference=bool(source.numerics),
+        interrupted=interrupted,
+    )

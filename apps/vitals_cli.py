@@ -1,0 +1,351 @@
+"""``liquid-stream vitals``: the streaming vital-sign monitor on a WFDB record.
+
+onnxruntime, wfdb, rich and matplotlib are imported inside the command (``--help`` stays
+fast); torch is never imported on this path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import click
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+class SpeedType(click.ParamType):
+    """``1``, ``10``, ``2.5x`` ... (times real time) or ``max`` (no pacing) -> float | None."""
+
+    name = "speed"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, float):
+            return value
+        text = str(value).strip().lower()
+        if text in ("max", "inf"):
+            return None
+        text = text.removesuffix("x")
+        try:
+            speed = float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a speed: use a positive number (1, 10) or 'max'")
+        if not (speed > 0 and math.isfinite(speed)):
+            self.fail(f"{value!r}: the speed must be > 0 (or 'max')")
+        return speed
+
+
+def sparkline(values, width: int = 40) -> str:
+    """Unicode sparkline of the last ``width`` values (NaN -> blank)."""
+    vals = list(values)[-width:]
+    finite = [v for v in vals if v is not None and math.isfinite(v)]
+    if not finite:
+        return " " * len(vals)
+    lo, hi = min(finite), max(finite)
+    span = hi - lo or 1.0
+    return "".join(
+        " "
+        if v is None or not math.isfinite(v)
+        else SPARK[min(len(SPARK) - 1, int((v - lo) / span * len(SPARK)))]
+        for v in vals
+    )
+
+
+class Dashboard:
+    """The live rich view: one row per vital, alarm log, stream progress."""
+
+    def __init__(self, monitor, source, speed, history: int = 60):
+        self.monitor, self.source, self.speed = monitor, source, speed
+        self.hist = {t: deque(maxlen=history) for t in monitor.targets}
+        self.last = None
+        self.log: deque[str] = deque(maxlen=5)
+
+    def add(self, est) -> None:
+        self.last = est
+        for t in self.monitor.targets:
+            self.hist[t].append(est.values[t] if est.status[t] == "ok" else math.nan)
+        for name, ev in est.events:
+            self.log.append(f"{est.time_s:6d} s  {name}  {'ON' if ev == 'on' else 'cleared'}")
+
+    def __rich_console__(self, console, options):
+        yield self.render(max(10, min(60, options.max_width - 75)))
+
+    def render(self, spark_width: int = 40):
+        from rich.console import Group
+        from rich.panel import Panel
+        from rich.table import Table
+        from rich.text import Text
+
+        e = self.last
+        table = Table(expand=True, box=None, pad_edge=False)
+        for col, kw in (
+            ("vital", {}), ("estimate", {"justify": "right"}), ("", {"no_wrap": True}),
+            ("status", {}), ("monitor (window)", {"justify": "right"}),
+            ("monitor 1 Hz", {"justify": "right"}), (f"last {spark_width} s", {"no_wrap": True}),
+            ("alarms", {}),
+        ):  # fmt: skip
+            table.add_column(col, **kw)
+        for t in self.monitor.targets:
+            units = self.monitor.units[t]
+            if e is None:
+                table.add_row(t.upper(), "-", units, "waiting", "", "", "", "")
+                continue
+            ok = e.status[t] == "ok"
+            val = e.values[t]
+            est = Text(f"{val:.1f}" if math.isfinite(val) else "--", style="bold" if ok else "dim")
+            alarms = [n for n, on in e.alarms.items() if n.startswith(t) and on]
+            table.add_row(
+                t.upper(), est, units, Text(e.status[t], style="green" if ok else "yellow"),
+                _num(e.ref.get(t)), _num(e.ref_1hz.get(t)), sparkline(self.hist[t], spark_width),
+                Text(" ".join(alarms) or "-", style="bold white on red" if alarms else "dim"),
+            )  # fmt: skip
+        now = e.time_s if e else 0
+        speed = "max" if self.speed is None else f"{self.speed:g}x"
+        head = (
+            f"{self.source.name}  t = {now} / {self.source.duration_s:.0f} s  speed {speed}"
+            f"  ({self.source.fs:g} Hz -> models {self.monitor.sample_rate:g} Hz)"
+        )
+        log = Text("\n".join(self.log) or "no alarm events", style="dim" if not self.log else "")
+        return Panel(Group(table, Text(""), log), title="liquid-stream vitals", subtitle=head)
+
+
+def _num(v) -> str:
+    return f"{v:.1f}" if v is not None and math.isfinite(v) else "-"
+
+
+@click.command("vitals")
+@click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--record",
+    required=True,
+    help="WFDB record path without extension, e.g. data/bidmc/bidmc01 (numerics: bidmc01n).",
+)
+@click.option(
+    "--speed",
+    default="1",
+    show_default=True,
+    type=SpeedType(),
+    help="Pacing: times real time (1 = live, 10), or 'max' for no pacing.",
+)
+@click.option(
+    "--alarm",
+    "alarms",
+    multiple=True,
+    help="Alarm rules, e.g. 'hr>120,spo2<90' or 'rr>30:hold=10:margin=4' (repeatable). "
+    "An alarm triggers after --alarm-hold valid seconds beyond the threshold and clears at "
+    "the first valid second beyond threshold -/+ margin (default margins: hr 5 bpm, rr 3 "
+    "breaths/min, spo2 2 %).",
+)
+@click.option(
+    "--alarm-hold",
+    default=5,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Seconds a valid estimate must breach a threshold before its alarm triggers.",
+)
+@click.option(
+    "--max-gap",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Longest NaN gap (s) that is interpolated (estimates invalid while their window "
+    "covers it); longer gaps reset the model state, which then re-warms.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Directory for <record>_vitals.csv / .png / _summary.json "
+    "[default: runs/vitals/<record>].",
+)
+@click.option("--no-ui", is_flag=True, help="No live dashboard (also off when not a TTY).")
+@click.option(
+    "--threads", default=1, show_default=True, type=click.IntRange(1), help="ORT threads/model."
+)
+def vitals_cmd(models, record, speed, alarms, alarm_hold, max_gap, out_dir, no_ui, threads):
+    """Stream a WFDB RECORD through 1-3 exported vital-sign MODELS (hr / rr / spo2).
+
+    Emits HR/RR/SpO2 once per second from the models' causal outputs, raises alarms with
+    hysteresis, compares with the record's numerics (RMSE/MAE), and writes a CSV and a
+    PNG. NaN gaps up to --max-gap seconds are interpolated (estimates flagged invalid while
+    the window covers them); longer gaps reset the models, which then re-warm. A record at
+    another sampling rate is resampled (causal polyphase FIR) to the models' rate.
+    """
+    from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
+    from liquid_stream.apps.vitals import VitalsError, open_record, run_record
+
+    try:
+        rules = parse_alarms(list(alarms), hold_s=alarm_hold)
+        monitor, source = open_record(models, record, rules, max_gap, threads)
+    except (VitalsError, AlarmSyntaxError) as e:
+        raise click.ClickException(str(e)) from None
+
+    echo = click.echo
+    echo(
+        f"record {source.name}: {source.duration_s:.1f} s at {source.fs:g} Hz, using "
+        f"{', '.join(source.channels)}; numerics: "
+        + (
+            f"{source.numerics_name} ({', '.join(source.numerics)})"
+            if source.numerics_name
+            else "none (no reference)"
+        )  # fmt: skip
+    )
+    for m in monitor.models:
+        echo(
+            f"model {m.target}: {m.path.name} <- {', '.join(m.channels)}; window "
+            f"{m.window_s:g} s at {m.sample_rate:g} Hz"
+        )
+    if monitor.resampler is not None:
+        r = monitor.resampler
+        echo(
+            f"note: record at {source.fs:g} Hz, models at {monitor.sample_rate:g} Hz: "
+            f"resampling x{r.up}/{r.down} (causal FIR, {r.delay_s * 1000:.0f} ms delay)"
+        )
+    for w in source.warnings:
+        echo(f"warning: {w}", err=True)
+    for m in monitor.models:
+        if source.duration_s < m.window_s + 1:
+            echo(
+                f"warning: the record ({source.duration_s:.1f} s) is not longer than the "
+                f"{m.target} model's {m.window_s:g} s window: no valid {m.target} estimate",
+                err=True,
+            )
+    for a in monitor.alarms:
+        echo(f"alarm {a.rule}")
+
+    use_ui = not no_ui and sys.stdout.isatty()
+    if use_ui:
+        result = _run_with_ui(monitor, source, speed, run_record)
+    else:
+        next_report = [60]
+
+        def on_estimate(e):
+            for name, ev in e.events:
+                echo(f"[{e.time_s:6d} s] ALARM {name} {'ON' if ev == 'on' else 'cleared'}")
+            if speed is not None and e.time_s >= next_report[0]:
+                next_report[0] += 60
+                parts = [
+                    f"{t} {e.values[t]:.1f} {monitor.units[t]} ({e.status[t]})"
+                    for t in monitor.targets
+                ]
+                echo(f"[{e.time_s:6d} s] " + ", ".join(parts))
+
+        result = run_record(monitor, source, speed, on_estimate)
+    if result.interrupted:
+        echo("interrupted: writing what was streamed so far", err=True)
+
+    out = Path(out_dir) if out_dir else Path("runs") / "vitals" / source.name
+    try:
+        csv_path = result.write_csv(out / f"{source.name}_vitals.csv")
+        png_path = result.plot(out / f"{source.name}_vitals.png", title=source.name)
+        summary = _summary(result, source, monitor, speed)
+        json_path = out / f"{source.name}_summary.json"
+        json_path.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    except OSError as e:
+        raise click.ClickException(f"cannot write results to {out}: {e}") from None
+    _print_summary(summary, echo)
+    echo(f"wrote {csv_path}, {png_path}, {json_path}")
+
+
+def _run_with_ui(monitor, source, speed, run_record):
+    from rich.live import Live
+
+    board = Dashboard(monitor, source, speed)
+    last = [0.0]
+    with Live(board, refresh_per_second=4, transient=False) as live:
+
+        def on_estimate(e):
+            board.add(e)
+            now = time.perf_counter()
+            if now - last[0] > 0.1:
+                live.refresh()
+                last[0] = now
+
+        result = run_record(monitor, source, speed, on_estimate)
+        live.refresh()
+    return result
+
+
+def _summary(result, source, monitor, speed) -> dict:
+    lat = result.latencies_s
+    return {
+        "record": source.name,
+        "duration_s": result.duration_s,
+        "record_fs": source.fs,
+        "model_fs": monitor.sample_rate,
+        "resampled": monitor.resampler is not None,
+        "truncated": source.truncated,
+        "numerics": source.numerics_name,
+        "speed": "max" if speed is None else speed,
+        "models": {m.target: str(m.path) for m in monitor.models},
+        "seconds": len(result.estimates),
+        "metrics": result.metrics(),
+        "gaps": result.gaps,
+        "alarms": {
+            a.rule.name: {"episodes": a.episodes, "active_s": a.active_s, "events": a.events}
+            for a in result.alarms
+        },
+        "compute_s": result.compute_s,
+        "wall_s": result.wall_s,
+        "real_time_factor": result.real_time_factor,
+        "chunks": len(lat),
+        "latency_ms_mean": float(lat.mean() * 1000) if len(lat) else None,
+        "latency_ms_p95": float(_p95(lat) * 1000) if len(lat) else None,
+        "latency_ms_max": float(lat.max() * 1000) if len(lat) else None,
+        "warnings": source.warnings,
+        "interrupted": result.interrupted,
+    }
+
+
+def _p95(x):
+    import numpy as np
+
+    return np.percentile(x, 95)
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(type(o).__name__)
+
+
+def _print_summary(s: dict, echo) -> None:
+    def f(v, nd=2):
+        return (
+            "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.{nd}f}"
+        )
+
+    if s["numerics"]:
+        echo(f"\nresults ({s['seconds']} s; valid estimates vs the numerics {s['numerics']}):")
+    else:
+        echo(f"\nresults ({s['seconds']} s; no numerics record: no RMSE/MAE):")
+    echo(
+        f"  {'vital':6}{'valid':>8}{'RMSE win':>10}{'MAE win':>9}{'RMSE 1Hz':>10}{'MAE 1Hz':>9}"
+        f"{'no ref':>8}"
+    )
+    for t, m in s["metrics"].items():
+        echo(
+            f"  {t:6}{m['valid']:>4}/{m['seconds']:<3}{f(m['rmse_window']):>10}"
+            f"{f(m['mae_window']):>9}{f(m['rmse_1hz']):>10}{f(m['mae_1hz']):>9}"
+            f"{m['no_ref_window']:>8}"
+        )
+    for t, g in s["gaps"].items():
+        if g["short_gaps"] or g["long_gaps"]:
+            echo(
+                f"  gaps {t}: {g['short_gaps']} short, interpolated ({g['short_gap_s']:.1f} s); "
+                f"{g['long_gaps']} long, model reset ({g['long_gap_s']:.1f} s)"
+            )
+    for name, a in s["alarms"].items():
+        echo(f"  alarm {name}: {a['episodes']} episode(s), active {a['active_s']} s")
+    rtf = s["real_time_factor"]
+    echo(
+        f"timing: {s['duration_s']:.1f} s of signal, {s['compute_s']:.3f} s compute -> "
+        f"real-time factor {f(rtf, 4)}" + (f" ({1 / rtf:.0f}x real time)" if rtf else "")
+        + f"; per-chunk (1 s) latency mean {f(s['latency_ms_mean'])} ms, p95 "
+        f"{f(s['latency_ms_p95'])} ms; wall {s['wall_s']:.2f} s"
+    )  # fmt: skip
