@@ -77,7 +77,34 @@ def _register_training_commands() -> None:
         main.add_command(command)
 
 
+# The live apps (liquid_stream.apps): (module, commands for `liquid-stream`, commands for
+# `liquid-stream data`). Each module keeps onnxruntime/torch imports inside its commands.
+APP_COMMANDS = [
+    ("liquid_stream.apps.kws_cli", ("kws_cmd", "kws_eval_cmd"), ("kws_stream_cmd",)),
+    ("liquid_stream.apps.vitals_cli", ("vitals_cmd",), ()),
+]
+
+
+def _register_app_commands() -> None:
+    import importlib
+
+    from liquid_stream.training.data.cli import data
+
+    for module_name, top, under_data in APP_COMMANDS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name == module_name:  # app not present in this checkout
+                continue
+            raise
+        for name in top:
+            main.add_command(getattr(module, name))
+        for name in under_data:
+            data.add_command(getattr(module, name))
+
+
 _register_training_commands()
+_register_app_commands()
 
 
 if __name__ == "__main__":  # pragma: no cover
