@@ -14,10 +14,9 @@
 - :class:`MicSource` wraps ``sounddevice.InputStream``; its callback only copies the block
   into a bounded queue. A full queue drops the block (counted in ``dropped``); PortAudio's
   ``input_overflow`` flags are counted in ``overflows``; neither ever raises.
-- :class:`StreamResampler` converts between integer rates with a polyphase FIR
-  (``scipy.signal.upfirdn`` with the Kaiser-windowed filter of
-  ``scipy.signal.resample_poly``), streaming-exact: feeding blocks of any size gives
-  exactly the output of one call on the whole signal. It is causal, so it delays the
+- :func:`stream_resampler` converts between integer rates with the streaming-exact
+  polyphase FIR of :mod:`liquid_stream.apps.resample` (feeding blocks of any size gives
+  exactly the output of one call on the whole signal). It is causal, so it delays the
   signal by ``delay_s`` (the filter's half length, ~1 ms for 16 → 8 kHz). Any pair of
   integer rates works (11025 → 8000 uses up = 320, down = 441).
 """
@@ -30,10 +29,11 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from math import gcd
 from pathlib import Path
 
 import numpy as np
+
+from .resample import StreamResampler
 
 
 class AudioError(ValueError):
@@ -136,64 +136,13 @@ def write_wav(path: str | os.PathLike, x: np.ndarray, rate: int) -> None:
 # ------------------------------------------------------------------------- resampling
 
 
-class StreamResampler:
-    """Streaming polyphase resampler ``in_rate → out_rate`` (integer rates).
-
-    ``process(block)`` returns every output sample whose inputs have all arrived, so the
-    concatenated outputs equal ``upfirdn(h, x, up, down)`` of the whole signal, whatever
-    the block sizes. The filter is ``resample_poly``'s (Kaiser β = 5, half length
-    10 · max(up, down) taps on the upsampled grid); being causal it delays the signal
-    by ``delay_s`` seconds.
-    """
-
-    def __init__(self, in_rate: int, out_rate: int):
-        from scipy.signal import firwin
-
-        if int(in_rate) != in_rate or int(out_rate) != out_rate or in_rate < 1 or out_rate < 1:
-            raise AudioError(f"resampling needs positive integer rates, got {in_rate} → {out_rate}")
-        in_rate, out_rate = int(in_rate), int(out_rate)
-        g = gcd(in_rate, out_rate)
-        self.in_rate, self.out_rate = in_rate, out_rate
-        self.up, self.down = out_rate // g, in_rate // g
-        half = 10 * max(self.up, self.down)
-        self.h = (
-            firwin(2 * half + 1, 1.0 / max(self.up, self.down), window=("kaiser", 5.0)) * self.up
-        )
-        self.delay_s = half / (self.up * in_rate)
-        self.reset()
-
-    def reset(self) -> None:
-        # Input history starts at absolute index -pad (zeros), pad a multiple of `down`
-        # that covers the filter, so the first outputs see a zero past.
-        need = -(-(len(self.h) - 1) // self.up) + 1
-        self._pad = -(-need // self.down) * self.down
-        self._buf = np.zeros(self._pad, np.float64)
-        self._start = -self._pad  # absolute input index of self._buf[0]
-        self._next = 0  # next output index m (z[m * down] of the full convolution)
-
-    def process(self, block: np.ndarray) -> np.ndarray:
-        from scipy.signal import upfirdn
-
-        if self.up == self.down:
-            return np.asarray(block, np.float32)
-        self._buf = np.concatenate([self._buf, np.asarray(block, np.float64)])
-        n_in = self._start + len(self._buf)  # inputs received: absolute indices < n_in
-        # output m needs inputs up to floor(m * down / up) < n_in
-        m_end = ((n_in - 1) * self.up) // self.down + 1
-        if m_end <= self._next:
-            return np.zeros(0, np.float32)
-        # local convolution over buf; output m sits at local index m - start*up/down
-        z = upfirdn(self.h, self._buf, self.up, self.down)
-        off = (-self._start * self.up) // self.down  # _start is a multiple of down
-        y = z[self._next + off : m_end + off]
-        self._next = m_end
-        # keep only the history the next outputs need (aligned to a multiple of down)
-        keep_from = (self._next * self.down - (len(self.h) - 1)) // self.up - 1
-        keep_from = (keep_from // self.down) * self.down
-        if keep_from > self._start:
-            self._buf = self._buf[keep_from - self._start :]
-            self._start = keep_from
-        return y.astype(np.float32)
+def stream_resampler(in_rate: float, out_rate: float) -> StreamResampler:
+    """A :class:`~liquid_stream.apps.resample.StreamResampler` ``in_rate → out_rate`` for
+    1-D audio blocks (float32 in, float32 out); :class:`AudioError` unless both rates are
+    positive integers."""
+    if int(in_rate) != in_rate or int(out_rate) != out_rate or in_rate < 1 or out_rate < 1:
+        raise AudioError(f"resampling needs positive integer rates, got {in_rate} → {out_rate}")
+    return StreamResampler(int(in_rate), int(out_rate))
 
 
 # ---------------------------------------------------------------------------- sources

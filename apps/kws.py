@@ -18,7 +18,7 @@ threshold since its last detection (re-arm) and no keyword fired in the last
 since the start (or the last ``reset()``), at sample resolution.
 
 Frames are float in [-1, 1] or int16 (scaled by 1/32768), at the model's
-``sample_rate`` (resample first, see :class:`~liquid_stream.apps.audio.StreamResampler`).
+``sample_rate`` (resample first, see :class:`~liquid_stream.apps.resample.StreamResampler`).
 The no-keyword class is the metadata ``silence_class`` when present, else the label named
 ``_silence_``, ``silence`` or ``_unknown_``. Models that are not per-step audio
 classifiers are refused with :class:`KwsModelError`.

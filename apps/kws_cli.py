@@ -9,7 +9,7 @@
 How ``kws`` runs: an audio source (:class:`~.audio.MicSource`, whose PortAudio callback
 only enqueues blocks, or :class:`~.audio.WavSource`, paced to real time unless
 ``--fast``) feeds a worker thread that resamples to the model's rate when needed
-(:class:`~.audio.StreamResampler`), cuts ``--chunk-ms`` chunks and runs the
+(:func:`~.audio.stream_resampler`), cuts ``--chunk-ms`` chunks and runs the
 :class:`~.kws.KeywordSpotter`. The main thread prints every detection as
 ``HH:MM:SS.mmm  keyword  score`` (wall clock for a microphone, stream time for a file),
 draws the rich live view (input level + per-keyword score bars) when stdout is a TTY and
@@ -43,13 +43,13 @@ class KwsWorker(threading.Thread):
     def __init__(self, spotter, source, record_trace: bool = False):
         import queue
 
-        from .audio import StreamResampler
+        from .audio import stream_resampler
 
         super().__init__(name="kws-worker", daemon=True)
         self.spotter = spotter
         self.source = source
         self.resampler = (
-            StreamResampler(source.rate, spotter.sample_rate)
+            stream_resampler(source.rate, spotter.sample_rate)
             if int(source.rate) != spotter.sample_rate
             else None
         )

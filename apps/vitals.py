@@ -30,9 +30,10 @@ Signal problems, per model (its own channels):
 - **long gap** (longer, or at the record start): the samples are skipped, the model state
   is reset at the gap and re-warms after it (``gap`` then ``warmup``: invalid).
 - **other sampling rate**: the record is resampled to the models' rate by a causal,
-  stateful polyphase FIR (the filter of ``scipy.signal.resample_poly``, without its delay
-  compensation: chunked output equals ``upfirdn`` on the whole record; the delay is
-  10 samples of the slower rate, e.g. 80 ms for 250 -> 125 Hz).
+  stateful polyphase FIR (:mod:`liquid_stream.apps.resample`: the filter of
+  ``scipy.signal.resample_poly``, without its delay compensation: chunked output equals
+  ``upfirdn`` on the whole record; the delay is 10 samples of the slower rate, e.g. 80 ms
+  for 250 -> 125 Hz).
 
 References (numerics record ``<record>n``, 1 Hz, reading i describes second [i, i+1)): the
 estimate at time k s (samples up to k*fs) is compared with the *window* reference, the mean
@@ -48,12 +49,12 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
 from liquid_stream.apps.alarms import UNITS, VITALS, Alarm, AlarmRule, parse_alarms
+from liquid_stream.apps.resample import StreamResampler
 
 TASK = "bidmc"
 # target -> numerics channel of the BIDMC ``<record>n`` record
@@ -137,51 +138,6 @@ def load_model(path: str | Path, threads: int | None = 1) -> VitalModel:
         path, s, target, s.metadata.get("units") or UNITS[target], channels,
         float(s.sample_rate), window,
     )  # fmt: skip
-
-
-# ------------------------------------------------------------------------- resampling
-
-
-class StreamResampler:
-    """Causal, stateful polyphase resampling from ``fs_in`` to ``fs_out`` (any chunk sizes).
-
-    Uses the FIR of :func:`scipy.signal.resample_poly` (Kaiser beta 5, 10 zero crossings per
-    side) without its delay compensation, so chunked output equals
-    ``scipy.signal.upfirdn(h, whole_input, up, down)`` cut to the outputs that depend on
-    the input seen so far. Output n uses input up to sample floor(n * down / up).
-    """
-
-    def __init__(self, fs_in: float, fs_out: float, n_channels: int):
-        from scipy.signal import firwin
-
-        ratio = Fraction(fs_out).limit_denominator(10**6) / Fraction(fs_in).limit_denominator(10**6)
-        ratio = ratio.limit_denominator(1000)
-        self.up, self.down = ratio.numerator, ratio.denominator
-        max_rate = max(self.up, self.down)
-        half_len = 10 * max_rate
-        self.h = firwin(2 * half_len + 1, 1.0 / max_rate, window=("kaiser", 5.0)) * self.up
-        self.delay_s = half_len / self.up / fs_in
-        K = -(-len(self.h) // self.up)
-        hp = np.zeros(K * self.up)
-        hp[: len(self.h)] = self.h
-        self._H = hp.reshape(K, self.up).T  # _H[p, k] = h[p + k*up]
-        self._K = K
-        self._hist = np.zeros((K - 1, n_channels))
-        self.n_in = self.n_out = 0
-
-    def process(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        buf = np.concatenate([self._hist, x])  # buf[0] is input sample n_in - (K-1)
-        n_in = self.n_in + len(x)
-        n_out = (n_in * self.up + self.down - 1) // self.down
-        n = np.arange(self.n_out, n_out)
-        m = n * self.down
-        base, phase = m // self.up, m % self.up
-        idx = base[:, None] - np.arange(self._K)[None, :] - (self.n_in - (self._K - 1))
-        y = np.einsum("nk,nkc->nc", self._H[phase], buf[idx])
-        self._hist = buf[len(buf) - (self._K - 1) :]
-        self.n_in, self.n_out = n_in, n_out
-        return y
 
 
 # ---------------------------------------------------------------------------- monitor
@@ -385,9 +341,7 @@ class VitalsMonitor:
             raise RuntimeError("set_input_rate after push")
         self.input_rate = float(rate)
         same = abs(self.input_rate - self.sample_rate) <= 1e-9
-        self.resampler = (
-            None if same else StreamResampler(self.input_rate, self.sample_rate, len(self.channels))
-        )
+        self.resampler = None if same else StreamResampler(self.input_rate, self.sample_rate)
 
     def push(self, chunk) -> list[Estimate]:
         """Feed ``(T, len(channels))`` raw samples (or ``{channel: (T,)}``); returns the

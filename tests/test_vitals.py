@@ -21,7 +21,6 @@ from fixtures_vitals import STATS, export_vital_model, truncate_record, write_re
 from liquid_stream.apps.alarms import Alarm, AlarmRule, AlarmSyntaxError, parse_alarms  # noqa: E402
 from liquid_stream.apps.vitals import (  # noqa: E402
     RecordSource,
-    StreamResampler,
     VitalsError,
     VitalsMonitor,
     open_record,
@@ -119,32 +118,6 @@ def test_alarm_hysteresis():
     assert a.episodes == 2 and a.active_s == 6
     low = Alarm(AlarmRule("spo2", "<", 90, hold_s=1, margin=2))
     assert [low.update(v, True) for v in (89, 91, 92.5)] == ["on", None, "off"]
-
-
-# ------------------------------------------------------------------------ resampling
-
-
-@pytest.mark.parametrize("fs_in,fs_out", [(250, 125), (100, 125), (128, 125)])
-def test_stream_resampler_chunked_equals_whole(fs_in, fs_out):
-    from scipy.signal import upfirdn
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(3 * fs_in + 17, 2))
-    r = StreamResampler(fs_in, fs_out, 2)
-    ys, a = [], 0
-    for n in [1, 7, fs_in, 3, 50, 10_000]:
-        ys.append(r.process(x[a : a + n]))
-        a += n
-    y = np.concatenate(ys)
-    ref = np.stack([upfirdn(r.h, x[:, c], r.up, r.down) for c in range(2)], 1)
-    assert len(y) == math.ceil(len(x) * r.up / r.down)
-    np.testing.assert_allclose(y, ref[: len(y)], atol=1e-12)
-    # a sine well inside both bands comes through (delayed by delay_s)
-    t = np.arange(4 * fs_in) / fs_in
-    s = StreamResampler(fs_in, fs_out, 1).process(np.sin(2 * np.pi * 2 * t)[:, None])[:, 0]
-    to = np.arange(len(s)) / fs_out - r.delay_s
-    mid = slice(len(s) // 4, -len(s) // 4)
-    np.testing.assert_allclose(s[mid], np.sin(2 * np.pi * 2 * to[mid]), atol=2e-3)
 
 
 # ----------------------------------------------------------------------------- runs

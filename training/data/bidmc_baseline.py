@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -55,40 +55,40 @@ def _fill_nan(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def ecg_peaks(x: np.ndarray, fs: float) -> np.ndarray:
+def _peaks(find: Callable) -> np.ndarray:
+    """Peak indices ``find(neurokit2)`` with NeuroKit's warnings silenced; none if it fails."""
     import neurokit2 as nk
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            _, info = nk.ecg_peaks(nk.ecg_clean(_fill_nan(x), sampling_rate=fs), sampling_rate=fs)
-            return np.asarray(info["ECG_R_Peaks"], np.int64)
+            return np.asarray(find(nk), np.int64)
         except Exception:
             return np.zeros(0, np.int64)
+
+
+def ecg_peaks(x: np.ndarray, fs: float) -> np.ndarray:
+    def find(nk):
+        _, info = nk.ecg_peaks(nk.ecg_clean(_fill_nan(x), sampling_rate=fs), sampling_rate=fs)
+        return info["ECG_R_Peaks"]
+
+    return _peaks(find)
 
 
 def ppg_peaks(x: np.ndarray, fs: float) -> np.ndarray:
-    import neurokit2 as nk
+    def find(nk):
+        clean = nk.ppg_clean(_fill_nan(x), sampling_rate=fs)
+        return nk.ppg_findpeaks(clean, sampling_rate=fs)["PPG_Peaks"]
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            clean = nk.ppg_clean(_fill_nan(x), sampling_rate=fs)
-            return np.asarray(nk.ppg_findpeaks(clean, sampling_rate=fs)["PPG_Peaks"], np.int64)
-        except Exception:
-            return np.zeros(0, np.int64)
+    return _peaks(find)
 
 
 def rsp_peaks(x: np.ndarray, fs: float) -> np.ndarray:
-    import neurokit2 as nk
+    def find(nk):
+        _, info = nk.rsp_peaks(nk.rsp_clean(_fill_nan(x), sampling_rate=fs), sampling_rate=fs)
+        return info["RSP_Peaks"]
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            _, info = nk.rsp_peaks(nk.rsp_clean(_fill_nan(x), sampling_rate=fs), sampling_rate=fs)
-            return np.asarray(info["RSP_Peaks"], np.int64)
-        except Exception:
-            return np.zeros(0, np.int64)
+    return _peaks(find)
 
 
 def rate_in_window(

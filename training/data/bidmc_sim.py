@@ -50,16 +50,14 @@ low-frequency noise on PLETH, ECG and RESP; the numerics are not affected (they 
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from . import cache
 
 SIM_REVISION = 1  # bump when the same arguments would give different records
 STAMP_NAME = ".bidmc-sim-stamp.json"
@@ -328,6 +326,11 @@ def _make_one(args: tuple[str, int, int, float]) -> tuple[float, float, float]:
     return p["hr0"], p["rr0"], p["spo2_0"]
 
 
+def _stamp(records: int, minutes: float, seed: int) -> dict:
+    """What a simulated set's stamp records (besides the report): the set's identity."""
+    return {"revision": SIM_REVISION, "records": records, "minutes": float(minutes), "seed": seed}
+
+
 def write_bidmc_sim(
     out: str | os.PathLike,
     records: int = 24,
@@ -348,38 +351,14 @@ def write_bidmc_sim(
     if minutes * 60 * FS < 1:
         raise ValueError(f"minutes must be positive, got {minutes}")
     out = Path(out).expanduser().resolve()
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{out} exists and is not empty (use overwrite / --force)")
-        if not (out / STAMP_NAME).is_file():
-            raise FileExistsError(
-                f"{out} is not a simulated BIDMC folder (no {STAMP_NAME}); refusing to replace it"
-            )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    tmp.chmod(0o755)
-    try:
+    cache.check_replaceable(out, STAMP_NAME, overwrite, "a simulated BIDMC folder")
+    with cache.atomic_dir(out) as tmp:
         import neurokit2  # noqa: F401  (imported before the clock starts; ~4 s)
 
         t0 = time.perf_counter()
         jobs = [(str(tmp), seed, i, float(minutes)) for i in range(records)]
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=records, desc="bidmc-sim", unit="record", dynamic_ncols=True)
-        pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
-        results = []
-        try:
-            for r in pool.map(_make_one, jobs) if pool else map(_make_one, jobs):
-                results.append(r)
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if pool is not None:
-                pool.shutdown(cancel_futures=True)
-            if bar is not None:
-                bar.close()
+        bar = dict(total=records, desc="bidmc-sim", unit="record") if progress else None
+        results = cache.map_jobs(_make_one, jobs, workers, bar)
         seconds = time.perf_counter() - t0
         names = [record_name(i) for i in range(records)]
         (tmp / "RECORDS").write_text("".join(f"{n}\n{n}n\n" for n in names))
@@ -394,34 +373,13 @@ def write_bidmc_sim(
             rr_range=(float(arr[:, 1].min()), float(arr[:, 1].max())),
             spo2_range=(float(arr[:, 2].min()), float(arr[:, 2].max())),
         )
-        stamp = {
-            "revision": SIM_REVISION,
-            "records": records,
-            "minutes": float(minutes),
-            "seed": seed,
-            "report": asdict(report),
-        }
-        (tmp / STAMP_NAME).write_text(json.dumps(stamp, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        cache.write_stamp(tmp, STAMP_NAME, _stamp(records, minutes, seed), report)
     return report
 
 
 def default_sim_root(records: int = 24, minutes: float = 8, seed: int = 0) -> Path:
     """``$LIQUID_STREAM_CACHE/bidmc-sim-r{records}-m{minutes}-s{seed}``."""
-    cache = os.environ.get("LIQUID_STREAM_CACHE") or os.path.join("~", ".cache", "liquid-stream")
-    return Path(cache).expanduser() / f"bidmc-sim-r{records}-m{minutes:g}-s{seed}"
-
-
-def read_stamp(root: str | os.PathLike) -> dict | None:
-    try:
-        return json.loads((Path(root) / STAMP_NAME).read_text())
-    except (OSError, ValueError):
-        return None
+    return cache.cache_dir() / f"bidmc-sim-r{records}-m{minutes:g}-s{seed}"
 
 
 def ensure_bidmc_sim(
@@ -434,27 +392,13 @@ def ensure_bidmc_sim(
 ) -> Path:
     """The cached simulated set for these arguments, generated (atomically, under a file
     lock) if missing or made by another simulator revision."""
-    import fcntl
-
     root = Path(root).expanduser() if root is not None else default_sim_root(records, minutes, seed)
 
-    def usable() -> bool:
-        st = read_stamp(root)
-        return (
-            st is not None
-            and st.get("revision") == SIM_REVISION
-            and st.get("records") == records
-            and st.get("minutes") == float(minutes)
-            and st.get("seed") == seed
-        )
-
-    if usable():
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not usable():
-            write_bidmc_sim(
-                root, records, minutes, seed, workers=workers, progress=progress, overwrite=True
-            )
-    return root
+    want = _stamp(records, minutes, seed)
+    return cache.ensure_built(
+        root,
+        lambda: cache.matching_stamp(root, STAMP_NAME, want) is not None,
+        lambda: write_bidmc_sim(
+            root, records, minutes, seed, workers=workers, progress=progress, overwrite=True
+        ),
+    )

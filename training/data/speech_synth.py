@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -36,13 +35,13 @@ import tempfile
 import time
 import wave
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from math import gcd
 from pathlib import Path
 
 import numpy as np
 
+from . import cache
 from .speech import SC35_WORDS, SR
 
 SYNTH_VERSION = 1  # the cache folder name (speech-synth-v1)
@@ -500,47 +499,18 @@ def generate_speech_synth(
     """
     check_tools()
     out = Path(out).expanduser().resolve()
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{out} exists and is not empty (use overwrite / --force)")
-        if not (out / STAMP_NAME).is_file():
-            raise FileExistsError(
-                f"{out} is not a synthetic Speech Commands folder (no {STAMP_NAME}); "
-                "refusing to replace it"
-            )
+    cache.check_replaceable(out, STAMP_NAME, overwrite, "a synthetic Speech Commands folder")
     jobs, split_of = plan_synth(per_word, words, seed, n_speakers)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is an ordinary folder
-    try:
+    with cache.atomic_dir(out) as tmp:
         for w in words:
             (tmp / w).mkdir()
         t0 = time.perf_counter()
-        cut = 0
         args = [(b, str(tmp)) for b in _batches(jobs)]
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(jobs), desc="speech-synth", unit="clip", dynamic_ncols=True)
+        bar = dict(total=len(jobs), desc="speech-synth", unit="clip") if progress else None
         from scipy import signal  # noqa: F401  (imported once here, shared by forked workers)
 
-        if workers <= 1:
-            results = map(_render_batch, args)
-            pool = None
-        else:
-            pool = ProcessPoolExecutor(max_workers=workers)
-            results = pool.map(_render_batch, args)
-        try:
-            for cuts in results:
-                cut += sum(cuts)
-                if bar is not None:
-                    bar.update(len(cuts))
-        finally:
-            if pool is not None:
-                pool.shutdown(cancel_futures=True)
-            if bar is not None:
-                bar.close()
+        # one list of "cut" flags per batch
+        cut = sum(map(sum, cache.map_jobs(_render_batch, args, workers, bar, advance=len)))
         seconds = time.perf_counter() - t0
         write_background_noise(tmp, noise_seconds, seed)
         lists: dict[str, list[str]] = {"train": [], "val": [], "test": []}
@@ -567,30 +537,14 @@ def generate_speech_synth(
             "n_speakers": n_speakers,
             "words": list(words),
             "noise_seconds": noise_seconds,
-            "report": asdict(report),
         }
-        (tmp / STAMP_NAME).write_text(json.dumps(stamp, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        cache.write_stamp(tmp, STAMP_NAME, stamp, report)
     return report
 
 
 def default_synth_root() -> Path:
     """``$LIQUID_STREAM_CACHE/speech-synth-v1`` (default cache ``~/.cache/liquid-stream``)."""
-    cache = os.environ.get("LIQUID_STREAM_CACHE") or os.path.join("~", ".cache", "liquid-stream")
-    return Path(cache).expanduser() / f"speech-synth-v{SYNTH_VERSION}"
-
-
-def read_stamp(root: str | os.PathLike) -> dict | None:
-    p = Path(root) / STAMP_NAME
-    try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
+    return cache.cache_dir() / f"speech-synth-v{SYNTH_VERSION}"
 
 
 def ensure_synth(
@@ -604,31 +558,25 @@ def ensure_synth(
     """Return a synthetic SC35 root with at least ``per_word`` clips per word, generating it
     if missing. A cached set made with a different seed, version or word list, or with fewer
     clips per word, or by an older generator revision, is regenerated; a cached set with
-    more clips per word is reused."""
-    import fcntl
-
+    more clips per word is reused (generated atomically, under a file lock)."""
     root = Path(root).expanduser() if root is not None else default_synth_root()
 
-    def usable() -> bool:
-        st = read_stamp(root)
-        return (
-            st is not None
-            and st.get("version") == SYNTH_VERSION
-            and st.get("revision") == GENERATOR_REVISION
-            and st.get("seed") == seed
-            and st.get("words") == list(SC35_WORDS)
-            and st.get("n_speakers") is None
-            and int(st.get("per_word", 0)) >= per_word
-        )
+    want = {
+        "version": SYNTH_VERSION,
+        "revision": GENERATOR_REVISION,
+        "seed": seed,
+        "words": list(SC35_WORDS),
+        "n_speakers": None,
+    }
 
-    if usable():
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    # One generator at a time per root (e.g. two trainers started together).
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not usable():
-            generate_speech_synth(
-                root, per_word, seed=seed, workers=workers, progress=progress, overwrite=True
-            )
-    return root
+    def usable() -> bool:
+        st = cache.matching_stamp(root, STAMP_NAME, want)
+        return st is not None and int(st.get("per_word", 0)) >= per_word
+
+    return cache.ensure_built(
+        root,
+        usable,
+        lambda: generate_speech_synth(
+            root, per_word, seed=seed, workers=workers, progress=progress, overwrite=True
+        ),
+    )
