@@ -1,6 +1,8 @@
 # liquid-stream developer entry points.
 #   make test   - create .venv if missing, install, ruff + pytest
-#   make demo   - install, run the end-to-end demo (python -m liquid_stream.demo)
+#   make demo   - install, run the main job end to end on the embedded defaults
+#                 (python -m liquid_stream.main_job: KWS + vital signs, ~40 min on 2 cores)
+#   make tour   - install, the 3-minute toy tour (python -m liquid_stream.demo)
 #   make bench  - install, run the kernel benchmark (bench/kernel.py)
 
 PYTHON ?= python3
@@ -15,12 +17,11 @@ STAMP  := $(VENV)/.installed-stamp
 # sounddevice; PulseAudio for the virtual microphone of scripts/virtual-mic.sh).
 APT_PACKAGES := espeak-ng flite sox festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts \
 	libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins
-FESTIVAL_VOICES := /usr/share/festival/voices
 
 # Project-local KeOps build cache (its default folder name embeds the hostname).
 export KEOPS_CACHE_FOLDER := $(CURDIR)/.cache/keops
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo tour bench clean
 
 install: $(STAMP)
 
@@ -55,6 +56,9 @@ test: $(STAMP)
 	$(VENV)/bin/pytest -q
 
 demo: $(STAMP)
+	$(PY) -m liquid_stream.main_job
+
+tour: $(STAMP)
 	$(PY) -m liquid_stream.demo
 
 bench: $(STAMP)

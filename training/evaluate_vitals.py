@@ -12,6 +12,7 @@ bias and the 95 % limits of agreement bias ± 1.96 sd.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -136,9 +137,11 @@ def evaluate_vitals(
                 f"{units} on {b['n']}/{len(y)} windows (failures excluded; the model on "
                 f"those windows: RMSE {same['rmse']:.3f})"
             )
-    png = out / f"agreement_{target}_{d['protocol']}_{split}.png"
-    plot_agreement(pred, y, units, f"{target} {split}, {d['protocol']} split", png, base)
-    click.echo(f"  scatter + Bland–Altman: {png}")
+    stem = out / f"agreement_{target}_{d['protocol']}_{split}"
+    plot_agreement(pred, y, units, f"{target} {split}, {d['protocol']} split",
+                   stem.with_suffix(".png"), base)  # fmt: skip
+    stem.with_suffix(".json").write_text(json.dumps(row, indent=1) + "\n")
+    click.echo(f"  scatter + Bland–Altman: {stem}.png (numbers: {stem}.json)")
     return [row]
 
 

@@ -1,0 +1,201 @@
+"""The main job, end to end on the embedded defaults (``make demo``).
+
+    python -m liquid_stream.main_job [--out runs/main] [--smoke] [--force]
+
+Every step is one ``liquid-stream`` command, printed before it runs, so each can be
+repeated by hand:
+
+1. keyword spotting: synthesise Speech Commands with Debian TTS voices, train
+   ``speech-stream`` (CPU preset, SC10 keywords) on it, export it to ONNX (checked
+   against the torch forward), build a long test stream of held-out speakers with
+   keywords at known times, score it with ``kws-eval`` and run the live app ``kws`` on it
+   (the microphone's code path);
+2. vital signs: generate simulated BIDMC records, train ``bidmc`` for HR, RR and
+   SpO2 (CPU preset), evaluate each next to NeuroKit2's classical estimate, export them
+   and run the ``vitals`` monitor on a held-out record.
+
+A step whose outputs already exist is skipped (``--force`` reruns everything), so an
+interrupted job continues where it stopped. ``--smoke`` runs the same steps on tiny
+settings (a few optimiser steps, a small data set) to check the wiring in CI; its
+numbers mean nothing. The summary (``summary.json`` and ``summary.md``) collects the
+measured numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "liquid_stream.cli"]
+TARGETS = ("hr", "rr", "spo2")
+
+
+@dataclass
+class Step:
+    title: str
+    args: list[str] | Callable[[], list[str]]  # a callable is resolved just before running
+    outputs: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class Settings:
+    """Sizes of the run: the full main job, or the CI smoke version."""
+
+    speech: list[str]
+    kws_train: list[str]
+    kws_stream: list[str]
+    bidmc_train: list[str]
+    sim: list[str]
+
+    @classmethod
+    def full(cls) -> Settings:
+        return cls(
+            speech=["--per-word", "30"],
+            kws_train=["--preset", "cpu", "--set", "data.subset=sc10"],
+            kws_stream=["--minutes", "5"],
+            bidmc_train=["--preset", "cpu"],
+            sim=["--records", "24", "--minutes", "8"],
+        )
+
+    @classmethod
+    def smoke(cls) -> Settings:
+        return cls(
+            speech=["--per-word", "3"],
+            kws_train=["--preset", "cpu", "--set", "data.subset=sc10", "--max-steps", "2",
+                       "--set", "optim.epochs=1",
+                       "--set", "data.length=8000", "--set", "data.n_train=8",
+                       "--set", "data.n_val=4", "--set", "data.n_test=4",
+                       "--set", "data.normalizer_per_class=2"],  # fmt: skip
+            kws_stream=["--minutes", "0.25"],
+            bidmc_train=["--preset", "cpu", "--max-steps", "2", "--set", "optim.epochs=1",
+                         "--set", "optim.eval_batch_size=16",
+                         "--set", "data.hop=2000"],  # fmt: skip
+            sim=["--records", "4", "--minutes", "1.5"],
+        )
+
+
+def run_step(i: int, n: int, step: Step, force: bool, log) -> float:
+    """Run one CLI command (skipped when its outputs exist); returns its wall time."""
+    if not force and step.outputs and all(p.exists() for p in step.outputs):
+        print(f"[{i}/{n}] {step.title}: done already ({step.outputs[0]}), skipped", flush=True)
+        return 0.0
+    args = step.args() if callable(step.args) else step.args
+    shown = "liquid-stream " + " ".join(shlex.quote(a) for a in args)
+    print(f"\n[{i}/{n}] {step.title}\n      $ {shown}", flush=True)
+    log.write(f"$ {shown}\n")
+    log.flush()
+    t0 = time.perf_counter()
+    proc = subprocess.run([*CLI, *args])
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"step {i} ({step.title}) failed with exit code {proc.returncode}:\n"
+                         f"  $ {shown}")  # fmt: skip
+    print(f"      ({dt / 60:.1f} min)", flush=True)
+    return dt
+
+
+def held_out_record(checkpoint: Path) -> str:
+    """The first recording of the checkpoint's test split (record protocol)."""
+    import torch
+
+    meta = torch.load(checkpoint, map_location="cpu", weights_only=True).get("meta", {})
+    records = (meta.get("records") or {}).get("test") or []
+    if not records:
+        raise SystemExit(f"{checkpoint} lists no test recordings")
+    return str(Path(meta["data_root"]) / records[0])
+
+
+def plan(out: Path, s: Settings) -> list[Step]:
+    kws, vit = out / "kws", out / "vitals"
+    speech, records = kws / "speech", vit / "records"
+    steps = [
+        Step("synthesise Speech Commands v0.02 (35 words, Debian TTS voices, noise)",
+             ["data", "speech-synth", str(speech), *s.speech], [speech]),
+        Step("train the keyword spotter (speech-stream, CPU preset, SC10 keywords)",
+             ["train", "speech-stream", *s.kws_train, "--data", str(speech), "--out",
+              str(kws / "train")], [kws / "train" / "best.pt"]),
+        Step("export it to ONNX (10 ms chunks) and check it against the torch forward",
+             ["export", str(kws / "train" / "best.pt"), "--onnx", str(kws / "kws.onnx"),
+              "--chunk", "160", "--verify"], [kws / "kws.onnx"]),
+        Step("build a test stream: keywords at known times, other words and noise between",
+             ["data", "kws-stream", str(kws / "stream.wav"), "--labels",
+              str(kws / "stream.csv"), "--data", str(speech), *s.kws_stream],
+             [kws / "stream.wav", kws / "stream.csv"]),
+        Step("score the stream: detection rate, false accepts per hour, latency",
+             ["kws-eval", str(kws / "kws.onnx"), "--stream", str(kws / "stream.wav"),
+              "--labels", str(kws / "stream.csv"), "--out", str(kws / "eval.json")],
+             [kws / "eval.json"]),
+        Step("run the live keyword-spotting app on the stream (the microphone's code path, "
+             "--fast)", ["kws", str(kws / "kws.onnx"), "--input", str(kws / "stream.wav"),
+                        "--fast", "--no-ui"]),
+        Step("generate the simulated BIDMC records (WFDB pairs with 1 Hz numerics)",
+             ["data", "bidmc-sim", str(records), *s.sim], [records]),
+    ]  # fmt: skip
+    for t in TARGETS:
+        run = vit / f"train-{t}"
+        steps += [
+            Step(f"train the {t.upper()} estimator (bidmc, CPU preset, record split)",
+                 ["train", "bidmc", "--target", t, *s.bidmc_train, "--data", str(records),
+                  "--out", str(run)], [run / "best.pt"]),
+            Step(f"evaluate {t.upper()} next to NeuroKit2's classical estimate",
+                 ["evaluate", str(run / "best.pt"), "--baseline", "--device", "cpu"],
+                 [run / f"agreement_{t}_record_test.json"]),
+            Step(f"export the {t.upper()} estimator to ONNX (1 s chunks)",
+                 ["export", str(run / "best.pt"), "--onnx", str(vit / f"{t}.onnx"),
+                  "--chunk", "125", "--verify", "--verify-length", "8000"],
+                 [vit / f"{t}.onnx"]),
+        ]  # fmt: skip
+    steps.append(
+        Step("run the vital-sign monitor on a held-out simulated record (--speed max)",
+             lambda: ["vitals", *(str(vit / f"{t}.onnx") for t in TARGETS), "--record",
+                      held_out_record(vit / "train-hr" / "best.pt"), "--speed", "max",
+                      "--no-ui", "--alarm", "hr>120,spo2<90", "--out", str(vit / "monitor")])
+    )  # fmt: skip
+    return steps
+
+
+def collect(out: Path) -> dict:
+    """The numbers the steps wrote (kws-eval JSON, evaluate JSONs, monitor summary)."""
+    res: dict = {}
+    kws_eval = out / "kws" / "eval.json"
+    if kws_eval.is_file():
+        res["kws"] = json.loads(kws_eval.read_text())
+    for t in TARGETS:
+        f = out / "vitals" / f"train-{t}" / f"agreement_{t}_record_test.json"
+        if f.is_file():
+            res[f"bidmc_{t}"] = json.loads(f.read_text())
+    for f in sorted((out / "vitals" / "monitor").glob("*_summary.json")):
+        res["monitor"] = json.loads(f.read_text())
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="runs/main", help="output folder (default runs/main)")
+    ap.add_argument("--smoke", action="store_true", help="tiny settings (CI wiring check)")
+    ap.add_argument("--force", action="store_true", help="rerun steps whose outputs exist")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    steps = plan(out, Settings.smoke() if args.smoke else Settings.full())
+    t0 = time.perf_counter()
+    times = {}
+    with open(out / "commands.log", "a") as log:
+        for i, step in enumerate(steps, 1):
+            times[step.title] = run_step(i, len(steps), step, args.force, log)
+    total = time.perf_counter() - t0
+    summary = {"total_s": total, "smoke": args.smoke, "steps_s": times, **collect(out)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"\nmain job done in {total / 60:.1f} min; numbers in {out}/summary.json, every "
+          f"command in {out}/commands.log")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
