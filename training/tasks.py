@@ -220,7 +220,7 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
      "length": 32000, "n_train": 400, "n_val": 64, "n_test": 128,
      "label_tail_ms": 100.0, "label_hold_ms": 200.0, "clip_end": "speech",
      "gap_ms": [0.0, 500.0], "keyword_prob": 0.8, "noise_prob": 0.8,
-     "noise_max_gain": 0.1, "normalizer_per_class": None},
+     "noise_max_gain": 0.1, "normalizer_per_class": None, "silence_weight": 1.0},
 )  # fmt: skip
 def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     """:class:`SpeechStream` crops of the official train/val/test splits (real v0.02 root at
@@ -229,7 +229,9 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     of (seed, epoch, index) (the trainer calls ``set_epoch``); val and test are fixed
     (seeds ``seed + 1`` / ``seed + 2``, epoch 0). The normaliser is that of the 1 s
     SpeechCommands train clips (at most ``normalizer_per_class`` per word when set), as
-    in ``speech``. ``rate=2``: val/test at 8 kHz (x and y taken [::2])."""
+    in ``speech``. ``rate=2``: val/test at 8 kHz (x and y taken [::2]).
+    ``silence_weight`` < 1 down-weights the ``_silence_`` steps in the loss (most steps
+    are silence; a small model otherwise learns to answer silence everywhere)."""
     sc = _import(SPEECH_MODULE)
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     root, normalizer = _speech_source(sc, d, seed, stats, d["normalizer_per_class"])
@@ -257,6 +259,8 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
         silence_class=int(train.silence), clip_end=d["clip_end"],
         label_tail_ms=float(d["label_tail_ms"]), label_hold_ms=float(d["label_hold_ms"]),
     )  # fmt: skip
+    if float(d["silence_weight"]) != 1.0:  # the loss weight of the (dominant) _silence_ steps
+        meta["class_weights"] = [1.0] * (len(labels) - 1) + [float(d["silence_weight"])]
     return train, val, test, meta, "ce_per_step"
 
 

@@ -194,13 +194,19 @@ def _sums_zero() -> dict:
 
 
 def compute_loss(
-    out: torch.Tensor, y: torch.Tensor, kind: str, scale: torch.Tensor | None = None
+    out: torch.Tensor,
+    y: torch.Tensor,
+    kind: str,
+    scale: torch.Tensor | None = None,
+    class_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """Mean loss and the (detached) sums for the epoch metrics.
 
     ``mse``: per-step outputs ``(B, L, d)`` (a ``window`` decoder) are scored at the last
     step; ``scale`` (the model's ``output_scale``, the targets' std) makes the loss
     ``mean(((out − y) / scale)²)`` while RMSE / MAE stay in the targets' physical units.
+    ``ce`` / ``ce_per_step``: ``class_weight`` (C,) weights the cross-entropy per class
+    (e.g. a small weight on the ``_silence_`` steps that dominate streaming labels).
     """
     out = out.float()
     if kind in ("ce", "ce_per_step"):
@@ -210,7 +216,8 @@ def compute_loss(
                 f"forward_steps), got {tuple(out.shape)}"
             )
         logits, target = out.reshape(-1, out.shape[-1]), y.reshape(-1).long()
-        loss = F.cross_entropy(logits, target)
+        w = None if class_weight is None else class_weight.float().to(logits.device)
+        loss = F.cross_entropy(logits, target, weight=w)
         with torch.no_grad():
             correct = (logits.argmax(-1) == target).sum().item()
         count = target.numel()
@@ -261,6 +268,7 @@ def evaluate_model(
     num_workers: int = 0,
     autocast: contextlib.AbstractContextManager | None = None,
     progress: bool = False,
+    class_weight: torch.Tensor | None = None,
 ) -> dict:
     """Loss and accuracy (with a confusion matrix when ``n_classes`` is given) or
     RMSE / MAE of ``model`` on ``dataset``; restores the model's train/eval mode."""
@@ -284,7 +292,7 @@ def evaluate_model(
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             with autocast or contextlib.nullcontext():
                 out = forward_for_loss(model, x, loss, rate)
-            _, s = compute_loss(out, y, loss, getattr(model, "output_scale", None))
+            _, s = compute_loss(out, y, loss, getattr(model, "output_scale", None), class_weight)
             for k in sums:
                 sums[k] += s[k]
             if confusion is not None:
@@ -300,6 +308,8 @@ def evaluate_model(
             float(confusion[i, i] / totals[i]) if totals[i] else float("nan")
             for i in range(n_classes)
         ]
+        present = [a for a, t in zip(result["per_class_acc"], totals, strict=True) if t]
+        result["bacc"] = float(np.mean(present)) if present else float("nan")
     return result
 
 
@@ -375,7 +385,13 @@ class Trainer:
         self.save_every = int(self.train_cfg.get("save_every_steps") or 0)
         self.progress = bool(self.train_cfg.get("progress", True))
         self.higher_is_better = loss != "mse"
-        self.monitor = "val_rmse" if loss == "mse" else "val_acc"
+        # per-step labels are mostly the no-event class: monitor the balanced accuracy
+        # (mean per-class recall), which a model answering "silence" everywhere cannot game
+        self.monitor = {"mse": "val_rmse", "ce_per_step": "val_bacc"}.get(loss, "val_acc")
+        weights = self.meta.get("class_weights")
+        self.class_weight = (
+            None if weights is None else torch.tensor(weights, dtype=torch.float32)
+        )
         self._writer = None
         self._tb_checked = False
         self._last_plot: float | None = None
@@ -403,13 +419,20 @@ class Trainer:
         return self._elapsed0 + time.perf_counter() - self._t0
 
     def evaluate(self, dataset: Dataset, rate: float = 1.0, confusion: bool = False) -> dict:
-        n_classes = int(self.meta.get("d_output", 0)) if confusion else None
-        return evaluate_model(
+        """Metrics of the model on ``dataset``: scalars only, unless ``confusion`` (then
+        also the confusion matrix and per-class accuracies). Per-step tasks always get
+        the balanced accuracy ``bacc``."""
+        per_class = confusion or self.loss_kind == "ce_per_step"
+        n_classes = int(self.meta.get("d_output", 0)) if per_class else None
+        res = evaluate_model(
             self.model, dataset, self.loss_kind, self.device, self.eval_batch_size, rate,
             n_classes=n_classes if self.loss_kind != "mse" else None,
             num_workers=int(self.train_cfg.get("num_workers") or 0),
-            autocast=self.autocast(), progress=self.progress,
+            autocast=self.autocast(), progress=self.progress, class_weight=self.class_weight,
         )  # fmt: skip
+        if not confusion:
+            res = {k: v for k, v in res.items() if k not in ("confusion", "per_class_acc")}
+        return res
 
     # ----------------------------------------------------------------- checkpoints
     def trainer_state(self) -> dict:
@@ -592,7 +615,8 @@ class Trainer:
                     with self.autocast():
                         out = forward_for_loss(self.model, x, self.loss_kind)
                     loss, sums = compute_loss(
-                        out, y, self.loss_kind, getattr(self.model, "output_scale", None)
+                        out, y, self.loss_kind, getattr(self.model, "output_scale", None),
+                        self.class_weight,
                     )
                     value = loss.item()
                     if not math.isfinite(value):
