@@ -186,3 +186,35 @@ def test_cli_resume_continues_the_stored_run_config(tmp_path):
         train_cmd, ["speech", "--resume", str(out / "last.pt"), "--out", str(out)]
     )
     assert r.exit_code != 0 and "not 'speech'" in r.output
+
+
+def test_class_weights_and_balanced_accuracy():
+    """ce_per_step with class weights equals the weighted mean of −log p; the balanced
+    accuracy is the mean per-class recall (a constant 'silence' answer scores 1/C)."""
+    import numpy as np
+    from torch.utils.data import TensorDataset
+
+    from liquid_stream.training.trainer import compute_loss, evaluate_model
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 7, 3, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 7))
+    w = torch.tensor([1.0, 2.0, 0.1])
+    loss, _ = compute_loss(logits, y, "ce_per_step", class_weight=w)
+    nll = -torch.log_softmax(logits.float(), -1).reshape(-1, 3)[torch.arange(14), y.reshape(-1)]
+    ww = w[y.reshape(-1)]
+    assert loss.item() == pytest.approx(((nll * ww).sum() / ww.sum()).item(), rel=1e-6)
+
+    class Constant(torch.nn.Module):  # always answers class 0 ("silence")
+        decoder = "window"
+
+        def forward(self, x, rate=1.0):
+            out = torch.zeros(*x.shape[:2], 3)
+            out[..., 0] = 1.0
+            return out
+
+    yy = torch.tensor([[0] * 8 + [1] * 1 + [2] * 1])
+    res = evaluate_model(Constant(), TensorDataset(torch.zeros(1, 10, 1), yy), "ce_per_step",
+                         n_classes=3)  # fmt: skip
+    assert res["acc"] == pytest.approx(0.8) and res["bacc"] == pytest.approx(1 / 3)
+    assert np.isclose(res["per_class_acc"], [1.0, 0.0, 0.0]).all()
