@@ -59,6 +59,34 @@ def per_step_accuracy(pred: np.ndarray, y: np.ndarray, skip: int = 120) -> float
     return float((pred == y)[mask].mean())
 
 
+def fit_per_step(model, batches, steps: int, lr: float, progress: bool = False) -> None:
+    """Train ``model`` on per-step labels: ``batches()`` → ``(x (B, L, 1), y (B, L))``
+    numpy; AdamW (SSM group lr 1e-3) with a one-cycle schedule, gradient clipping 1."""
+    opt = make_optimizer(model, lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[lr, 1e-3], total_steps=steps)
+    it = range(steps)
+    if progress:
+        try:
+            from tqdm import tqdm
+
+            it = tqdm(it, ncols=80)
+        except ImportError:  # pragma: no cover
+            pass
+    model.train()
+    for _ in it:
+        x, y = batches()
+        logits = model(torch.from_numpy(x))
+        target = torch.from_numpy(y).reshape(-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if hasattr(it, "set_postfix"):
+            it.set_postfix(loss=f"{loss.item():.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="liquid-stream end-to-end demo")
     ap.add_argument("--steps", type=int, default=300)
@@ -76,28 +104,10 @@ def main() -> None:
         liquid_order=2, norm="batch", decoder="window", decoder_window=80,
         dt_min=1e-3, dt_max=0.2,
     )  # fmt: skip
-    opt = make_optimizer(model, lr=5e-3, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[5e-3, 1e-3], total_steps=args.steps)
     print(f"1/4 training {sum(p.numel() for p in model.parameters())} parameters, "
           f"{args.steps} steps of 16 × 0.25 s (conv form)")  # fmt: skip
     t0 = time.perf_counter()
-    try:
-        from tqdm import tqdm
-
-        steps = tqdm(range(args.steps), ncols=80)
-    except ImportError:  # pragma: no cover
-        steps = range(args.steps)
-    for _ in steps:
-        x, y = make_batch(rng, 16, 2000)
-        logits = model(torch.from_numpy(x))
-        loss = F.cross_entropy(logits.reshape(-1, 3), torch.from_numpy(y).reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        if hasattr(steps, "set_postfix"):
-            steps.set_postfix(loss=f"{loss.item():.3f}")
+    fit_per_step(model, lambda: make_batch(rng, 16, 2000), args.steps, lr=5e-3, progress=True)
     model.eval()
     x, y = make_batch(np.random.default_rng(123), 8, 8000)
     with torch.no_grad():

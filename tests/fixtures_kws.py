@@ -33,9 +33,9 @@ STREAM_S = 9.5
 def train_tone_spotter(out: str | Path, steps: int = 160, seed: int = 0) -> dict:
     """Train the toy tone model (fixed seeds) and export it; returns info incl. accuracy."""
     import torch
-    import torch.nn.functional as F
 
-    from liquid_stream import LiquidS4Model, make_optimizer
+    from liquid_stream import LiquidS4Model
+    from liquid_stream.demo import fit_per_step
     from liquid_stream.export.pipeline import export_model
     from liquid_stream.training.tasks import tone_bursts
 
@@ -49,17 +49,11 @@ def train_tone_spotter(out: str | Path, steps: int = 160, seed: int = 0) -> dict
     )  # fmt: skip
     x0, _ = tone_bursts(np.random.default_rng(seed + 100), 16, 4000, SR, 0.3)
     mean, std = float((x0 * SCALE).mean()), float((x0 * SCALE).std())
-    opt = make_optimizer(model, lr=1e-2, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[1e-2, 1e-3], total_steps=steps)
-    for _ in range(steps):
+    def batches():
         x, y = tone_bursts(rng, 8, 2000, SR, 0.3)
-        logits = model(torch.from_numpy((x * SCALE - mean) / std))
-        loss = F.cross_entropy(logits.reshape(-1, 3), torch.from_numpy(y).reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        return ((x * SCALE - mean) / std).astype(np.float32), y
+
+    fit_per_step(model, batches, steps, lr=1e-2)
     model.eval()
     x, y = tone_bursts(np.random.default_rng(seed + 1), 4, 8000, SR, 0.3)
     with torch.no_grad():
