@@ -20,7 +20,7 @@ import click
 import numpy as np
 import torch
 
-BASELINE_MODULE = "liquid_stream.training.data.bidmc_baseline"
+from .data.bidmc_baseline import agreement, baseline_estimates
 
 
 def predict_windows(
@@ -43,22 +43,6 @@ def predict_windows(
     return np.concatenate(preds), np.concatenate(ys)
 
 
-def errors(pred: np.ndarray, y: np.ndarray) -> dict:
-    """RMSE, MAE, bias and the Bland–Altman limits over the finite pairs."""
-    ok = np.isfinite(pred) & np.isfinite(y)
-    d = pred[ok] - y[ok]
-    if not len(d):
-        nan = float("nan")
-        return {"n": 0, "rmse": nan, "mae": nan, "bias": nan, "loa": nan}
-    return {
-        "n": int(ok.sum()),
-        "rmse": float(np.sqrt(np.mean(d**2))),
-        "mae": float(np.mean(np.abs(d))),
-        "bias": float(d.mean()),
-        "loa": float(1.96 * d.std()),
-    }
-
-
 def plot_agreement(
     pred: np.ndarray, y: np.ndarray, units: str, title: str, path: Path,
     baseline: np.ndarray | None = None,
@@ -76,7 +60,7 @@ def plot_agreement(
     lo = np.nanmin([np.nanmin(y)] + [np.nanmin(p) for _, p, _ in series])
     hi = np.nanmax([np.nanmax(y)] + [np.nanmax(p) for _, p, _ in series])
     for label, p, color in series:
-        e = errors(p, y)
+        e = agreement(p, y)
         ok = np.isfinite(p)
         ax1.scatter(y[ok], p[ok], s=6, alpha=0.5, color=color,
                     label=f"{label}: RMSE {e['rmse']:.2f} (n={e['n']})")  # fmt: skip
@@ -102,7 +86,7 @@ def evaluate_vitals(
     baseline: bool = False, name: str = "",
 ) -> list[dict]:  # fmt: skip
     """Score one bidmc checkpoint on SPLIT of its protocol; prints and returns a table row."""
-    from .tasks import _import, bidmc_windows, build_bidmc
+    from .tasks import bidmc_windows, build_bidmc
 
     d = cfg["data"]
     windows = bidmc_windows(d, int(cfg["train"]["seed"]))
@@ -114,7 +98,7 @@ def evaluate_vitals(
         raise ValueError(f"the {split} split of {root} has no windows")
     pred, y = predict_windows(model, ds, device, batch_size)
     target, units = meta.get("target", d["target"]), meta.get("units", "")
-    res = errors(pred, y)
+    res = agreement(pred, y)
     tag = f"{target} {split} ({d['protocol']} split, {fmt}, {res['n']} windows)"
     click.echo(f"{tag}: RMSE {res['rmse']:.3f} {units}, MAE {res['mae']:.3f} {units}, "
                f"bias {res['bias']:+.3f} ± {res['loa']:.3f} (95% LoA)")  # fmt: skip
@@ -122,11 +106,10 @@ def evaluate_vitals(
            "format": fmt, "split": split, **res}  # fmt: skip
     base = None
     if baseline:
-        bb = _import(BASELINE_MODULE)
-        base = np.asarray(bb.baseline_estimates(root, w, target), np.float64)
-        b = errors(base, y)
+        base = np.asarray(baseline_estimates(root, w, target), np.float64)
+        b = agreement(base, y)
         valid = np.isfinite(base)
-        same = errors(pred[valid], y[valid])
+        same = agreement(pred[valid], y[valid])
         row.update(baseline_rmse=b["rmse"], baseline_mae=b["mae"], baseline_n=b["n"],
                    model_rmse_on_baseline_windows=same["rmse"])  # fmt: skip
         if b["n"] == 0:

@@ -196,15 +196,26 @@ def baseline_estimates(
     return out
 
 
-def baseline_rmse(pred: np.ndarray, y: np.ndarray) -> dict:
-    """RMSE / MAE over the windows where ``pred`` is finite, plus how many failed."""
+def agreement(pred: np.ndarray, y: np.ndarray) -> dict:
+    """Errors of ``pred`` against ``y`` over the pairs where both are finite: ``n``,
+    ``n_failed`` (the others), RMSE, MAE, bias mean(pred − y) and the half-width of the
+    Bland–Altman 95 % limits of agreement 1.96 · sd(pred − y) (NaN when n = 0)."""
     pred = np.asarray(pred, np.float64)
     y = np.asarray(y, np.float64)
     ok = np.isfinite(pred) & np.isfinite(y)
     err = pred[ok] - y[ok]
+    nan = float("nan")
     return {
-        "rmse": float(np.sqrt(np.mean(err**2))) if ok.any() else float("nan"),
-        "mae": float(np.mean(np.abs(err))) if ok.any() else float("nan"),
-        "n_valid": int(ok.sum()),
+        "n": int(ok.sum()),
         "n_failed": int((~ok).sum()),
+        "rmse": float(np.sqrt(np.mean(err**2))) if ok.any() else nan,
+        "mae": float(np.mean(np.abs(err))) if ok.any() else nan,
+        "bias": float(err.mean()) if ok.any() else nan,
+        "loa": float(1.96 * err.std()) if ok.any() else nan,
     }
+
+
+def baseline_rmse(pred: np.ndarray, y: np.ndarray) -> dict:
+    """RMSE / MAE over the windows where ``pred`` is finite, plus how many failed."""
+    a = agreement(pred, y)
+    return {"rmse": a["rmse"], "mae": a["mae"], "n_valid": a["n"], "n_failed": a["n_failed"]}
