@@ -298,7 +298,9 @@ def evaluate_model(
             if confusion is not None:
                 pred = out.float().argmax(-1).reshape(-1).cpu().numpy()
                 true = y.reshape(-1).long().cpu().numpy()
-                np.add.at(confusion, (true, pred), 1)
+                confusion += np.bincount(
+                    true * n_classes + pred, minlength=n_classes * n_classes
+                ).reshape(n_classes, n_classes)
     model.train(was_training)
     result = summarize(sums, loss)
     if confusion is not None:
