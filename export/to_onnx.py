@@ -135,6 +135,8 @@ class _Emitter:
     # ------------------------------------------------------------------ SSM layer
     def layer(self, i: int, step, u: str) -> str:
         """One :class:`LiquidS4Step` on channel-first ``u (H, B, T)``."""
+        if step.liquid == "ltc":
+            return self.ltc_layer(i, step, u)
         g, sm_ssm, S, d = self.g, step.ssm, self.S, self.dims
         H, R, Mr = step.H, sm_ssm.R, sm_ssm.Mr
         pre = f"block{i}."
@@ -280,6 +282,63 @@ class _Emitter:
             y = g.op("Add", y, mixed)
         return y
 
+    def ltc_layer(self, i: int, step, u: str) -> str:
+        """x_t = (Ā + B̃ tanh(u_t)) x_{t−1} + B̄ u_t, y_t = s·Re(C x_t) + D u_t on ``u (H, B, T)``.
+
+        A log-depth Hillis–Steele scan over [x_{−1}, x_0, …, x_{T−1}] (the carried state
+        enters as the first element), complex numbers as separate real and imaginary
+        tensors ``(H, B, T+1, M)``; depth ⌈log₂(max_chunk + 1)⌉, so any T ≤ max_chunk."""
+        g = self.g
+        H, pre = step.H, f"block{i}."
+        sys = {k: getattr(step, f"ltc_{k}").double() for k in ("A_bar", "B_liq", "B_bar", "C")}
+        M = sys["A_bar"].shape[1]
+
+        def coef(t: torch.Tensor) -> str:  # (H, M) → (H, 1, 1, M)
+            return g.const(_f32(t)[:, None, None, :])
+
+        x_in = self.state(pre + "ltc.x", [H, "batch", 2, M])
+        u4 = g.op("Unsqueeze", u, g.const([3]))  # (H, B, T, 1)
+        tu = g.op("Tanh", u4)
+        first = self.zeros(H, self.dims["B"], 1, M)  # a_{−1}: never used
+        A = [
+            g.op("Concat", first, g.op("Add", coef(sys["A_bar"][..., c]),
+                                        g.op("Mul", tu, coef(sys["B_liq"][..., c]))), axis=2)
+            for c in (0, 1)
+        ]  # fmt: skip
+        X = [
+            g.op("Concat", g.slice(x_in, c, c + 1, axis=2),
+                 g.op("Mul", u4, coef(sys["B_bar"][..., c])), axis=2)
+            for c in (0, 1)
+        ]  # fmt: skip
+        levels = math.ceil(math.log2(self.max_chunk + 1))
+        for lvl in range(levels):
+            sh = 2**lvl
+            pads = g.const([0, 0, sh, 0, 0, 0, 0, 0])
+
+            def shifted(x: str, fill: float, pads=pads, sh=sh) -> str:  # x[t − sh], fill before
+                padded = g.op("Pad", x, pads, g.const(np.array(fill, np.float32)))
+                return g.slice(padded, 0, -sh, axis=2)
+
+            Xs = [shifted(x, 0.0) for x in X]
+            X = [
+                g.op("Add", X[0], g.op("Sub", g.op("Mul", A[0], Xs[0]), g.op("Mul", A[1], Xs[1]))),
+                g.op("Add", X[1], g.op("Add", g.op("Mul", A[0], Xs[1]), g.op("Mul", A[1], Xs[0]))),
+            ]
+            if lvl < levels - 1:
+                As = [shifted(A[0], 1.0), shifted(A[1], 0.0)]
+                A = [
+                    g.op("Sub", g.op("Mul", A[0], As[0]), g.op("Mul", A[1], As[1])),
+                    g.op("Add", g.op("Mul", A[0], As[1]), g.op("Mul", A[1], As[0])),
+                ]
+        self.set_state(
+            pre + "ltc.x", g.op("Concat", *[g.slice(x, -1, END, axis=2) for x in X], axis=2)
+        )
+        x = g.op("Concat", *[g.slice(x, 1, END, axis=2) for x in X], axis=3)  # (H, B, T, 2M)
+        C = step.ltc_scale * sys["C"]
+        w = torch.cat([C[..., 0], -C[..., 1]], -1)[:, None, :, None]  # (H, 1, 2M, 1)
+        y = g.op("Squeeze", g.op("MatMul", x, g.const(_f32(w))), g.const([3]))
+        return g.op("Add", y, g.op("Mul", u, g.const(_f32(step.D)[:, None, None])))
+
     def block(self, i: int, block, x: str) -> str:
         g = self.g
         z = self.norm_cf(block.norm, x) if block.prenorm else x
@@ -343,8 +402,8 @@ class _Emitter:
         B, T = g.dim(x, 0), g.dim(x, 1)
         # Shape arithmetic shared by all layers: every layer sees the same chunks, so one
         # ``ssm.fill`` (inputs received since the last sub-block boundary) serves all.
-        d = {"B": B, "T": T}
-        if sm.blocks:
+        d = {"B": B, "T": T, "act_shape": g.op("Concat", g.const([H]), B, T, axis=0)}
+        if any(b.ssm.liquid != "ltc" for b in sm.blocks):  # the sub-block (chunked) layers
             fill0 = self.state("ssm.fill", [1], np.int64)
             n = g.op("Add", fill0, T)
             nb = g.op("Div", g.op("Add", n, g.const([S - 1])), g.const([S]))
@@ -359,7 +418,6 @@ class _Emitter:
                 nb=nb,
                 n_full_plus_1=g.op("Add", n_full, g.const([1])),
                 y_shape=g.op("Concat", g.const([H]), B, g.const([-1]), axis=0),
-                act_shape=g.op("Concat", g.const([H]), B, T, axis=0),
             )
             self.set_state("ssm.fill", g.op("Sub", n, g.op("Mul", n_full, g.const([S]))))
         self.dims = d

@@ -41,16 +41,19 @@ class DiagKernel(SSMKernel):
         self._register_complex("B", B.expand(H, -1))
         self._register_complex("C", torch.randn(channels, H, self.M, dtype=torch.cfloat))
 
+    def bar(self, rate: float = 1.0, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+        """(Ā, B̄), each (H, M) complex, computed from a ``dtype`` view of the parameters
+        (float64 for the LTC recurrence, whose states amplify rounding in Ā by 1/(1 − |Ā|))."""
+        Lam, dt = self.Lambda(dtype), self.dt(rate, dtype)[:, None]
+        dtL = dt * Lam  # (H, M)
+        B = complex_param(self.B).to(dtL.dtype)
+        if self.disc == "bilinear":
+            return (1 + dtL / 2) / (1 - dtL / 2), dt * B / (1 - dtL / 2)
+        return torch.exp(dtL), torch.expm1(dtL) / Lam * B
+
     def discretize(self, rate: float = 1.0) -> Discrete:
         dt = self.dt(rate)
-        dtL = dt[:, None] * self.Lambda()  # (H, M)
-        B = complex_param(self.B)
-        if self.disc == "bilinear":
-            A_bar = (1 + dtL / 2) / (1 - dtL / 2)
-            B_bar = dt[:, None] * B / (1 - dtL / 2)
-        else:
-            A_bar = torch.exp(dtL)
-            B_bar = torch.expm1(dtL) / self.Lambda() * B
+        A_bar, B_bar = self.bar(rate)
         # log Ā in float64: its rounding is amplified j-fold in Āʲ = exp(j·log Ā).
         dtL64 = self.dt(rate, torch.float64)[:, None] * self.Lambda(torch.float64)
         if self.disc == "bilinear":

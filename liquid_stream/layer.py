@@ -1,4 +1,5 @@
-"""The Liquid-S4 layer: S4 convolution + D·u + the liquid (PB or KB) term.
+"""The Liquid-S4 layer: S4 convolution + D·u + the liquid (PB or KB) term, or the exact
+linear-LTC recurrence (``liquid="ltc"``, :mod:`liquid_stream.ltc`).
 
 For each of H channels (batch-first input ``u (B, L, H)``):
 
@@ -37,6 +38,7 @@ from .liquid import (
     pb_term,
     shift,
 )
+from .ltc import LTCSystem, ltc_scan, ltc_system
 
 
 def check_input(u: Tensor, width: int, name: str = "u") -> None:
@@ -60,8 +62,10 @@ class LiquidS4(nn.Module):
         d_model: H, the number of independent channels.
         d_state: N; the state has N // 2 conjugate pairs (N odd drops the real mode).
         mode: ``"dplr"`` (S4-LegS, Cauchy + Woodbury) or ``"diag"`` (S4D, Vandermonde).
-        liquid: ``None``, ``"pb"`` (powers of B) or ``"kb"`` (kernel × B).
-        liquid_order: P, highest correlation order (2 … 10).
+        liquid: ``None``, ``"pb"`` (powers of B), ``"kb"`` (kernel × B) or ``"ltc"`` (the exact
+            linear-LTC recurrence x_t = (Ā + B̃ tanh(u_t)) x_{t−1} + B̄ u_t; diag mode,
+            causal; computed by a parallel scan instead of a convolution).
+        liquid_order: P, highest correlation order (2 … 10; PB/KB).
         liquid_len: L̃, window of the PB correlation kernel.
         dt_min, dt_max: range of the log-uniform initial step sizes Δ.
         bidirectional: add an anti-causal kernel (non-streamable).
@@ -89,7 +93,12 @@ class LiquidS4(nn.Module):
         if not isinstance(d_model, int) or d_model < 1:
             raise ValueError(f"d_model must be a positive int, got {d_model!r}")
         if liquid not in LIQUID_KINDS:
-            raise ValueError(f"liquid must be None, 'pb' or 'kb', got {liquid!r}")
+            raise ValueError(f"liquid must be None, 'pb', 'kb' or 'ltc', got {liquid!r}")
+        if liquid == "ltc" and (mode != "diag" or bidirectional):
+            raise ValueError(
+                "liquid='ltc' is the causal diagonal recurrence: it needs mode='diag' and "
+                f"bidirectional=False (got mode={mode!r}, bidirectional={bidirectional})"
+            )
         if not isinstance(liquid_order, int) or not 2 <= liquid_order <= MAX_LIQUID_ORDER:
             raise ValueError(
                 f"liquid_order must be an int in 2…{MAX_LIQUID_ORDER}, got {liquid_order!r}"
@@ -124,6 +133,9 @@ class LiquidS4(nn.Module):
             with torch.autocast(u.device.type, enabled=False):
                 return self.forward(u.float(), rate)
         x = u.transpose(1, 2)  # (B, H, L)
+        if self.liquid == "ltc":
+            y, _ = ltc_scan(x, ltc_system(self.kernel, rate, x.dtype))
+            return (y + self.D[:, None] * x).transpose(1, 2)
         L = x.shape[-1]
         disc = self.kernel.discretize(rate)
         b, signals = disc.B_bar[None], x[None]  # (R, H, Mf), (R, B, H, L)
@@ -228,10 +240,13 @@ class LiquidS4Step(nn.Module):
       ``ssm.z``, ``ssm.buf``, ``ssm.fill``  the chunked SSM state (:class:`ChunkedSSM`;
                                R = 1, or 1 + the KB orders, inputs share one transition);
       ``u_buf`` (B, P−1, H)    the last P−1 inputs (liquid models);
-      ``w_buf`` (B, L̃−1, H)    the last L̃−1 PB correlation values (PB with L̃ > 1).
+      ``w_buf`` (B, L̃−1, H)    the last L̃−1 PB correlation values (PB with L̃ > 1);
+      ``ltc.x`` (B, H, M, 2)    for ``liquid="ltc"`` (the only state): x_t as (Re, Im).
 
     Built from the float64 system of :meth:`LiquidS4.ssm_matrices`: diagonalised when
-    that is numerically safe (always for S4D), else a dense real transition.
+    that is numerically safe (always for S4D), else a dense real transition. An ``ltc``
+    layer keeps its float64-computed coefficients and applies the recurrence itself,
+    x_t = (Ā + B̃ tanh(u_t)) x_{t−1} + B̄ u_t, by the scan of its training forward.
     """
 
     def __init__(
@@ -252,11 +267,24 @@ class LiquidS4Step(nn.Module):
 
         # Tables are built on the CPU in float64, then moved to the layer's device.
         device = layer.D.device
+        self.liquid, self.P, self.L_liq, self.H = (
+            layer.liquid, layer.liquid_order, layer.liquid_len, layer.d_model
+        )  # fmt: skip
+        if self.liquid == "ltc":
+            self.transition = "ltc"
+            kernel = copy.deepcopy(layer.kernel).cpu()
+            with torch.no_grad():
+                system = ltc_system(kernel, rate, torch.float64)
+            self.ltc_scale = system.scale
+            for name, t in system.to_real().items():  # (H, M, 2)
+                self.register_buffer(f"ltc_{name}", t.to(dtype).contiguous())
+            self.register_buffer("D", layer.D.detach().cpu().double().to(dtype))
+            self.to(device)
+            return
         mats = {
             k: v.cpu() if torch.is_tensor(v) else v for k, v in layer.ssm_matrices(rate).items()
         }
         mats["A_bar_is_diag"] = layer.mode == "diag"
-        self.liquid, self.P, self.L_liq = layer.liquid, layer.liquid_order, layer.liquid_len
         H = layer.d_model
         b = mats["B_bar"][None]
         if self.liquid == "kb":
@@ -286,12 +314,19 @@ class LiquidS4Step(nn.Module):
         if self.liquid == "pb":
             self.register_buffer("pb_coef", mats["pb_coef"].to(dtype))  # (P−1, H)
             self.register_buffer("window", torch.ones(H, 1, self.L_liq, dtype=dtype))
-        self.H = H
         self.to(device)
+
+    @property
+    def ltc(self) -> LTCSystem:
+        """The LTC coefficients (complex, in the step dtype)."""
+        names = ("A_bar", "B_liq", "B_bar", "C")
+        return LTCSystem.from_real({k: getattr(self, f"ltc_{k}") for k in names}, self.ltc_scale)
 
     def init_state(self, batch: int) -> dict[str, Tensor]:
         """Zero state (the convolutional form's u[<0] = 0)."""
         z = self.D.new_zeros
+        if self.liquid == "ltc":
+            return {"ltc.x": z(batch, self.H, self.ltc_A_bar.shape[1], 2)}
         state = {f"ssm.{k}": v for k, v in self.ssm.init_state(batch).items()}
         if self.liquid is not None:
             state["u_buf"] = z(batch, self.P - 1, self.H)
@@ -301,6 +336,10 @@ class LiquidS4Step(nn.Module):
 
     def forward(self, u: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """``u (B, T, H)`` → ``y (B, T, H)`` and the state after the chunk."""
+        if self.liquid == "ltc":
+            x0 = torch.view_as_complex(state["ltc.x"])
+            y, x = ltc_scan(u.transpose(1, 2), self.ltc, x0)
+            return (y.transpose(1, 2) + self.D * u), {"ltc.x": torch.view_as_real(x)}
         T = u.shape[1]
         new: dict[str, Tensor] = {}
         signals = [u]

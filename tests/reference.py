@@ -55,3 +55,28 @@ def liquid_literal(mats: dict, u: Tensor) -> Tensor:
             x = torch.einsum("hmn,bhn->bhm", A, x) + Bb**p * correlation(u, t, p)[..., None]
             y[:, t] += s * (C * x).sum(-1).real
     return y
+
+
+def recurrence_ltc(mats: dict, u: Tensor, rho: float = 0.99, x0: Tensor | None = None):
+    """The linear-LTC recurrence of the design (§3, eq. 10, diag) as a literal loop:
+
+    x_t = (Ā + B̃ tanh(u_t)) x_{t−1} + B̄ u_t,  B̃ = B̄·min(1, ρ(1 − |Ā|)/|B̄|),
+    y_t = s·Re(C x_t) + D u_t.
+
+    ``mats`` as :meth:`LiquidS4.ssm_matrices` (A_bar diagonal; tensors may carry autograd).
+    Returns ``y (B, L, H)`` and the last state ``x (B, H, M)``."""
+    A = (
+        torch.diagonal(mats["A_bar"], dim1=-2, dim2=-1)
+        if mats["A_bar"].dim() == 3
+        else mats["A_bar"]
+    )
+    Bb, C, D, s = mats["B_bar"], mats["C"], mats["D"], mats["scale"]
+    Bl = Bb * torch.clamp(rho * (1 - A.abs()) / Bb.abs(), max=1.0)
+    batch, L, H = u.shape
+    x = torch.zeros(batch, H, A.shape[-1], dtype=torch.complex128) if x0 is None else x0
+    ys = []
+    for t in range(L):
+        ut = u[:, t, :, None]
+        x = (A + Bl * torch.tanh(ut)) * x + Bb * ut
+        ys.append(s * (C * x).sum(-1).real + D * u[:, t])
+    return torch.stack(ys, 1), x

@@ -86,6 +86,8 @@ MODEL_CASES = [
     ("diag", "layer", "pool", "kb", True),
     ("dplr", "layer", "last", None, False),
     ("diag", "batch", "window", "kb", False),
+    ("diag", "layer", "window", "ltc", True),
+    ("diag", "batch", "pool", "ltc", False),
 ]
 
 
@@ -113,8 +115,9 @@ def test_state_carry_and_reset():
     assert rel(y_b_fresh, m.forward_steps(b)) < 1e-9
 
 
-def test_float32_long_stream_within_contract():
-    m = small_model("dplr", "batch", "window", "pb")
+@pytest.mark.parametrize("mode,liquid", [("dplr", "pb"), ("diag", "ltc")])
+def test_float32_long_stream_within_contract(mode, liquid):
+    m = small_model(mode, "batch", "window", liquid)
     x = torch.randn(1, 16000, 2)
     sm = m.streaming()
     y = stream(sm, x, chunk_sizes(160, 16000))
