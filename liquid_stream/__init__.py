@@ -2,7 +2,8 @@
 
 The public API is batch-first ``(B, L, H)`` throughout:
 
-- :class:`LiquidS4` — one SSM layer (S4/S4D convolution + D·u + liquid PB/KB term);
+- :class:`LiquidS4` — one SSM layer (S4/S4D convolution + D·u + liquid PB/KB term, or the
+  exact linear-LTC recurrence, ``liquid="ltc"``);
 - :class:`LiquidS4Model` — encoder → residual Liquid-S4 blocks → decoder, with
   :meth:`LiquidS4Model.streaming` for its exact step-wise form;
 - :func:`make_optimizer` — AdamW with the SSM parameter group;

@@ -98,7 +98,8 @@ def ltc_system(kernel, rate: float = 1.0, dtype: torch.dtype = torch.float32) ->
 
 
 def _scan_tf(a: Tensor, x: Tensor, x0: Tensor | None, block: int) -> Tensor:
-    """In place: ``x (L, …)`` holding b becomes x_t = a_t x_{t−1} + b_t, x_{−1} = x0 (None: 0).
+    """x_t = a_t x_{t−1} + b_t, x_{−1} = x0 (None: 0), for ``x (L, …)`` holding b; returns x
+    (computed in place unless L needs padding to whole blocks).
 
     Time is the first axis. Up to ``block`` steps: a loop over time, each step one
     elementwise update of a contiguous slice. Longer: L is cut into n_b blocks of ``block``
@@ -112,7 +113,7 @@ def _scan_tf(a: Tensor, x: Tensor, x0: Tensor | None, block: int) -> Tensor:
         x[0] += a[0] * x0
     if L <= block:
         for t in range(1, L):
-            x[t] += a[t] * x[t - 1]
+            x[t].addcmul_(a[t], x[t - 1])
         return x
     nb = -(-L // block)
     pad = nb * block - L
@@ -123,7 +124,7 @@ def _scan_tf(a: Tensor, x: Tensor, x0: Tensor | None, block: int) -> Tensor:
     P = torch.empty_like(A)
     P[:, 0] = A[:, 0]
     for i in range(1, block):
-        X[:, i] += A[:, i] * X[:, i - 1]
+        X[:, i].addcmul_(A[:, i], X[:, i - 1])
         torch.mul(A[:, i], P[:, i - 1], out=P[:, i])
     x_end = _scan_tf(P[:, -1], X[:, -1].clone(), None, block)  # (n_b, …): state at block ends
     X[1:] += P[1:] * x_end[:-1, None]
@@ -131,12 +132,13 @@ def _scan_tf(a: Tensor, x: Tensor, x0: Tensor | None, block: int) -> Tensor:
 
 
 def _rscan_tf(a: Tensor, lam: Tensor, block: int) -> Tensor:
-    """In place: ``lam (L, …)`` holding g becomes λ_t = g_t + conj(a_{t+1}) λ_{t+1}, λ_L = 0
-    (the adjoint of :func:`_scan_tf`; same blocking, run from the end)."""
+    """λ_t = g_t + conj(a_{t+1}) λ_{t+1}, λ_L = 0, for ``lam (L, …)`` holding g; returns λ
+    (in place unless padded). The adjoint of :func:`_scan_tf`: same blocking, run from the end."""
     L = lam.shape[0]
+    a = a.conj().resolve_conj()  # one copy, not one per step
     if L <= block:
         for t in range(L - 2, -1, -1):
-            lam[t] += a[t + 1].conj() * lam[t + 1]
+            lam[t].addcmul_(a[t + 1], lam[t + 1])
         return lam
     nb = -(-L // block)
     pad = nb * block - L
@@ -146,11 +148,11 @@ def _rscan_tf(a: Tensor, lam: Tensor, block: int) -> Tensor:
     A, G = a.unflatten(0, (nb, block)), lam.unflatten(0, (nb, block))
     # P[k, i] = Π_{j=i+1}^{block} conj(a[k, j]), where a[k, block] is a[k + 1, 0] (0 at the end).
     P = torch.empty_like(A)
-    P[:-1, -1] = A[1:, 0].conj()
+    P[:-1, -1] = A[1:, 0]
     P[-1, -1] = 0
     for i in range(block - 2, -1, -1):
-        G[:, i] += A[:, i + 1].conj() * G[:, i + 1]
-        torch.mul(A[:, i + 1].conj(), P[:, i + 1], out=P[:, i])
+        G[:, i].addcmul_(A[:, i + 1], G[:, i + 1])
+        torch.mul(A[:, i + 1], P[:, i + 1], out=P[:, i])
     # λ at each block's first step: the same recurrence over blocks, with conj(a'_{k+1}) = P[k, 0].
     a_sum = torch.cat([P[:1, 0], P[:-1, 0]]).conj()
     lam_first = _rscan_tf(a_sum, G[:, 0].clone(), block)
