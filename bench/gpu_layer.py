@@ -23,7 +23,8 @@ def main() -> None:
     for mode, N, liquid, B, L, H in [
         ("dplr", 7, "pb", 2, 16000, 128), ("dplr", 64, "pb", 2, 16000, 128),
         ("diag", 64, "pb", 2, 16000, 128), ("dplr", 64, "kb", 2, 16000, 128),
-        ("dplr", 64, "pb", 16, 16384, 512),
+        ("dplr", 64, "pb", 16, 16384, 512), ("diag", 64, "ltc", 2, 16000, 128),
+        ("diag", 7, "ltc", 2, 16000, 128), ("diag", 64, "ltc", 16, 16384, 512),
     ]:  # fmt: skip
         torch.manual_seed(0)
         layer = LiquidS4(H, d_state=N, mode=mode, liquid=liquid).cuda()

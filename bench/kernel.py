@@ -8,8 +8,8 @@
 What is measured: ``LiquidS4(d_model=128, d_state=N, mode, liquid, liquid_order=2, backend)``
 on ``u (B=2, L, H=128)``, loss ``y.square().mean()``, ``torch.set_num_threads(2)``, one
 ``forward + backward`` per call; L ∈ {1024, 4000, 16000}, N ∈ {7, 64}, mode ∈ {dplr, diag},
-liquid ∈ {None, pb, kb}, Cauchy backend ∈ {torch, keops} (dplr only: diag uses a Vandermonde
-product, no Cauchy sum, so its backend is irrelevant and it runs once).
+liquid ∈ {None, pb, kb, ltc}, Cauchy backend ∈ {torch, keops} (dplr only: diag uses a Vandermonde
+product, no Cauchy sum, so its backend is irrelevant and it runs once; ltc is diag only).
 
 Every configuration runs in a fresh subprocess: 1 warm-up call (absorbs the KeOps probe and
 compile; KEOPS_CACHE_FOLDER defaults to ``.cache/keops``) then ``--reps`` timed calls. Time is
@@ -20,6 +20,8 @@ Naive alternative (dplr, torch backend): the same layer with the chunked Cauchy 
 by the literal broadcast ``(v[:, :, None, :] / (z[:, None] − w[:, None, None, :])).sum(-1)``,
 which materialises the full (H, R, Lz, M) tensor (autograd keeps it for the backward pass);
 skipped where its estimated peak exceeds ``--naive-max-gb``. Its output is checked against ours.
+For ``ltc`` (diag) the naive alternative is the literal recurrence x_t = a_t x_{t−1} + b_t as a
+Python loop over time through autograd (instead of the blocked scan with its adjoint backward).
 
 Also: a memory check (H=512, N=64, L=16384, B=1, dplr, PB, torch; fwd+bwd) and the issue's
 targets (B=2, H=128, L=16000, dplr, PB p=2, fwd+bwd: N=64 ≤ 3 s, N=7 ≤ 0.8 s) as PASS/FAIL.
@@ -47,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-LIQUIDS: tuple[str | None, ...] = (None, "pb", "kb")
+LIQUIDS: tuple[str | None, ...] = (None, "pb", "kb", "ltc")
 TARGETS = {64: 3.0, 7: 0.8}  # N → seconds, L = 16000, dplr, PB
 TARGET_L = 16000
 BUSY = 0.15  # other processes' CPU share before a run above which its time is marked *
@@ -68,6 +70,20 @@ def cauchy_broadcast(v, z, w, backend: str = "torch"):  # noqa: ARG001 - same si
     return (v[:, :, None, :] / (z[None, None, :, None] - w[:, None, None, :])).sum(-1)
 
 
+def ltc_loop(u, system, x0=None, block=None, max_elements=None):  # noqa: ARG001
+    """Naive LTC: the literal recurrence, one autograd step per time step."""
+    import torch
+
+    B, H, L = u.shape
+    x = system.A_bar.new_zeros(B, H, system.A_bar.shape[-1]) if x0 is None else x0
+    ys = []
+    for t in range(L):
+        ut = u[:, :, t, None]
+        x = (system.A_bar + system.B_liq * torch.tanh(ut)) * x + system.B_bar * ut
+        ys.append(system.scale * torch.einsum("hm,bhm->bh", system.C, x).real)
+    return torch.stack(ys, -1), x
+
+
 def worker(cfg: Config) -> dict[str, Any]:
     """Warm-up + ``reps`` timed fwd+bwd calls of one configuration; returns times and RSS."""
     load = os.getloadavg()[0]
@@ -85,10 +101,14 @@ def worker(cfg: Config) -> dict[str, Any]:
     rel_err = None
     if cfg["naive"]:
         import liquid_stream.dplr as dplr
+        import liquid_stream.layer as layer_module
 
         with torch.no_grad():
             ref = layer(u)
-        dplr.cauchy = cauchy_broadcast  # the layer's DPLR kernel looks it up at call time
+        if cfg["liquid"] == "ltc":
+            layer_module.ltc_scan = ltc_loop  # the layer looks it up at call time
+        else:
+            dplr.cauchy = cauchy_broadcast  # the layer's DPLR kernel looks it up at call time
     base_gb = rss_gb()
 
     def step() -> float:
@@ -194,7 +214,9 @@ def cauchy_rows(liquid: str | None) -> int:
 
 
 def naive_estimate_gb(cfg: Config) -> float:
-    """Estimated peak of the broadcast Cauchy sum's fwd+bwd (complex64), GB."""
+    """Estimated peak of the naive fwd+bwd (complex64), GB."""
+    if cfg["liquid"] == "ltc":  # autograd keeps ~4 (B, H, M) tensors per time step
+        return 4 * cfg["B"] * cfg["H"] * (cfg["N"] // 2) * cfg["L"] * 8 / 2**30 + 0.3
     M = 2 * (cfg["N"] // 2)
     full = cfg["H"] * cauchy_rows(cfg["liquid"]) * (cfg["L"] // 2 + 1) * M * 8
     return NAIVE_TENSORS * full / 2**30 + 0.3
@@ -208,11 +230,13 @@ def configs(args: argparse.Namespace) -> list[Config]:
         for N in args.states:
             for liquid in args.liquids:
                 for mode in args.modes:
+                    if liquid == "ltc" and mode != "diag":
+                        continue
                     backends = args.backends if mode == "dplr" else ["torch"]
                     for backend in backends:
                         cfg = dict(base, L=L, N=N, mode=mode, liquid=liquid, backend=backend)
                         out.append(cfg)
-                    if mode == "dplr" and args.naive:
+                    if args.naive and (mode == "dplr" or liquid == "ltc"):
                         cfg = dict(base, L=L, N=N, mode=mode, liquid=liquid, backend="torch",
                                    naive=True, kind="naive")  # fmt: skip
                         cfg["naive_est_gb"] = naive_estimate_gb(cfg)
@@ -233,7 +257,7 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 4000, 16000])
     ap.add_argument("--states", type=int, nargs="+", default=[7, 64])
     ap.add_argument("--modes", nargs="+", default=["dplr", "diag"])
-    ap.add_argument("--liquids", nargs="+", default=["none", "pb", "kb"])
+    ap.add_argument("--liquids", nargs="+", default=["none", "pb", "kb", "ltc"])
     ap.add_argument("--backends", nargs="+", default=["torch", "keops"])
     ap.add_argument("--rounds", type=int, default=1, help="interleaved passes over the sweep")
     ap.add_argument("--reps", type=int, default=3, help="timed calls per process (after 1 warm-up)")
@@ -340,10 +364,11 @@ def fmt_gb(row: dict[str, Any] | None) -> str:
 
 def print_report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     by = {(r["kind"], r["mode"], r["backend"], r["liquid"], r["N"], r["L"]): r for r in rows}
-    liq = {None: "—", "pb": "PB", "kb": "KB"}
+    liq = {None: "—", "pb": "PB", "kb": "KB", "ltc": "LTC"}
     print("\nfwd+bwd of one LiquidS4 layer, B=2, H=128, liquid_order=2, 2 threads; "
           "median seconds / peak RSS GB")  # fmt: skip
-    print("(diag: Vandermonde kernel, no Cauchy sum — the backend is irrelevant, measured once)\n")
+    print("(diag: Vandermonde kernel, no Cauchy sum — the backend is irrelevant, measured once;")
+    print(" LTC: blocked scan, diag only; its naive = the per-step loop through autograd)\n")
     print("| mode | N | liquid | L | torch s | torch GB | keops s | keops GB "
           "| naive s | naive GB | naive/torch time | naive/torch mem |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -352,6 +377,8 @@ def print_report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         for N in args.states:
             for liquid in args.liquids:
                 for L in args.lengths:
+                    if liquid == "ltc" and mode != "diag":
+                        continue
                     t = by.get(("main", mode, "torch", liquid, N, L))
                     k = by.get(("main", mode, "keops", liquid, N, L))
                     n = by.get(("naive", mode, "torch", liquid, N, L))
@@ -412,8 +439,9 @@ def plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> No
     fig, axes = plt.subplots(1, len(args.states), figsize=(6 * len(args.states), 4.5),
                              squeeze=False)  # fmt: skip
     colors = {("dplr", "torch", "main"): "C0", ("dplr", "keops", "main"): "C1",
-              ("diag", "torch", "main"): "C2", ("dplr", "torch", "naive"): "C3"}  # fmt: skip
-    styles = {None: "-o", "pb": "--s", "kb": ":^"}
+              ("diag", "torch", "main"): "C2", ("dplr", "torch", "naive"): "C3",
+              ("diag", "torch", "naive"): "C4"}  # fmt: skip
+    styles = {None: "-o", "pb": "--s", "kb": ":^", "ltc": "-.d"}
     for ax, N in zip(axes[0], args.states, strict=True):
         for (mode, backend, kind), color in colors.items():
             for liquid in args.liquids:
@@ -423,7 +451,8 @@ def plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> No
                     == (kind, mode, backend, liquid, N) and r["status"] == "ok"
                 )  # fmt: skip
                 if pts:
-                    name = "naive broadcast" if kind == "naive" else f"{mode}/{backend}"
+                    naive = "naive loop" if liquid == "ltc" else "naive broadcast"
+                    name = naive if kind == "naive" else f"{mode}/{backend}"
                     ax.plot(*zip(*pts, strict=True), styles[liquid], color=color,
                             label=f"{name}, {liquid or 'no liquid'}")  # fmt: skip
         if N in TARGETS:

@@ -2,6 +2,7 @@
 
     python bench/stream.py                 # N = 7 and 64, chunks 1/16/160/1600, 1 and 2 threads
     python bench/stream.py --quick         # fewer repetitions
+    python bench/stream.py --liquid ltc    # the same model with the exact LTC recurrence (diag)
 
 Three ways to run the same causal model on a live 16 kHz stream, chunk by chunk:
   onnx   the exported step-wise graph in onnxruntime (state carried between calls);
@@ -34,11 +35,13 @@ from liquid_stream.export.pipeline import export_model  # noqa: E402
 SR = 16000
 
 
-def paper_model(N: int) -> LiquidS4Model:
-    """Speech Commands, paper settings (6×128, PB p=2), causal, window decoder of 0.1 s."""
+def paper_model(N: int, liquid: str = "pb") -> LiquidS4Model:
+    """Speech Commands, paper settings (6×128, PB p=2), causal, window decoder of 0.1 s;
+    ``liquid="ltc"`` swaps in the exact LTC recurrence (S4D state, the only mode it has)."""
     torch.manual_seed(0)
+    mode = "diag" if liquid == "ltc" else "dplr"
     return LiquidS4Model(
-        1, 35, d_model=128, n_layers=6, d_state=N, mode="dplr", liquid="pb", liquid_order=2,
+        1, 35, d_model=128, n_layers=6, d_state=N, mode=mode, liquid=liquid, liquid_order=2,
         norm="batch", decoder="window", decoder_window=1600, dt_min=1e-3, dt_max=0.2,
     ).eval()  # fmt: skip
 
@@ -91,6 +94,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--liquid", default="pb", choices=["pb", "ltc"])
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
     if args.quick:
@@ -100,7 +104,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     rows = []
     for N in args.states:
-        model = paper_model(N)
+        model = paper_model(N, args.liquid)
         sm = model.streaming()
         graphs = {}
         for chunk in args.chunks:
@@ -141,9 +145,10 @@ def main() -> None:
                     f"| {N} | {chunk} | {th} | {o['p50_ms']:.3f} / {o['p95_ms']:.3f} | "
                     f"{o['rtf']:.3f} | {t['rtf']:.3f} | {n['rtf']:.1f} | {ratio:.0f}× |"
                 )
-    (out_dir / "stream.json").write_text(json.dumps(rows, indent=1))
-    plot(rows, args, out_dir / "stream.png")
-    print(f"\nwrote {out_dir / 'stream.json'} and {out_dir / 'stream.png'}")
+    name = "stream" if args.liquid == "pb" else f"stream-{args.liquid}"
+    (out_dir / f"{name}.json").write_text(json.dumps(rows, indent=1))
+    plot(rows, args, out_dir / f"{name}.png")
+    print(f"\nwrote {out_dir / f'{name}.json'} and {out_dir / f'{name}.png'}")
 
 
 def plot(rows, args, path: Path) -> None:
@@ -164,7 +169,8 @@ def plot(rows, args, path: Path) -> None:
                 ax.plot(*zip(*pts, strict=True), style, label=f"{method}, {th} thr")
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set(xscale="log", yscale="log", xlabel="chunk (samples at 16 kHz)",
-               ylabel="real-time factor", title=f"6×128 Liquid-S4 (PB p=2), N={N}")  # fmt: skip
+               ylabel="real-time factor",
+               title=f"6×128 Liquid-S4 ({args.liquid.upper()}), N={N}")  # fmt: skip
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

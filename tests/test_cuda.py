@@ -62,3 +62,27 @@ def test_cuda_streaming_and_export(tmp_path):
     export_model(m, tmp_path / "m.onnx", chunk=64)
     report = verify_onnx(m, tmp_path / "m.onnx", length=4000)
     assert report.ok, str(report)
+
+
+def test_cuda_ltc_matches_cpu_forward_gradients_and_streaming():
+    """liquid='ltc' on CUDA (large time segments there): forward, gradients and the step form
+    equal the CPU results (float64)."""
+    from test_streaming import chunk_sizes, stream
+
+    from liquid_stream.layer import LiquidS4Step
+
+    torch.manual_seed(0)
+    cpu = randomize(LiquidS4(16, d_state=32, mode="diag", liquid="ltc")).double()
+    gpu = LiquidS4(16, d_state=32, mode="diag", liquid="ltc").double().cuda()
+    gpu.load_state_dict(cpu.state_dict())
+    u = torch.randn(2, 5000, 16, dtype=torch.float64)
+    g = torch.randn(2, 5000, 16, dtype=torch.float64)
+    y_cpu, y_gpu = cpu(u), gpu(u.cuda())
+    assert rel(y_gpu.detach().cpu(), y_cpu.detach()) < 1e-9
+    (y_cpu * g).sum().backward()
+    (y_gpu * g.cuda()).sum().backward()
+    for (name, a), b in zip(cpu.named_parameters(), gpu.parameters(), strict=True):
+        assert rel(b.grad.cpu(), a.grad) < 1e-8, name
+    step = LiquidS4Step(gpu, dtype=torch.float64)
+    y_step = stream(step, u.cuda(), chunk_sizes("mix", 5000))
+    assert rel(y_step.cpu(), y_cpu.detach()) < 1e-9
