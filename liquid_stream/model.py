@@ -196,7 +196,11 @@ class LiquidS4Model(nn.Module):
             h = block(h, rate)
         return self.final_norm(h)
 
-    def forward(self, x: Tensor, rate: float = 1.0) -> Tensor:
+    def forward(self, x: Tensor, rate: float = 1.0, steps: bool = False) -> Tensor:
+        """``x (B, L, d_input)`` → the decoder's output; ``steps=True`` is
+        :meth:`forward_steps` (one entry point for wrappers such as DDP)."""
+        if steps:
+            return self.forward_steps(x, rate)
         h = self.features(x, rate)
         if self.decoder == "pool":
             return self.decode(h.mean(1))

@@ -3,6 +3,7 @@
     liquid-stream train toy --max-steps 5 --out runs/toy
     liquid-stream train speech --preset cpu [--data PATH] [--set optim.lr=3e-3 ...]
     liquid-stream train speech --resume runs/speech/last.pt
+    liquid-stream train speech --nproc 2           # data parallel (torchrun), see distributed.py
     liquid-stream evaluate runs/speech/best.pt [--data PATH]
 
 Heavy imports (torch, the trainer) stay inside the functions so ``--help`` is fast.
@@ -44,14 +45,32 @@ def _fmt(metrics: dict) -> str:
 @click.option("--target", default=None,
               help="Regression target of a vital-sign task (bidmc: hr, rr or spo2; sets "
                    "data.target).")
+@click.option("--grad-accum", default=None, type=click.IntRange(1),
+              help="Micro-batches per optimizer step (sets optim.grad_accum).")
+@click.option("--nproc", default=1, type=click.IntRange(1), show_default=True,
+              help="Data-parallel processes on this machine (relaunches under torchrun; "
+                   "global batch = batch_size × nproc × grad_accum).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a config field, e.g. --set optim.lr=1e-3 (repeatable).")
-def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, target, overrides):
+def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, target, grad_accum,
+              nproc, overrides):  # fmt: skip
     """Train TASK (a name from training/configs/, or a .yaml path) and print the final
     validation and test metrics."""  # fmt: skip
+    import os
+    import sys
+
+    if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        from .distributed import launch
+
+        argv = sys.argv[1:]
+        i = next(k for k, a in enumerate(argv) if a == "--nproc" or a.startswith("--nproc="))
+        del argv[i : i + (1 if "=" in argv[i] else 2)]
+        raise SystemExit(launch(nproc, argv))
     from .config import ConfigError, dump_config, load_config, resume_config
 
     extra = list(overrides)
+    if grad_accum is not None:
+        extra.append(f"optim.grad_accum={grad_accum}")
     if data_root is not None:
         extra.append(f"data.root={json.dumps(str(data_root))}")
     if device is not None:
@@ -75,8 +94,11 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
         raise click.ClickException(str(e)) from e
     name = cfg["task"] + (f"-{cfg['data']['target']}" if "target" in cfg["data"] else "")
     out = Path(out_dir or Path("runs") / (name + (f"-{preset}" if preset else "")))
-    out.mkdir(parents=True, exist_ok=True)
-    dump_config(cfg, out / "config.yaml")
+    main = int(os.environ.get("RANK", "0")) == 0  # data parallel: rank 0 writes and prints
+    echo = click.echo if main else (lambda *a, **k: None)
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        dump_config(cfg, out / "config.yaml")
 
     from liquid_stream.checkpoint import CheckpointError
     from liquid_stream.model import LiquidS4Model
@@ -96,22 +118,32 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
     n_params = sum(p.numel() for p in model.parameters())
     trainer = Trainer(model, train_set, val_set, cfg["optim"], cfg["train"], out, meta, loss,
                       config=cfg)  # fmt: skip
-    click.echo(
+    world = trainer.dist.world_size
+    echo(
         f"task {cfg['task']}" + (f" (preset {preset})" if preset else "")
         + f": {n_params} parameters, {len(train_set)} train / "
         f"{len(val_set) if val_set is not None else 0} val examples, device "
-        f"{trainer.device}, {trainer.steps_per_epoch} steps/epoch -> {out}"
+        f"{trainer.device}, {trainer.steps_per_epoch} steps/epoch"
+        + (f", {world} processes × batch {trainer.batch_size}" if world > 1 else "")
+        + f" -> {out}"
     )  # fmt: skip
     if resume:
         try:
             trainer.resume(resume)
         except CheckpointError as e:
             raise click.ClickException(str(e)) from e
-        click.echo(f"resumed from {resume} at epoch {trainer.epoch}, step {trainer.step}")
+        echo(f"resumed from {resume} at epoch {trainer.epoch}, step {trainer.step}")
     try:
         summary = trainer.fit()
     except NonFiniteLossError as e:
         raise click.ClickException(str(e)) from e
+    finally:
+        if world > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+    if not main:
+        return
     click.echo(f"final: {_fmt(summary)}")
     best = out / "best.pt"
     if test_set is not None and len(test_set) and best.is_file():

@@ -40,6 +40,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from liquid_stream.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from liquid_stream.model import make_optimizer
 
+from .distributed import SyncBatchNorm1d, all_reduce_sum, barrier, init_from_env, shard
+
 LOSSES = ("ce", "mse", "ce_per_step")
 
 
@@ -106,12 +108,26 @@ def set_rng_state(state: dict) -> None:
 
 class EpochSampler(Sampler):
     """A fresh permutation per epoch from a generator seeded by ``(seed, epoch)``,
-    starting at ``start`` (the position inside the epoch, for mid-epoch resume)."""
+    starting at ``start`` (the position inside the epoch, for mid-epoch resume).
 
-    def __init__(self, n: int, seed: int, shuffle: bool = True):
+    With ``world > 1`` (data parallel) every rank draws the same permutation, cut into
+    global batches of ``batch_size × world`` examples, and yields its contiguous share of
+    each (:func:`~liquid_stream.training.distributed.shard`); a last global batch with fewer
+    examples than ranks is dropped. ``start`` counts examples of the whole permutation, so
+    the state does not depend on the rank or the world size."""
+
+    def __init__(self, n: int, seed: int, shuffle: bool = True, rank: int = 0, world: int = 1,
+                 batch_size: int = 1):  # fmt: skip
         self.n, self.seed, self.shuffle = n, seed, shuffle
+        self.rank, self.world, self.batch_size = rank, world, batch_size
         self.epoch, self.start = 0, 0
         self.generator = torch.Generator()
+
+    def global_batches(self) -> list[tuple[int, int]]:
+        """[start, stop) of the global batches left in this epoch."""
+        G = self.batch_size * self.world
+        out = [(s, min(s + G, self.n)) for s in range(self.start, self.n, G)]
+        return [(a, b) for a, b in out if b - a >= self.world]
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         self.epoch, self.start = epoch, start
@@ -122,10 +138,16 @@ class EpochSampler(Sampler):
             order = torch.randperm(self.n, generator=self.generator).tolist()
         else:
             order = list(range(self.n))
-        return iter(order[self.start :])
+        if self.world == 1:
+            return iter(order[self.start :])
+        parts = [shard(a, b, self.rank, self.world) for a, b in self.global_batches()]
+        return iter([i for lo, hi in parts for i in order[lo:hi]])
 
     def __len__(self) -> int:
-        return self.n - self.start
+        if self.world == 1:
+            return self.n - self.start
+        return sum(hi - lo for lo, hi in (shard(a, b, self.rank, self.world)
+                                          for a, b in self.global_batches()))  # fmt: skip
 
     def state_dict(self) -> dict:
         return {
@@ -252,8 +274,9 @@ def summarize(sums: dict, kind: str) -> dict:
 def forward_for_loss(model, x: torch.Tensor, kind: str, rate: float = 1.0) -> torch.Tensor:
     """``model(x)``; per-step outputs (``forward_steps``) for ``ce_per_step`` with a
     ``pool``/``last`` decoder."""
-    if kind == "ce_per_step" and getattr(model, "decoder", "window") != "window":
-        return model.forward_steps(x, rate=rate)
+    inner = getattr(model, "module", model)  # DistributedDataParallel wraps the model
+    if kind == "ce_per_step" and getattr(inner, "decoder", "window") != "window":
+        return model(x, rate=rate, steps=True)
     return model(x, rate=rate)
 
 
@@ -351,9 +374,20 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.meta, self.loss_kind, self.config = dict(task_meta), loss, config or {}
         self.device = resolve_device(self.train_cfg.get("device", "auto"))
+        self.dist = init_from_env(self.device.type)
+        if self.device.type == "cuda" and self.dist.enabled:
+            self.device = torch.device("cuda", self.dist.local_rank)
         if self.device.type == "cpu" and self.train_cfg.get("threads"):
             torch.set_num_threads(int(self.train_cfg["threads"]))
+        if self.dist.enabled:
+            model = SyncBatchNorm1d.convert(model)
         self.model = model.to(self.device)
+        self.train_model = self.model  # what the training forward runs (DDP when parallel)
+        if self.dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.dist.local_rank] if self.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=ids)
         self.train_set, self.val_set = train_set, val_set
         o = self.optim_cfg
         self.optimizer = make_optimizer(
@@ -364,8 +398,12 @@ class Trainer:
         self.batch_size, self.accum = int(o["batch_size"]), int(o["grad_accum"])
         self.eval_batch_size = int(o.get("eval_batch_size") or self.batch_size)
         self.seed = int(self.train_cfg.get("seed", 0))
-        self.sampler = EpochSampler(len(train_set), self.seed)
-        self.batches_per_epoch = math.ceil(len(train_set) / self.batch_size)
+        W = self.dist.world_size
+        self.global_batch = self.batch_size * W  # examples per micro-batch, all ranks
+        self.sampler = EpochSampler(len(train_set), self.seed, rank=self.dist.rank, world=W,
+                                    batch_size=self.batch_size)  # fmt: skip
+        n = len(train_set)
+        self.batches_per_epoch = n // self.global_batch + (n % self.global_batch >= W)
         self.steps_per_epoch = math.ceil(self.batches_per_epoch / self.accum)
         self.schedule = Schedule(o, self.steps_per_epoch)
         amp = bool(self.train_cfg.get("amp")) and self.device.type == "cuda"
@@ -385,7 +423,9 @@ class Trainer:
         self.max_steps = self.train_cfg.get("max_steps")
         self.eval_every = max(1, int(self.train_cfg.get("eval_every") or 1))
         self.save_every = int(self.train_cfg.get("save_every_steps") or 0)
-        self.progress = bool(self.train_cfg.get("progress", True))
+        self.progress = bool(self.train_cfg.get("progress", True)) and self.dist.is_main
+        if self.dist.rank > 0:  # dropout etc. differ per rank; parameters are rank 0's (DDP)
+            torch.manual_seed(_mix(self.seed, 1_000_003 + self.dist.rank))
         self.higher_is_better = loss != "mse"
         # per-step labels are mostly the no-event class: monitor the balanced accuracy
         # (mean per-class recall), which a model answering "silence" everywhere cannot game
@@ -454,11 +494,14 @@ class Trainer:
             "elapsed_s": self.elapsed,
             "loss": self.loss_kind,
             "batch_size": self.batch_size,
+            "world_size": self.dist.world_size,
             "grad_accum": self.accum,
         }
 
     def save(self, name: str, metrics: dict | None = None) -> Path:
         path = self.out / name
+        if not self.dist.is_main:
+            return path
         clean = {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, int | float)}
         save_checkpoint(
             path, self.model, meta=self.meta, config=self.config, trainer=self.trainer_state(),
@@ -472,11 +515,13 @@ class Trainer:
         st = ckpt.get("trainer")
         if not isinstance(st, dict):
             raise CheckpointError(f"{path} has no trainer state (not written by the trainer)")
-        if (st.get("batch_size"), st.get("grad_accum")) != (self.batch_size, self.accum):
+        saved_global = st.get("batch_size", 0) * st.get("world_size", 1)
+        if (saved_global, st.get("grad_accum")) != (self.global_batch, self.accum):
             raise CheckpointError(
-                f"{path} was trained with batch_size={st.get('batch_size')}, "
-                f"grad_accum={st.get('grad_accum')}; this run has {self.batch_size}, "
-                f"{self.accum}: the data position would not match"
+                f"{path} was trained with batch_size={st.get('batch_size')} per rank × "
+                f"{st.get('world_size', 1)} rank(s), grad_accum={st.get('grad_accum')}; this "
+                f"run has {self.batch_size} × {self.dist.world_size}, {self.accum}: the "
+                f"global batch and the data position would not match"
             )
         try:
             self.model.load_state_dict(ckpt["model"])
@@ -492,7 +537,10 @@ class Trainer:
         self.epoch_sums = dict(st["epoch_sums"])
         self._elapsed0, self._t0 = float(st.get("elapsed_s", 0.0)), time.perf_counter()
         set_rng_state(st["rng"])
-        self._truncate_logs(self.step)
+        if self.dist.rank > 0:
+            torch.manual_seed(_mix(self.seed + self.step, 1_000_003 + self.dist.rank))
+        if self.dist.is_main:
+            self._truncate_logs(self.step)
 
     # --------------------------------------------------------------------- logging
     def _truncate_logs(self, step: int) -> None:
@@ -512,6 +560,8 @@ class Trainer:
                 w.writerows(r for r in rows if int(r["step"]) <= step)
 
     def _append_csv(self, name: str, row: dict) -> None:
+        if not self.dist.is_main:
+            return
         path = self.out / name
         new = not path.is_file() or path.stat().st_size == 0
         with open(path, "a", newline="") as f:
@@ -533,6 +583,8 @@ class Trainer:
         return self._writer
 
     def _log_epoch(self, row: dict) -> None:
+        if not self.dist.is_main:
+            return
         self._append_csv("metrics.csv", row)
         writer = self._tb()
         if writer is not None:
@@ -544,6 +596,8 @@ class Trainer:
 
     def _plot(self, force: bool) -> None:
         """Redraw curves.png (at most every ``plot_every_s`` seconds, and at the end)."""
+        if not self.dist.is_main:
+            return
         every = float(self.train_cfg.get("plot_every_s", 30.0) or 0.0)
         now = time.perf_counter()
         if not force and self._last_plot is not None and now - self._last_plot < every:
@@ -571,7 +625,7 @@ class Trainer:
         clip = float(self.optim_cfg.get("grad_clip") or 0.0)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        if clip > 0:
+        if clip > 0:  # after DDP's all-reduce: the same global gradient on every rank
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
@@ -595,7 +649,7 @@ class Trainer:
         except ImportError:  # pragma: no cover
             tqdm = None
         while self.epoch < epochs and not stopped:
-            self.sampler.set_epoch(self.epoch, self.batch_in_epoch * self.batch_size)
+            self.sampler.set_epoch(self.epoch, self.batch_in_epoch * self.global_batch)
             _set_dataset_epoch(self.train_set, self.epoch)
             loader = self._loader()
             bar = None
@@ -612,10 +666,10 @@ class Trainer:
                 group = min(self.accum, self.batches_per_epoch - g0)
                 x = x.to(self.device, non_blocking=True)
                 y = y.to(self.device, non_blocking=True)
-                bad = None
+                bad, sums = None, _sums_zero()
                 try:
                     with self.autocast():
-                        out = forward_for_loss(self.model, x, self.loss_kind)
+                        out = forward_for_loss(self.train_model, x, self.loss_kind)
                     loss, sums = compute_loss(
                         out, y, self.loss_kind, getattr(self.model, "output_scale", None),
                         self.class_weight,
@@ -627,16 +681,28 @@ class Trainer:
                     if "NaN or infinite" not in str(e):
                         raise
                     bad = f"activations ({e}; loss nan)"
+                # Every rank learns whether any rank failed (before DDP's backward, which
+                # would wait forever for a rank that stopped) and gets the global sums.
+                keys = list(sums)
+                total = all_reduce_sum([float(bad is not None), *(sums[k] for k in keys)],
+                                       self.device)  # fmt: skip
+                if total[0] and bad is None:
+                    bad = "loss on another rank (non-finite)"
                 if bad is not None:
                     if bar is not None:
                         bar.close()
                     raise self._nonfinite(bad, b)
-                scaled = loss / group
+                glob = dict(zip(keys, total[1:], strict=True))
+                # Each rank's mean loss weighs n_rank / n_global of the global batch's mean
+                # (DDP averages over ranks, hence the factor world_size).
+                share = sums["n"] * self.dist.world_size / glob["n"]
+                scaled = loss * share / group
                 if self.scaler is not None:
                     scaled = self.scaler.scale(scaled)
                 scaled.backward()
                 for k in self.epoch_sums:
-                    self.epoch_sums[k] += sums[k]
+                    self.epoch_sums[k] += glob[k]
+                value = glob["loss"] / glob["n"]
                 group_losses.append(value)
                 self.batch_in_epoch += 1
                 if bar is not None:
@@ -682,6 +748,9 @@ class Trainer:
         }  # fmt: skip
 
     def _end_of_period(self, epoch_pos: float, train_metrics: dict) -> None:
+        if not self.dist.is_main:  # validation, logs and checkpoints are rank 0's
+            barrier()
+            return
         val = self.evaluate(self.val_set) if self.val_set is not None else {}
         row: dict = {"epoch": round(epoch_pos, 4), "step": self.step,
                      "lr": float(self.optimizer.param_groups[0]["lr"])}  # fmt: skip
@@ -702,6 +771,7 @@ class Trainer:
         self.save("last.pt", row)
         if better:
             self.save("best.pt", row)
+        barrier()
 
 
 # ------------------------------------------------------------------------------ plots
