@@ -55,6 +55,12 @@ def init_from_env(device_type: str) -> DistInfo:
     if not dist.is_initialized():
         backend = "nccl" if device_type == "cuda" else "gloo"
         if device_type == "cuda":
+            if info.local_rank >= torch.cuda.device_count():
+                raise RuntimeError(
+                    f"process with LOCAL_RANK {info.local_rank} needs its own GPU, but only "
+                    f"{torch.cuda.device_count()} are visible: use --nproc ≤ the GPU count "
+                    f"(or train.device=cpu for gloo on the CPU)"
+                )
             torch.cuda.set_device(info.local_rank)
         dist.init_process_group(backend)
     return info
