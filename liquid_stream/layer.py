@@ -14,7 +14,9 @@ The layer equals the recurrence (§2 of the design)
 
     x_t = Ā x_{t−1} + B̄ u_t,   y_t = s·Re(C x_t) + D u_t   (+ liquid terms)
 
-with the matrices of :meth:`LiquidS4.ssm_matrices`, to float64 precision.
+with the matrices of :meth:`LiquidS4.ssm_matrices`, to float64 precision. With
+``liquid="ltc"`` the layer is instead the input-dependent recurrence of
+:mod:`liquid_stream.ltc` (evaluated by a scan, not a convolution).
 """
 
 from __future__ import annotations
@@ -168,7 +170,8 @@ class LiquidS4(nn.Module):
         in the liquid basis, such that x_t = Ā x_{t−1} + B̄ u_t,
         y_t = scale·Re(C x_t) + D u_t reproduces the S4 part of :meth:`forward`; the liquid
         terms follow from B̄^{∘p} and C as in :mod:`liquid_stream.liquid`. Also returns
-        ``pb_coef (P−1, H)`` and the liquid settings.
+        ``pb_coef (P−1, H)`` and the liquid settings. For ``liquid="ltc"`` these are the
+        linear part of its recurrence; :func:`liquid_stream.ltc.ltc_system` gives the rest.
         """
         if not self.is_causal:
             raise ValueError("a bidirectional layer has no causal recurrence (ssm_matrices)")
