@@ -364,3 +364,58 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         parts = (("train", train), ("val", val), ("test", test))
         meta["records"] = {k: sorted({str(r) for r in w.record}) for k, w in parts}
     return sets[0], sets[1], sets[2], meta, "mse"
+
+
+# --------------------------------------------------------------------------- listops
+# LRA ListOps (training/data/listops.py): TSV files at data.root, else a generated set
+# cached under $LIQUID_STREAM_CACHE. Tokens are one-hot encoded (16 = 15 symbols + padding)
+# and right-padded to data.max_length; the paper's pool decoder averages over all steps.
+
+
+class ListOpsDataset:
+    """``(x (max_length, 16) one-hot float32, y int)`` from token id arrays."""
+
+    def __init__(self, xs: list, ys: np.ndarray, max_length: int):
+        self.xs, self.ys, self.max_length = xs, ys, max_length
+        self.targets = [int(y) for y in ys]
+
+    def __len__(self) -> int:
+        return len(self.xs)
+
+    def __getitem__(self, i: int):
+        import torch
+
+        ids = np.zeros(self.max_length, np.int64)
+        ids[: len(self.xs[i])] = self.xs[i]
+        x = np.zeros((self.max_length, 16), np.float32)
+        x[np.arange(self.max_length), ids] = 1.0
+        return torch.from_numpy(x), int(self.ys[i])
+
+
+@register(
+    "listops",
+    {"root": None, "max_length": 2000, "n_train": 96000, "n_val": 2000, "n_test": 2000,
+     "min_length": 500, "max_depth": 10, "max_args": 10, "seed": 0},
+)  # fmt: skip
+def build_listops(cfg: dict, stats=None):
+    from .data import cache
+    from .data import listops as lo
+
+    d = cfg["data"]
+    root = d.get("root")
+    if root is None:  # a generated set, cached by its settings
+        keys = ("n_train", "n_val", "n_test", "min_length", "max_length", "max_depth",
+                "max_args", "seed")  # fmt: skip
+        root = cache.cache_dir() / ("listops-" + "-".join(str(d[k]) for k in keys))
+        if not all((root / f"basic_{s}.tsv").is_file() for s in lo.SPLITS):
+            lo.write_dataset(
+                root, d["n_train"], d["n_val"], d["n_test"], seed=d["seed"],
+                min_length=d["min_length"], max_length=d["max_length"],
+                max_depth=d["max_depth"], max_args=d["max_args"],
+            )  # fmt: skip
+    data = lo.read_dataset(root, d["max_length"])
+    sets = [ListOpsDataset(*data[s], d["max_length"]) for s in lo.SPLITS]
+    meta = {"task": "listops", "labels": [str(i) for i in range(10)], "d_input": 16,
+            "d_output": 10, "vocab": list(lo.VOCAB), "max_length": int(d["max_length"]),
+            "data_root": str(root)}  # fmt: skip
+    return sets[0], sets[1], sets[2], meta, "ce"
