@@ -124,3 +124,19 @@ def test_task_builds_from_the_lra_files_and_learns(tmp_path):
         opt.step()
         losses.append(loss_value.item())
     assert losses[-1] < 0.7 * losses[0]
+
+
+def test_data_cli_writes_a_readable_set(tmp_path):
+    from click.testing import CliRunner
+
+    from liquid_stream.cli import main
+
+    res = CliRunner().invoke(main, ["data", "listops", str(tmp_path), "--train", "20", "--val",
+                                    "5", "--test", "5", "--min-length", "10", "--max-length",
+                                    "80"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = lo.read_dataset(tmp_path, max_length=80)
+    assert [len(data[s][1]) for s in lo.SPLITS] == [20, 5, 5]
+    bad = CliRunner().invoke(main, ["data", "listops", str(tmp_path), "--min-length", "90",
+                                    "--max-length", "80"])  # fmt: skip
+    assert bad.exit_code != 0 and "min-length" in bad.output

@@ -111,3 +111,28 @@ def bidmc_sim_cmd(out, records, minutes, seed, workers, force):
         f"RR {rep.rr_range[0]:.0f}-{rep.rr_range[1]:.0f} breaths/min, "
         f"SpO2 {rep.spo2_range[0]:.0f}-{rep.spo2_range[1]:.0f} %"
     )
+
+
+@data.command("listops")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--train", "n_train", default=96000, show_default=True, type=click.IntRange(1))
+@click.option("--val", "n_val", default=2000, show_default=True, type=click.IntRange(1))
+@click.option("--test", "n_test", default=2000, show_default=True, type=click.IntRange(1))
+@click.option("--min-length", default=500, show_default=True, type=click.IntRange(0))
+@click.option("--max-length", default=2000, show_default=True, type=click.IntRange(2))
+@click.option("--max-depth", default=10, show_default=True, type=click.IntRange(1))
+@click.option("--seed", default=0, show_default=True, type=int)
+def listops_cmd(out, n_train, n_val, n_test, min_length, max_length, max_depth, seed):
+    """Write a ListOps set with the LRA grammar to OUT/basic_{train,val,test}.tsv (the LRA
+    files' format; train on it with `liquid-stream train listops --data OUT`)."""
+    import time
+
+    from liquid_stream.training.data.listops import write_dataset
+
+    if min_length + 1 >= max_length:
+        raise click.ClickException("need --min-length + 1 < --max-length")
+    t = time.perf_counter()
+    write_dataset(out, n_train, n_val, n_test, seed=seed, min_length=min_length,
+                  max_length=max_length, max_depth=max_depth)  # fmt: skip
+    click.echo(f"wrote {n_train}/{n_val}/{n_test} examples to {out} "
+               f"in {time.perf_counter() - t:.1f} s")  # fmt: skip
