@@ -275,14 +275,12 @@ class LiquidS4Step(nn.Module):
         )  # fmt: skip
         if self.liquid == "ltc":
             self.transition = "ltc"
-            kernel = copy.deepcopy(layer.kernel).cpu()
-            with torch.no_grad():
-                system = ltc_system(kernel, rate, torch.float64)
+            with torch.no_grad():  # computed in float64 from the parameters, then cast
+                system = ltc_system(layer.kernel, rate, torch.float64)
             self.ltc_scale = system.scale
             for name, t in system.to_real().items():  # (H, M, 2)
                 self.register_buffer(f"ltc_{name}", t.to(dtype).contiguous())
-            self.register_buffer("D", layer.D.detach().cpu().double().to(dtype))
-            self.to(device)
+            self.register_buffer("D", layer.D.detach().double().to(dtype))
             return
         mats = {
             k: v.cpu() if torch.is_tensor(v) else v for k, v in layer.ssm_matrices(rate).items()

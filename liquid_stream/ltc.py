@@ -51,6 +51,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .kernel_base import complex_param
+
 LTC_RHO = 0.99  # ρ: |Ā + B̃ g| ≤ 1 − (1 − ρ)(1 − |Ā|)
 LTC_BLOCK = 64  # steps per block of the scan (time-major loop over a block's positions)
 # States (B·H·M·steps) per time segment: 2¹⁹ complex64 = 4 MiB keeps a CPU segment in
@@ -92,7 +94,7 @@ def ltc_system(kernel, rate: float = 1.0, dtype: torch.dtype = torch.float32) ->
     (differentiably) and cast to the complex type of ``dtype``."""
     A_bar, B_bar = kernel.bar(rate, torch.float64)
     B_liq = liquid_coefficient(A_bar, B_bar)
-    C = torch.view_as_complex(kernel.C)[0].to(torch.complex128)
+    C = complex_param(kernel.C)[0].to(torch.complex128)
     ctype = torch.complex64 if dtype == torch.float32 else torch.complex128
     return LTCSystem(*(t.to(ctype) for t in (A_bar, B_liq, B_bar, C)), scale=2.0)
 
@@ -173,6 +175,12 @@ def _segments(L: int, width: int, max_elements: int, block: int) -> list[slice]:
     return [slice(s, min(s + seg, L)) for s in range(0, L, seg)]
 
 
+def _segment_states(u, g, seg: slice, A, Bl, Bb, x_in, block: int) -> tuple[Tensor, Tensor]:
+    """(a_t, x_t) of one time segment ``(L_s, B, H, M)``: a_t = Ā + B̃ g(u_t), x from x_in."""
+    a = A + Bl * g[seg, ..., None]
+    return a, _scan_tf(a, Bb * u[seg, ..., None], x_in, block)
+
+
 class _LTCScan(torch.autograd.Function):
     """y, x_last = LTC(u) with a hand-written backward pass (time-first ``u (L, B, H)``).
 
@@ -196,8 +204,7 @@ class _LTCScan(torch.autograd.Function):
         starts = []
         for seg in _segments(L, B * H * A.shape[-1], max_elements, block):
             starts.append(x)
-            a = A + Bl * g[seg, ..., None]  # (L_s, B, H, M)
-            X = _scan_tf(a, Bb * u[seg, ..., None], x, block)
+            _, X = _segment_states(u, g, seg, A, Bl, Bb, x, block)
             y[seg] = scale * torch.einsum("lbhm,hm->lbh", X, C).real
             x = X[-1].clone()
         ctx.save_for_backward(u, A, Bl, Bb, C, torch.stack(starts))
@@ -219,8 +226,7 @@ class _LTCScan(torch.autograd.Function):
         Cc = s * C.conj()
         for k in range(len(segs) - 1, -1, -1):
             seg, x_in = segs[k], starts[k]
-            a = A + Bl * g[seg, ..., None]
-            X = _scan_tf(a, Bb * u[seg, ..., None], x_in, block)  # states x_t
+            a, X = _segment_states(u, g, seg, A, Bl, Bb, x_in, block)  # recomputed states
             gys = gy[seg] if gy is not None else u.new_zeros(X.shape[:-1])
             lam = gys[..., None] * Cc  # ∂ℓ/∂x_t through y_t
             lam[-1] += carry
