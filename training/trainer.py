@@ -129,6 +129,12 @@ class EpochSampler(Sampler):
         out = [(s, min(s + G, self.n)) for s in range(self.start, self.n, G)]
         return [(a, b) for a, b in out if b - a >= self.world]
 
+    def _ranges(self) -> list[tuple[int, int]]:
+        """This rank's [lo, hi) ranges of the epoch's permutation, from ``start``."""
+        if self.world == 1:
+            return [(self.start, self.n)]
+        return [shard(a, b, self.rank, self.world) for a, b in self.global_batches()]
+
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         self.epoch, self.start = epoch, start
 
@@ -138,16 +144,10 @@ class EpochSampler(Sampler):
             order = torch.randperm(self.n, generator=self.generator).tolist()
         else:
             order = list(range(self.n))
-        if self.world == 1:
-            return iter(order[self.start :])
-        parts = [shard(a, b, self.rank, self.world) for a, b in self.global_batches()]
-        return iter([i for lo, hi in parts for i in order[lo:hi]])
+        return iter([i for lo, hi in self._ranges() for i in order[lo:hi]])
 
     def __len__(self) -> int:
-        if self.world == 1:
-            return self.n - self.start
-        return sum(hi - lo for lo, hi in (shard(a, b, self.rank, self.world)
-                                          for a, b in self.global_batches()))  # fmt: skip
+        return sum(hi - lo for lo, hi in self._ranges())
 
     def state_dict(self) -> dict:
         return {
@@ -402,8 +402,7 @@ class Trainer:
         self.global_batch = self.batch_size * W  # examples per micro-batch, all ranks
         self.sampler = EpochSampler(len(train_set), self.seed, rank=self.dist.rank, world=W,
                                     batch_size=self.batch_size)  # fmt: skip
-        n = len(train_set)
-        self.batches_per_epoch = n // self.global_batch + (n % self.global_batch >= W)
+        self.batches_per_epoch = len(self.sampler.global_batches())  # whole epoch: start 0
         self.steps_per_epoch = math.ceil(self.batches_per_epoch / self.accum)
         self.schedule = Schedule(o, self.steps_per_epoch)
         amp = bool(self.train_cfg.get("amp")) and self.device.type == "cuda"
@@ -424,8 +423,7 @@ class Trainer:
         self.eval_every = max(1, int(self.train_cfg.get("eval_every") or 1))
         self.save_every = int(self.train_cfg.get("save_every_steps") or 0)
         self.progress = bool(self.train_cfg.get("progress", True)) and self.dist.is_main
-        if self.dist.rank > 0:  # dropout etc. differ per rank; parameters are rank 0's (DDP)
-            torch.manual_seed(_mix(self.seed, 1_000_003 + self.dist.rank))
+        self._seed_rank()
         self.higher_is_better = loss != "mse"
         # per-step labels are mostly the no-event class: monitor the balanced accuracy
         # (mean per-class recall), which a model answering "silence" everywhere cannot game
@@ -537,10 +535,15 @@ class Trainer:
         self.epoch_sums = dict(st["epoch_sums"])
         self._elapsed0, self._t0 = float(st.get("elapsed_s", 0.0)), time.perf_counter()
         set_rng_state(st["rng"])
-        if self.dist.rank > 0:
-            torch.manual_seed(_mix(self.seed + self.step, 1_000_003 + self.dist.rank))
+        self._seed_rank()
         if self.dist.is_main:
             self._truncate_logs(self.step)
+
+    def _seed_rank(self) -> None:
+        """Ranks > 0 draw their own random numbers (dropout…), seeded by (seed, step, rank);
+        the parameters are rank 0's anyway (DDP broadcasts them)."""
+        if self.dist.rank > 0:
+            torch.manual_seed(_mix(self.seed + self.step, 1_000_003 + self.dist.rank))
 
     # --------------------------------------------------------------------- logging
     def _truncate_logs(self, step: int) -> None:
@@ -583,8 +586,6 @@ class Trainer:
         return self._writer
 
     def _log_epoch(self, row: dict) -> None:
-        if not self.dist.is_main:
-            return
         self._append_csv("metrics.csv", row)
         writer = self._tb()
         if writer is not None:
