@@ -140,3 +140,13 @@ def test_data_cli_writes_a_readable_set(tmp_path):
     bad = CliRunner().invoke(main, ["data", "listops", str(tmp_path), "--min-length", "90",
                                     "--max-length", "80"])  # fmt: skip
     assert bad.exit_code != 0 and "min-length" in bad.output
+
+
+def test_generated_set_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIQUID_STREAM_CACHE", str(tmp_path))
+    root = lo.ensure_listops(10, 3, 3, seed=4, min_length=10, max_length=60)
+    assert root.parent == tmp_path and root.name.startswith("listops-")
+    stamp = (root / "basic_train.tsv").stat().st_mtime_ns
+    assert lo.ensure_listops(10, 3, 3, seed=4, min_length=10, max_length=60) == root
+    assert (root / "basic_train.tsv").stat().st_mtime_ns == stamp  # not rebuilt
+    assert [len(lo.read_dataset(root, 60)[s][1]) for s in lo.SPLITS] == [10, 3, 3]

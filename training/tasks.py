@@ -398,21 +398,15 @@ class ListOpsDataset:
      "min_length": 500, "max_depth": 10, "max_args": 10, "seed": 0},
 )  # fmt: skip
 def build_listops(cfg: dict, stats=None):
-    from .data import cache
     from .data import listops as lo
 
     d = cfg["data"]
     root = d.get("root")
     if root is None:  # a generated set, cached by its settings
-        keys = ("n_train", "n_val", "n_test", "min_length", "max_length", "max_depth",
-                "max_args", "seed")  # fmt: skip
-        root = cache.cache_dir() / ("listops-" + "-".join(str(d[k]) for k in keys))
-        if not all((root / f"basic_{s}.tsv").is_file() for s in lo.SPLITS):
-            lo.write_dataset(
-                root, d["n_train"], d["n_val"], d["n_test"], seed=d["seed"],
-                min_length=d["min_length"], max_length=d["max_length"],
-                max_depth=d["max_depth"], max_args=d["max_args"],
-            )  # fmt: skip
+        root = lo.ensure_listops(
+            d["n_train"], d["n_val"], d["n_test"], seed=d["seed"], min_length=d["min_length"],
+            max_length=d["max_length"], max_depth=d["max_depth"], max_args=d["max_args"],
+        )  # fmt: skip
     data = lo.read_dataset(root, d["max_length"])
     sets = [ListOpsDataset(*data[s], d["max_length"]) for s in lo.SPLITS]
     meta = {"task": "listops", "labels": [str(i) for i in range(10)], "d_input": 16,
