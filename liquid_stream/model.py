@@ -9,11 +9,22 @@ Decoders (``(B, L, H)`` → logits):
 - ``last``:   the last step, then Linear                          → ``(B, d_output)``
 - ``window``: causal mean over the last W steps, then Linear, per step
               (at t < W the mean is over the t + 1 steps seen)     → ``(B, L, d_output)``
+- ``pair``:   two sequences per example, ``x (B, 2, L, d_input)`` (LRA retrieval): both
+              encoded by the same blocks and mean-pooled to a, b, then
+              Linear(4H→H) → GELU → Linear(H→d_output) on [a, b, a·b, a − b] → ``(B, d_output)``
+
+Activation checkpointing (``model.checkpoint_blocks = True``, e.g. ``train.checkpoint_blocks``
+for Path-X at L = 16384): in training each block keeps only its input and recomputes its
+activations in the backward pass, so activation memory is one block's plus an (B, L, H)
+tensor per block. The recomputation leaves BatchNorm running statistics untouched (they
+are updated once per step, as without checkpointing); dropout masks are replayed.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +34,7 @@ from .kernel_base import SSM_PARAMETER_NAMES, SSMKernel
 from .layer import LiquidS4, LiquidS4Step, check_input
 from .liquid import causal_window_sum
 
-DECODERS = ("pool", "last", "window")
+DECODERS = ("pool", "last", "window", "pair")
 NORMS = ("batch", "layer")
 
 
@@ -118,11 +129,47 @@ class LiquidS4BlockStep(nn.Module):
         return (x if self.prenorm else self.norm(x)), state
 
 
+@contextmanager
+def _running_stats_frozen(module: nn.Module) -> Iterator[None]:
+    """BatchNorm layers of ``module`` normalise as usual but leave their running statistics
+    (and ``num_batches_tracked``) as they were: momentum 0 for the duration."""
+    saved = []
+    for m in module.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+            saved.append((m, m.momentum, m.num_batches_tracked.clone()))
+            m.momentum = 0.0
+    try:
+        yield
+    finally:
+        for m, momentum, tracked in saved:
+            m.momentum = momentum
+            m.num_batches_tracked.copy_(tracked)
+
+
+def checkpointed(block: nn.Module, x: Tensor, rate: float) -> Tensor:
+    """``block(x, rate)`` with its activations recomputed in the backward pass instead of
+    stored; the recomputation (every call after the first) does not touch running stats."""
+    from torch.utils.checkpoint import checkpoint
+
+    calls = 0
+
+    def run(x: Tensor) -> Tensor:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return block(x, rate)
+        with _running_stats_frozen(block):
+            return block(x, rate)
+
+    return checkpoint(run, x, use_reentrant=False)
+
+
 class LiquidS4Model(nn.Module):
     """Encoder → stacked Liquid-S4 blocks → decoder.
 
     ``forward(x (B, L, d_input), rate=1.0)`` returns ``(B, d_output)`` for ``pool``/``last``
-    and ``(B, L, d_output)`` for ``window``. Every constructor argument is kept in
+    and ``(B, L, d_output)`` for ``window``; ``pair`` takes ``x (B, 2, L, d_input)`` and
+    returns ``(B, d_output)``. Every constructor argument is kept in
     :attr:`config`, so ``LiquidS4Model(**model.config)`` rebuilds the architecture.
     """
 
@@ -169,7 +216,10 @@ class LiquidS4Model(nn.Module):
             LiquidS4Block(d_model, norm, prenorm, dropout, **ssm_kwargs) for _ in range(n_layers)
         )
         self.final_norm = Norm(d_model, norm) if prenorm else nn.Identity()
+        if decoder == "pair":  # [a, b, a·b, a − b] → H, then the head
+            self.pair_mlp = nn.Sequential(nn.Linear(4 * d_model, d_model), nn.GELU())
         self.head = nn.Linear(d_model, d_output)
+        self.checkpoint_blocks = False  # a training-time switch, not part of the config
         # Fixed output affine y = scale · head(·) + shift (regression targets in physical
         # units; a buffer, not a parameter: it is part of the config, never trained).
         scale = torch.as_tensor(output_scale, dtype=torch.float32).expand(d_output).clone()
@@ -192,15 +242,29 @@ class LiquidS4Model(nn.Module):
         """The sequence of features before the decoder, ``(B, L, H)``."""
         check_input(x, self.d_input, "x")
         h = self.encoder(x)
+        recompute = self.checkpoint_blocks and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            h = block(h, rate)
+            h = checkpointed(block, h, rate) if recompute else block(h, rate)
         return self.final_norm(h)
+
+    def _pair(self, x: Tensor, rate: float) -> Tensor:
+        """``x (B, 2, L, d_input)`` → logits ``(B, d_output)`` (see the module docstring)."""
+        if x.dim() != 4 or x.shape[1] != 2:
+            raise ValueError(
+                f"the pair decoder takes x of shape (B, 2, L, d_input), got {tuple(x.shape)}"
+            )
+        B = x.shape[0]
+        pooled = self.features(x.flatten(0, 1), rate).mean(1)  # (2B, H), rows a0 b0 a1 b1 …
+        a, b = pooled.view(B, 2, -1).unbind(1)
+        return self.decode(self.pair_mlp(torch.cat([a, b, a * b, a - b], -1)))
 
     def forward(self, x: Tensor, rate: float = 1.0, steps: bool = False) -> Tensor:
         """``x (B, L, d_input)`` → the decoder's output; ``steps=True`` is
         :meth:`forward_steps` (one entry point for wrappers such as DDP)."""
         if steps:
             return self.forward_steps(x, rate)
+        if self.decoder == "pair":
+            return self._pair(x, rate)
         h = self.features(x, rate)
         if self.decoder == "pool":
             return self.decode(h.mean(1))
@@ -219,6 +283,8 @@ class LiquidS4Model(nn.Module):
         ``window``: same as :meth:`forward`; ``last``: the decoder at every step;
         ``pool``: the running mean since the start (the streaming pool output).
         """
+        if self.decoder == "pair":
+            raise ValueError("the pair decoder compares two whole sequences: no per-step output")
         if self.decoder == "window":
             return self.forward(x, rate)
         logits = self.decode(self.features(x, rate))
@@ -264,6 +330,8 @@ class StreamingModel(nn.Module):
         rate: float = 1.0,
     ):
         super().__init__()
+        if model.decoder == "pair":
+            raise ValueError("a pair (two-sequence retrieval) model cannot be streamed")
         if not model.is_causal:
             raise ValueError(
                 "this model has bidirectional (non-causal) layers and cannot be streamed; "

@@ -151,3 +151,55 @@ def test_output_affine_in_forward_streaming_and_checkpoint(decoder, tmp_path):
     assert torch.allclose(m2.double().eval()(x), m(x), atol=1e-12)
     with pytest.raises(ValueError, match="output_scale"):
         model(output_scale=0.0)
+
+
+def test_pair_decoder_is_the_retrieval_head_on_shared_encodings(tmp_path):
+    """``pair``: both sequences through the same blocks, mean-pooled to a, b; the head on
+    [a, b, a·b, a − b]. Checked against that composition written out, in eval mode."""
+    m = model(decoder="pair", bidirectional=True).eval().double()
+    x = torch.randn(3, 2, 25, 3, dtype=torch.float64)
+    a, b = m.features(x[:, 0]).mean(1), m.features(x[:, 1]).mean(1)
+    z = torch.nn.functional.gelu(m.pair_mlp[0](torch.cat([a, b, a * b, a - b], -1)))
+    assert torch.allclose(m(x), m.head(z), atol=1e-12)
+    assert not torch.allclose(m(x.flip(1)), m(x), atol=1e-6)  # [a − b] is ordered
+    m.train().float()
+    m(x.float()).square().sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in m.parameters())
+    with pytest.raises(ValueError, match=r"\(B, 2, L, d_input\)"):
+        m(torch.randn(3, 25, 3))
+    with pytest.raises(ValueError, match="no per-step"):
+        m(x.float(), steps=True)
+    causal = model(decoder="pair")
+    with pytest.raises(ValueError, match="cannot be streamed"):
+        causal.streaming()
+    from liquid_stream.export.pipeline import export_model
+
+    with pytest.raises(ValueError, match="no streaming form"):
+        export_model(causal, tmp_path / "pair.onnx")
+    path = tmp_path / "pair.pt"
+    save_checkpoint(path, m)
+    m2, _ = model_from_checkpoint(path)
+    assert torch.allclose(m2(x.float()), m.eval()(x.float()), atol=1e-6)
+
+
+@pytest.mark.parametrize("norm", ["batch", "layer"])
+def test_checkpointed_blocks_change_memory_not_results(norm):
+    """Activation checkpointing: same loss, same gradients, same BatchNorm running stats
+    (the backward recomputation must not update them a second time), same dropout masks."""
+    x, y = torch.randn(4, 40, 3), torch.randint(0, 5, (4,))
+    results = []
+    for ckpt in (False, True):
+        m = model(norm=norm, dropout=0.3, n_layers=3)
+        m.checkpoint_blocks = ckpt
+        torch.manual_seed(1)
+        loss = torch.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        grads = {k: p.grad.clone() for k, p in m.named_parameters()}
+        results.append((loss.detach(), grads, {k: v.clone() for k, v in m.state_dict().items()}))
+    (l0, g0, s0), (l1, g1, s1) = results
+    assert torch.equal(l0, l1)
+    for k in g0:
+        assert torch.allclose(g0[k], g1[k], rtol=1e-5, atol=1e-7), k
+    for k in s0:  # parameters and buffers (running_mean / running_var / num_batches_tracked)
+        assert torch.equal(s0[k], s1[k]), k
+    assert norm == "layer" or any("running_var" in k for k in s0)

@@ -8,7 +8,7 @@ A task file ``training/configs/<task>.yaml`` has the sections
     optim:    lr, weight_decay, ssm_lr, ssm_weight_decay, schedule (cosine|multistep),
               warmup_steps, milestones, gamma, grad_clip, epochs, batch_size, grad_accum
     train:    seed, device (auto|cpu|cuda), amp, amp_dtype, eval_every, max_steps,
-              num_workers, save_every_steps, progress
+              num_workers, save_every_steps, progress, threads, checkpoint_blocks
     presets:  {name: {section: {key: value}}} applied over the base values; a preset's
               ``by_target: {t: {section: ...}}`` applies when data.target is t
 
@@ -61,6 +61,7 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "progress": True,  # tqdm bars (auto-disabled when not a terminal)
     "plot_every_s": 30.0,  # redraw curves.png at most this often (and at the end)
     "threads": None,  # torch.set_num_threads on CPU (None = leave as is)
+    "checkpoint_blocks": False,  # recompute block activations in backward (long L: Path-X)
 }
 SCHEDULES = ("cosine", "multistep")
 DEVICES = ("auto", "cpu", "cuda")

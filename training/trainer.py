@@ -379,6 +379,8 @@ class Trainer:
             self.device = torch.device("cuda", self.dist.local_rank)
         if self.device.type == "cpu" and self.train_cfg.get("threads"):
             torch.set_num_threads(int(self.train_cfg["threads"]))
+        if self.train_cfg.get("checkpoint_blocks"):
+            model.checkpoint_blocks = True  # activation memory of one block (long L)
         if self.dist.enabled:
             model = SyncBatchNorm1d.convert(model)
         self.model = model.to(self.device)
