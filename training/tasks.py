@@ -14,6 +14,10 @@ builder reuse that input standardisation instead of computing it from the train 
 - ``speech-stream``: random crops of concatenated Speech Commands clips + noise
   (``SpeechStream``) with per-step labels (keyword classes + ``_silence_``), for a causal
   ``window`` decoder that runs on continuous audio.
+- ``bidmc``: BIDMC HR / RR / SpO2 regression (WFDB records, Monash .ts, or simulated).
+- ``listops``, ``imdb``, ``aan``, ``lra-cifar``, ``pathfinder``, ``pathx``: the six Long
+  Range Arena tasks; ``scifar``: sequential CIFAR-10; ``fashion-mnist``: sequential
+  Fashion-MNIST (the real images available offline, the image tasks' stand-in).
 """
 
 from __future__ import annotations
@@ -413,3 +417,183 @@ def build_listops(cfg: dict, stats=None):
             "d_output": 10, "vocab": list(lo.VOCAB), "max_length": int(d["max_length"]),
             "data_root": str(root)}  # fmt: skip
     return sets[0], sets[1], sets[2], meta, "ce"
+
+
+# ---------------------------------------------------------------------------- images
+# Pixel sequences (training/data/images.py): sCIFAR (CIFAR-10, 1024 steps × RGB), LRA-CIFAR
+# (grayscale, 1024 × 1) and sequential Fashion-MNIST (784 × 1; Debian dataset-fashion-mnist,
+# the real images available offline). CIFAR-10 is read from the python batches at data.root
+# (it cannot be downloaded here); data.source=fashion-mnist runs the same path on real pixels.
+
+IMAGES_MODULE = "liquid_stream.training.data.images"
+IMAGE_SOURCES = ("cifar10", "fashion-mnist")
+
+
+def _limit(idx: np.ndarray, k: int | None, seed: int) -> np.ndarray:
+    """At most ``k`` of the indices ``idx`` (a fixed, seeded choice, kept sorted)."""
+    if k is None or len(idx) <= int(k):
+        return idx
+    return np.sort(np.random.default_rng(seed).permutation(idx)[: int(k)])
+
+
+def build_images(cfg: dict, stats=None, task: str = "scifar"):
+    """Train / val (a seeded ``val_fraction`` of the train images) / test (the official test
+    set) as :class:`SequenceImageDataset` (``x (H·W, C)`` standardised with the train
+    images' per-channel mean / std)."""
+    im = _import(IMAGES_MODULE)
+    d, seed = cfg["data"], int(cfg["train"]["seed"])
+    if d["source"] not in IMAGE_SOURCES:
+        raise ValueError(f"data.source must be one of {', '.join(IMAGE_SOURCES)}, "
+                         f"got {d['source']!r}")  # fmt: skip
+    root = d["root"]
+    if d["source"] == "cifar10":
+        if root is None:
+            raise ValueError(
+                "CIFAR-10 is not available offline: pass --data PATH (the python batches, "
+                "cifar-10-batches-py/) or use the real images we have, --set "
+                "data.source=fashion-mnist"
+            )
+        data = im.read_cifar10(root)
+    else:
+        root = root or im.FASHION_MNIST_DIR
+        data = im.read_fashion_mnist(root)
+    (x_all, y_all), (x_test, y_test) = data["train"], data["test"]
+    train_idx, val_idx = im.split_train_val(len(y_all), float(d["val_fraction"]), seed)
+    train_idx = _limit(train_idx, d["max_train"], seed)
+    val_idx = _limit(val_idx, d["max_eval"], seed + 1)
+    test_idx = _limit(np.arange(len(y_test)), d["max_eval"], seed + 2)
+    if stats is None:
+        mean, std = im.channel_stats(x_all[train_idx], d["mode"])
+    else:
+        mean, std = [float(v) for v in np.ravel(stats[0])], [float(v) for v in np.ravel(stats[1])]
+
+    def split(x, y, idx):
+        return im.SequenceImageDataset(x[idx], y[idx], d["mode"], mean, std)
+
+    sets = [split(x_all, y_all, train_idx), split(x_all, y_all, val_idx),
+            split(x_test, y_test, test_idx)]  # fmt: skip
+    x0 = sets[0][0][0]
+    meta = {"task": task, "source": d["source"], "mode": d["mode"], "labels": list(data["labels"]),
+            "input_mean": mean, "input_std": std, "d_input": int(x0.shape[-1]),
+            "d_output": len(data["labels"]), "length": int(x0.shape[0]),
+            "image_shape": list(x_all.shape[1:]), "data_root": str(root)}  # fmt: skip
+    return sets[0], sets[1], sets[2], meta, "ce"
+
+
+def _register_image_task(name: str, source: str, mode: str) -> None:
+    defaults = {"source": source, "root": None, "mode": mode, "val_fraction": 0.1,
+                "max_train": None, "max_eval": None}  # fmt: skip
+    register(name, defaults)(lambda cfg, stats=None: build_images(cfg, stats, task=name))
+
+
+_register_image_task("scifar", "cifar10", "rgb")
+_register_image_task("lra-cifar", "cifar10", "gray")
+_register_image_task("fashion-mnist", "fashion-mnist", "gray")
+
+
+# ------------------------------------------------------------------------- LRA text
+# Byte-level text (training/data/lra_text.py): IMDB sentiment (aclImdb folder, L = 4096)
+# and AAN citation matching (the LRA new_aan_pairs TSVs, two documents of L = 4000 each,
+# the `pair` decoder). Tokens are one-hot rows of 257 (256 bytes + padding): the encoder
+# Linear is then an embedding table. Neither corpus can be generated: data.root is required.
+
+TEXT_MODULE = "liquid_stream.training.data.lra_text"
+
+
+def _text_root(d: dict, what: str):
+    if d["root"] is None:
+        raise ValueError(f"{what} is not available offline: pass --data PATH")
+    return d["root"]
+
+
+def _subset(parts: tuple, idx: np.ndarray) -> tuple:
+    """The items ``idx`` of parallel per-example sequences (lists of arrays, label arrays)."""
+    return tuple([p[i] for i in idx] if isinstance(p, list) else p[idx] for p in parts)
+
+
+@register(
+    "imdb",
+    {"root": None, "max_length": 4096, "val_fraction": 0.0, "max_train": None,
+     "max_eval": None},
+)  # fmt: skip
+def build_imdb(cfg: dict, stats=None):
+    """IMDB reviews, byte-level, positive / negative. LRA has no validation split and
+    validates on the test set (``val_fraction: 0``, as LRA and the S4 code); a fraction > 0
+    holds out that part of the train reviews instead."""
+    tx = _import(TEXT_MODULE)
+    d, seed = cfg["data"], int(cfg["train"]["seed"])
+    data = tx.read_imdb(_text_root(d, "IMDB (aclImdb)"), int(d["max_length"]),
+                        val_fraction=float(d["val_fraction"]), seed=seed)  # fmt: skip
+    train, val, test = data["train"], data["val"], data["test"]
+    train = _subset(train, _limit(np.arange(len(train[1])), d["max_train"], seed))
+    val = _subset(val, _limit(np.arange(len(val[1])), d["max_eval"], seed + 1))
+    test = _subset(test, _limit(np.arange(len(test[1])), d["max_eval"], seed + 2))
+    L = int(d["max_length"])
+    sets = [tx.TokenDataset(*part, max_length=L) for part in (train, val, test)]
+    meta = {"task": "imdb", "labels": ["neg", "pos"], "d_input": tx.VOCAB_SIZE, "d_output": 2,
+            "max_length": L, "val_split": "train holdout" if d["val_fraction"] else "test",
+            "data_root": str(d["root"])}  # fmt: skip
+    return sets[0], sets[1], sets[2], meta, "ce"
+
+
+@register("aan", {"root": None, "max_length": 4000, "max_train": None, "max_eval": None})
+def build_aan(cfg: dict, stats=None):
+    """AAN document pairs (label 1: linked by citation), byte-level, ``x (2, L, 257)``; the
+    model must use the ``pair`` decoder (LRA's [a, b, a·b, a − b] retrieval head)."""
+    tx = _import(TEXT_MODULE)
+    d, seed = cfg["data"], int(cfg["train"]["seed"])
+    if cfg["model"].get("decoder") != "pair":
+        raise ValueError("aan compares two documents: it needs model.decoder = pair")
+    data = tx.read_aan(_text_root(d, "AAN (LRA tsv_data)"), int(d["max_length"]))
+    limits = {"train": (d["max_train"], seed), "val": (d["max_eval"], seed + 1),
+              "test": (d["max_eval"], seed + 2)}  # fmt: skip
+    L = int(d["max_length"])
+    sets = []
+    for split, (k, s) in limits.items():
+        part = data[split]
+        part = _subset(part, _limit(np.arange(len(part[-1])), k, s))
+        sets.append(tx.PairTokenDataset(*part, max_length=L))
+    meta = {"task": "aan", "labels": ["unrelated", "cited"], "d_input": tx.VOCAB_SIZE,
+            "d_output": 2, "max_length": L, "data_root": str(d["root"])}  # fmt: skip
+    return sets[0], sets[1], sets[2], meta, "ce"
+
+
+# ------------------------------------------------------------------- pathfinder / path-x
+# LRA Pathfinder (32 × 32 → L = 1024) and Path-X (128 × 128 → L = 16384): are the two dots
+# connected by a dashed path? (training/data/pathfinder.py). The LRA folder (PNG + metadata)
+# at data.root, else a set drawn by our generator, cached by its settings. One pool of
+# images split 80 / 10 / 10 (seeded), pixels scaled to [−1, 1] as in the S4 code.
+
+PATHFINDER_MODULE = "liquid_stream.training.data.pathfinder"
+
+
+def build_pathfinder(cfg: dict, stats=None, task: str = "pathfinder"):
+    pf = _import(PATHFINDER_MODULE)
+    d, seed = cfg["data"], int(cfg["train"]["seed"])
+    R = int(d["resolution"])
+    root = d["root"]
+    if root is None:
+        root = pf.ensure_pathfinder(int(d["n_images"]), R, seed=int(d["seed"]),
+                                    difficulty=d["difficulty"])  # fmt: skip
+    images, labels = pf.read_dataset(root, d["difficulty"], resolution=R)
+    idx = pf.split_indices(len(labels), seed, float(d["val_fraction"]), float(d["test_fraction"]))
+    idx = [_limit(i, k, seed + j) for j, (i, k) in
+           enumerate(zip(idx, (d["max_train"], d["max_eval"], d["max_eval"]), strict=True))]
+    # fixed scaling (x/255 − 0.5) / 0.5, not train statistics: as the S4 code
+    sets = [_import(IMAGES_MODULE).SequenceImageDataset(images[i], labels[i], "gray", [0.5],
+                                                        [0.5]) for i in idx]  # fmt: skip
+    meta = {"task": task, "labels": ["disconnected", "connected"], "d_input": 1, "d_output": 2,
+            "resolution": R, "length": R * R, "difficulty": d["difficulty"],
+            "input_mean": [0.5], "input_std": [0.5], "data_root": str(root)}  # fmt: skip
+    return sets[0], sets[1], sets[2], meta, "ce"
+
+
+def _register_pathfinder(name: str, resolution: int) -> None:
+    defaults = {"root": None, "resolution": resolution, "difficulty": "curv_contour_length_14",
+                "n_images": 200000, "seed": 0, "val_fraction": 0.1, "test_fraction": 0.1,
+                "max_train": None, "max_eval": None}  # fmt: skip
+    register(name, defaults)(lambda cfg, stats=None: build_pathfinder(cfg, stats, task=name))
+
+
+_register_pathfinder("pathfinder", 32)
+_register_pathfinder("pathx", 128)
