@@ -99,8 +99,8 @@ def test_task_builds_from_the_lra_files_and_learns(tmp_path):
     """The ``listops`` task reads an LRA folder (data.root); a few optimisation steps of the
     cpu-preset model on one batch reduce the loss."""
     import torch
+    from test_lra_tasks import steps_reduce_loss
 
-    from liquid_stream import LiquidS4Model, make_optimizer
     from liquid_stream.training.config import load_config
     from liquid_stream.training.tasks import build_task
 
@@ -111,19 +111,7 @@ def test_task_builds_from_the_lra_files_and_learns(tmp_path):
     x, y = train[0]
     assert x.shape == (120, 16) and torch.equal(x.sum(1), torch.ones(120))
     assert y == evaluate(open(tmp_path / "basic_train.tsv").read().splitlines()[1].split("\t")[0])
-    torch.manual_seed(0)
-    model = LiquidS4Model(d_input=16, d_output=10, **cfg["model"])
-    opt = make_optimizer(model, lr=3e-3, weight_decay=0.0)
-    xb = torch.stack([train[i][0] for i in range(16)])
-    yb = torch.tensor([train[i][1] for i in range(16)])
-    losses = []
-    for _ in range(25):
-        opt.zero_grad()
-        loss_value = torch.nn.functional.cross_entropy(model(xb), yb)
-        loss_value.backward()
-        opt.step()
-        losses.append(loss_value.item())
-    assert losses[-1] < 0.7 * losses[0]
+    steps_reduce_loss(cfg, train, meta, n=16, steps=25)
 
 
 def test_data_cli_writes_a_readable_set(tmp_path):

@@ -121,6 +121,7 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
     world = trainer.dist.world_size
     echo(
         f"task {cfg['task']}" + (f" (preset {preset})" if preset else "")
+        + (f" on {meta['source']}" if "source" in meta else "")
         + f": {n_params} parameters, {len(train_set)} train / "
         f"{len(val_set) if val_set is not None else 0} val examples, device "
         f"{trainer.device}, {trainer.steps_per_epoch} steps/epoch"
