@@ -13,11 +13,14 @@ from liquid_stream.training.config import load_config
 from liquid_stream.training.tasks import build_task
 
 
-def steps_reduce_loss(cfg: dict, dataset, meta: dict, n: int = 8, steps: int = 20) -> list:
-    """``steps`` AdamW steps of the task's model on its first ``n`` examples; the losses."""
+def steps_reduce_loss(
+    cfg: dict, dataset, meta: dict, n: int = 8, steps: int = 20, lr: float = 5e-3
+) -> list:
+    """``steps`` AdamW steps of the task's model on its first ``n`` examples: the loss must
+    fall by 30 %."""
     torch.manual_seed(0)
     model = LiquidS4Model(d_input=meta["d_input"], d_output=meta["d_output"], **cfg["model"])
-    opt = make_optimizer(model, lr=5e-3, weight_decay=0.0)
+    opt = make_optimizer(model, lr=lr, weight_decay=0.0)
     xb = torch.stack([dataset[i][0] for i in range(n)])
     yb = torch.tensor([dataset[i][1] for i in range(n)])
     losses = []
@@ -153,3 +156,29 @@ def test_aan_task_pairs_and_the_retrieval_head(tmp_path):
     steps_reduce_loss(cfg, train, meta)
     with pytest.raises(ValueError, match="decoder = pair"):
         build_task(load_config("aan", "cpu", [f"data.root={tmp_path}", "model.decoder=pool"]))
+
+
+# ------------------------------------------------------------------ pathfinder / path-x
+
+
+@pytest.mark.parametrize("task,resolution", [("pathfinder", 32), ("pathx", 128)])
+def test_pathfinder_tasks_read_generated_lra_folders(tmp_path, task, resolution):
+    """The generator writes the LRA layout (PNG + metadata); the task reads it back, splits
+    80/10/10 and scales pixels to [−1, 1] (Path-X: L = 16384, checkpointed blocks)."""
+    from liquid_stream.training.data import pathfinder as pf
+
+    pf.write_dataset(tmp_path, 20, resolution=resolution, seed=3, per_batch=10)
+    images, labels = pf.read_dataset(tmp_path, resolution=resolution)
+    over = [f"data.root={tmp_path}"] + (["model.n_layers=1", "model.d_model=8"] if
+                                         task == "pathx" else [])  # fmt: skip
+    cfg = load_config(task, "cpu", over + ["data.difficulty=curv_contour_length_14"])
+    train, val, test, meta, _ = build_task(cfg)
+    assert (len(train), len(val), len(test)) == (16, 2, 2)
+    assert meta["length"] == resolution**2 and meta["d_input"] == 1
+    train_idx = pf.split_indices(20, cfg["train"]["seed"], 0.1, 0.1)[0]
+    x, y = train[0]
+    assert x.shape == (resolution**2, 1) and y == labels[train_idx[0]]
+    expected = (images[train_idx[0]].reshape(-1, 1) / 255.0 - 0.5) / 0.5
+    assert np.allclose(x.numpy(), expected, atol=1e-6)
+    assert cfg["train"]["checkpoint_blocks"] == (task == "pathx")
+    steps_reduce_loss(cfg, train, meta, steps=25 if task == "pathfinder" else 15, lr=0.02)

@@ -136,3 +136,28 @@ def listops_cmd(out, n_train, n_val, n_test, min_length, max_length, max_depth, 
                   max_length=max_length, max_depth=max_depth)  # fmt: skip
     click.echo(f"wrote {n_train}/{n_val}/{n_test} examples to {out} "
                f"in {time.perf_counter() - t:.1f} s")  # fmt: skip
+
+
+@data.command("pathfinder")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--images", "n_images", default=200000, show_default=True, type=click.IntRange(2))
+@click.option("--resolution", default=32, show_default=True, type=click.Choice(["32", "128"]),
+              help="32: Pathfinder (L = 1024); 128: Path-X (L = 16384).")  # fmt: skip
+@click.option("--difficulty", default="curv_contour_length_14", show_default=True,
+              type=click.Choice(["curv_baseline", "curv_contour_length_9",
+                                 "curv_contour_length_14"]))  # fmt: skip
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
+def pathfinder_cmd(out, n_images, resolution, difficulty, seed, workers):
+    """Write a Pathfinder / Path-X set drawn by our generator to OUT in the LRA layout
+    (<difficulty>/imgs/<k>/sample_<i>.png + metadata/<k>.npy; train on it with
+    `liquid-stream train pathfinder --data OUT`)."""
+    import time
+
+    from liquid_stream.training.data.pathfinder import write_dataset
+
+    t = time.perf_counter()
+    write_dataset(out, n_images, resolution=int(resolution), seed=seed, difficulty=difficulty,
+                  progress=True, workers=workers)  # fmt: skip
+    click.echo(f"wrote {n_images} {resolution}x{resolution} images ({difficulty}) to {out} "
+               f"in {time.perf_counter() - t:.1f} s")  # fmt: skip
