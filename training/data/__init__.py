@@ -1,5 +1,7 @@
 """Datasets: Speech Commands v0.02 (real layout) and its synthetic generator; BIDMC vital
-signs (PhysioNet WFDB / Monash .ts loaders, simulator, NeuroKit2 baseline).
+signs (PhysioNet WFDB / Monash .ts loaders, simulator, NeuroKit2 baseline); Long Range
+Arena (ListOps and Pathfinder generators + loaders, IMDB / AAN byte-level text) and the
+image sequences (CIFAR-10 python batches, Fashion-MNIST IDX).
 
 Names load lazily: ``speech`` imports torch, ``speech_synth`` does not, so the CLI's
 ``data`` commands and ``liquid-stream --help`` stay torch-free.
@@ -28,6 +30,17 @@ _EXPORTS = {
     "ensure_bidmc_sim": "bidmc_sim",
     "write_bidmc_sim": "bidmc_sim",
     "baseline_estimates": "bidmc_baseline",
+    "ListOpsDataError": "listops",
+    "ensure_listops": "listops",
+    "PathfinderDataError": "pathfinder",
+    "ensure_pathfinder": "pathfinder",
+    "TextDataError": "lra_text",
+    "read_imdb": "lra_text",
+    "read_aan": "lra_text",
+    "ImageDataError": "images",
+    "read_cifar10": "images",
+    "read_fashion_mnist": "images",
+    "SequenceImageDataset": "images",
 }
 
 __all__ = sorted(_EXPORTS)
