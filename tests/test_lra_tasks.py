@@ -182,3 +182,38 @@ def test_pathfinder_tasks_read_generated_lra_folders(tmp_path, task, resolution)
     assert np.allclose(x.numpy(), expected, atol=1e-6)
     assert cfg["train"]["checkpoint_blocks"] == (task == "pathx")
     steps_reduce_loss(cfg, train, meta, steps=25 if task == "pathfinder" else 15, lr=0.02)
+
+
+# ------------------------------------------------------------------ through the trainer
+
+
+def test_train_cli_runs_the_pair_and_checkpointed_tasks(tmp_path):
+    """`liquid-stream train aan` (pairs through the trainer, the pair decoder in the
+    checkpoint) and `train pathx` (L = 16384, checkpointed blocks, grad_accum 2) end to end;
+    the best checkpoints load back (weights_only) as the same kind of model."""
+    from click.testing import CliRunner
+
+    from liquid_stream.checkpoint import model_from_checkpoint
+    from liquid_stream.cli import main
+    from liquid_stream.training.data import pathfinder as pf
+    from liquid_stream.training.data.lra_text import write_aan
+
+    text = "the parser cites the tree model " * 8
+    rows = [(i % 2, f"a{i}", f"b{i}", text, text[::-1] if i % 2 else text) for i in range(12)]
+    write_aan(tmp_path / "aan", {"train": rows[:8], "val": rows[8:10], "test": rows[10:]})
+    pf.write_dataset(tmp_path / "pathx", 10, resolution=128, seed=1, per_batch=10)
+    runs = {
+        "aan": [f"--data={tmp_path / 'aan'}", "--set", "data.max_length=64"],
+        "pathx": [f"--data={tmp_path / 'pathx'}", "--set", "data.difficulty=curv_contour_length_14",
+                  "--set", "model.n_layers=1", "--set", "model.d_model=8"],
+    }  # fmt: skip
+    for task, extra in runs.items():
+        out = tmp_path / f"run-{task}"
+        res = CliRunner().invoke(main, ["train", task, "--preset", "cpu", "--out", str(out),
+                                        "--max-steps", "2", "--set", "train.progress=false",
+                                        *extra])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        model, meta = model_from_checkpoint(out / "best.pt")
+        assert meta["task"] == task
+        assert (model.decoder == "pair") == (task == "aan")
+        assert "test (best.pt)" in res.output

@@ -573,8 +573,10 @@ def build_pathfinder(cfg: dict, stats=None, task: str = "pathfinder"):
     R = int(d["resolution"])
     root = d["root"]
     if root is None:
+        nd = d["n_distractors"]
         root = pf.ensure_pathfinder(int(d["n_images"]), R, seed=int(d["seed"]),
-                                    difficulty=d["difficulty"])  # fmt: skip
+                                    difficulty=d["difficulty"], progress=True,
+                                    n_distractors=None if nd is None else int(nd))  # fmt: skip
     images, labels = pf.read_dataset(root, d["difficulty"], resolution=R)
     idx = pf.split_indices(len(labels), seed, float(d["val_fraction"]), float(d["test_fraction"]))
     idx = [_limit(i, k, seed + j) for j, (i, k) in
@@ -590,7 +592,8 @@ def build_pathfinder(cfg: dict, stats=None, task: str = "pathfinder"):
 
 def _register_pathfinder(name: str, resolution: int) -> None:
     defaults = {"root": None, "resolution": resolution, "difficulty": "curv_contour_length_14",
-                "n_images": 200000, "seed": 0, "val_fraction": 0.1, "test_fraction": 0.1,
+                "n_images": 200000, "n_distractors": None, "seed": 0, "val_fraction": 0.1,
+                "test_fraction": 0.1,
                 "max_train": None, "max_eval": None}  # fmt: skip
     register(name, defaults)(lambda cfg, stats=None: build_pathfinder(cfg, stats, task=name))
 

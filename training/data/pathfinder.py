@@ -338,17 +338,20 @@ def ensure_pathfinder(
     per_batch: int = 1000,
     progress: bool = False,
     workers: int = 1,
+    n_distractors: int | None = None,
 ) -> Path:
-    """The cached generated set, ``$LIQUID_STREAM_CACHE/pathfinder<R>-<n>-<difficulty>-<seed>``,
-    written (atomically, under a file lock) if missing. Read it with :func:`read_dataset`."""
+    """The cached generated set, ``$LIQUID_STREAM_CACHE/pathfinder<R>-<n>-<difficulty>-<seed>``
+    (``-d<n_distractors>`` appended when not the default), written (atomically, under a file
+    lock) if missing. Read it with :func:`read_dataset`."""
     from . import cache
 
-    root = cache.cache_dir() / f"pathfinder{resolution}-{n_images}-{difficulty}-{seed}"
+    name = f"pathfinder{resolution}-{n_images}-{difficulty}-{seed}"
+    root = cache.cache_dir() / (name + ("" if n_distractors is None else f"-d{n_distractors}"))
 
     def build() -> None:
         with cache.atomic_dir(root) as tmp:
             write_dataset(tmp, n_images, resolution, seed, difficulty, per_batch, progress,
-                          workers=workers)  # fmt: skip
+                          n_distractors=n_distractors, workers=workers)  # fmt: skip
 
     def usable() -> bool:
         return (root / difficulty / "metadata").is_dir()
