@@ -217,3 +217,35 @@ def test_train_cli_runs_the_pair_and_checkpointed_tasks(tmp_path):
         assert meta["task"] == task
         assert (model.decoder == "pair") == (task == "aan")
         assert "test (best.pt)" in res.output
+
+
+# ------------------------------------------------------------------------- configs
+
+# The paper's appendix table (../shared/design/benchmarks.md): depth, H, N, norm, pre-norm,
+# dropout, lr, batch, epochs, weight decay, liquid order.
+PAPER = {
+    "listops": (9, 128, 7, "batch", True, 0.01, 0.002, 12, 30, 0.03, 5),
+    "imdb": (4, 128, 7, "batch", True, 0.1, 0.003, 8, 50, 0.01, 6),
+    "aan": (6, 256, 64, "batch", False, 0.2, 0.005, 16, 20, 0.05, 2),
+    "lra-cifar": (6, 512, 512, "layer", False, 0.1, 0.01, 16, 200, 0.03, 3),
+    "pathfinder": (6, 256, 64, "batch", True, 0.0, 0.0004, 4, 200, 0.03, 2),
+    "pathx": (6, 320, 64, "batch", True, 0.0, 0.001, 8, 60, 0.05, 2),
+    "scifar": (6, 512, 512, "layer", False, 0.1, 0.01, 50, 200, 0.03, 3),
+}
+
+
+@pytest.mark.parametrize("task", sorted(PAPER))
+def test_paper_presets_are_the_papers_table(task):
+    from liquid_stream.training.config import available_tasks
+
+    assert task in available_tasks()
+    cfg = load_config(task, "paper")
+    m, o = cfg["model"], cfg["optim"]
+    got = (m["n_layers"], m["d_model"], m["d_state"], m["norm"], m["prenorm"], m["dropout"],
+           o["lr"], o["batch_size"], o["epochs"], o["weight_decay"], m["liquid_order"])  # fmt: skip
+    assert got == PAPER[task]
+    assert m["liquid"] == "pb" and m["bidirectional"] and m["dt_max"] == 0.2
+    L = {"listops": 2000, "imdb": 4096, "aan": 4000, "pathx": 16384}.get(task, 1024)
+    assert 0.5 / L <= m["dt_min"] <= 2 / L  # dt_min ∝ 1 / L
+    cpu = load_config(task, "cpu")  # every task has a small CPU preset
+    assert cpu["train"]["device"] == "cpu" and cpu["model"]["d_model"] <= 32
