@@ -52,6 +52,18 @@ def build_task(cfg: dict, stats=None):
     return TASKS[name](cfg, stats=stats)
 
 
+def _limit(idx: np.ndarray, k: int | None, seed: int) -> np.ndarray:
+    """At most ``k`` of the indices ``idx`` (a fixed, seeded choice, kept sorted)."""
+    if k is None or len(idx) <= int(k):
+        return idx
+    return np.sort(np.random.default_rng(seed).permutation(idx)[: int(k)])
+
+
+def _saved_stats(stats) -> tuple[list[float], list[float]]:
+    """A checkpoint's input standardisation ``(mean, std)`` as lists of floats."""
+    return [float(v) for v in np.ravel(stats[0])], [float(v) for v in np.ravel(stats[1])]
+
+
 # ------------------------------------------------------------------------------- toy
 
 
@@ -95,7 +107,7 @@ def build_toy(cfg: dict, stats=None):
     if stats is None:
         mean, std = float(splits[0][0].mean()), float(splits[0][0].std())
     else:
-        mean, std = float(np.ravel(stats[0])[0]), float(np.ravel(stats[1])[0])
+        mean, std = (v[0] for v in _saved_stats(stats))
     sets = [
         TensorDataset(torch.from_numpy((x - mean) / std), torch.from_numpy(y)) for x, y in splits
     ]
@@ -180,7 +192,7 @@ def _speech_source(sc, d: dict, seed: int, stats, per_class: int | None):
     (at most ``per_class`` per word)."""
     root = d["root"] or _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
     if stats is not None:
-        return root, (float(np.ravel(stats[0])[0]), float(np.ravel(stats[1])[0]))
+        return root, tuple(v[0] for v in _saved_stats(stats))
     clips = per_class_subset(
         sc.SpeechCommands(root, "train", d["subset"], seed=seed), per_class, seed
     )
@@ -335,14 +347,13 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         raise ValueError(f"data.target must be one of {', '.join(bd.TARGETS)}, got {target!r}")
     fmt, root, train, val, test = windows or bidmc_windows(d, seed)
     if d["max_train"] is not None and len(train) > int(d["max_train"]):
-        keep = np.random.default_rng(seed).permutation(len(train))[: int(d["max_train"])]
-        train = train.subset(np.sort(keep))
+        train = train.subset(_limit(np.arange(len(train)), d["max_train"], seed))
     if len(train) == 0:
         raise ValueError(f"no training windows for {target} in {root}")
     if stats is None:
         mean, std = bd.channel_stats(train.x)
     else:
-        mean, std = [float(v) for v in np.ravel(stats[0])], [float(v) for v in np.ravel(stats[1])]
+        mean, std = _saved_stats(stats)
     sets = [bd.WindowDataset(w, mean, std) for w in (train, val, test)]
     y = train.y.astype(np.float64)
     meta = {
@@ -429,13 +440,6 @@ IMAGES_MODULE = "liquid_stream.training.data.images"
 IMAGE_SOURCES = ("cifar10", "fashion-mnist")
 
 
-def _limit(idx: np.ndarray, k: int | None, seed: int) -> np.ndarray:
-    """At most ``k`` of the indices ``idx`` (a fixed, seeded choice, kept sorted)."""
-    if k is None or len(idx) <= int(k):
-        return idx
-    return np.sort(np.random.default_rng(seed).permutation(idx)[: int(k)])
-
-
 def build_images(cfg: dict, stats=None, task: str = "scifar"):
     """Train / val (a seeded ``val_fraction`` of the train images) / test (the official test
     set) as :class:`SequenceImageDataset` (``x (H·W, C)`` standardised with the train
@@ -465,7 +469,7 @@ def build_images(cfg: dict, stats=None, task: str = "scifar"):
     if stats is None:
         mean, std = im.channel_stats(x_all[train_idx], d["mode"])
     else:
-        mean, std = [float(v) for v in np.ravel(stats[0])], [float(v) for v in np.ravel(stats[1])]
+        mean, std = _saved_stats(stats)
 
     def split(x, y, idx):
         return im.SequenceImageDataset(x[idx], y[idx], d["mode"], mean, std)
