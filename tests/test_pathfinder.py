@@ -260,13 +260,6 @@ def test_split_indices():
     assert [len(s) for s in pf.split_indices(7, val=0.2, test=0.0)] == [6, 1, 0]
 
 
-def test_to_sequence():
-    img = np.array([[[0, 255], [51, 204]]], dtype=np.uint8)
-    seq = pf.to_sequence(img)
-    assert seq.shape == (1, 4, 1) and seq.dtype == np.float32
-    assert np.allclose(seq[0, :, 0], [-1.0, 1.0, -0.6, 0.6])
-
-
 def test_data_cli_writes_a_readable_set(tmp_path):
     from click.testing import CliRunner
 

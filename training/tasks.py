@@ -585,12 +585,12 @@ def build_pathfinder(cfg: dict, stats=None, task: str = "pathfinder"):
     idx = pf.split_indices(len(labels), seed, float(d["val_fraction"]), float(d["test_fraction"]))
     idx = [_limit(i, k, seed + j) for j, (i, k) in
            enumerate(zip(idx, (d["max_train"], d["max_eval"], d["max_eval"]), strict=True))]
-    # fixed scaling (x/255 − 0.5) / 0.5, not train statistics: as the S4 code
-    sets = [_import(IMAGES_MODULE).SequenceImageDataset(images[i], labels[i], "gray", [0.5],
-                                                        [0.5]) for i in idx]  # fmt: skip
+    mean, std = [pf.PIXEL_MEAN], [pf.PIXEL_STD]  # fixed scaling to [−1, 1], as the S4 code
+    sets = [_import(IMAGES_MODULE).SequenceImageDataset(images[i], labels[i], "gray", mean, std)
+            for i in idx]  # fmt: skip
     meta = {"task": task, "labels": ["disconnected", "connected"], "d_input": 1, "d_output": 2,
             "resolution": R, "length": R * R, "difficulty": d["difficulty"],
-            "input_mean": [0.5], "input_std": [0.5], "data_root": str(root)}  # fmt: skip
+            "input_mean": mean, "input_std": std, "data_root": str(root)}  # fmt: skip
     return sets[0], sets[1], sets[2], meta, "ce"
 
 

@@ -41,7 +41,8 @@ On disk (what LRA ships and the S4 / LRA loaders read)::
 
 ``difficulty`` is ``curv_baseline`` (6 paddles), ``curv_contour_length_9`` or
 ``curv_contour_length_14`` (LRA). Models read an image row-major as R² steps of one value,
-(x / 255 − 0.5) / 0.5 (:func:`to_sequence`), split 80/10/10 at random (:func:`split_indices`).
+(x / 255 − PIXEL_MEAN) / PIXEL_STD ∈ [−1, 1] (the S4 code's scaling; the ``pathfinder`` task
+feeds it through ``images.SequenceImageDataset``), split 80/10/10 at random (:func:`split_indices`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ PADDLE = 2.0  # paddle length, in px of a 32×32 image (× R/32)
 GAP = 1.0  # gap between paddles (× R/32)
 THICKNESS = 1.0  # line width at 32×32 (× √(R/32))
 DOT_RADIUS = 1.5  # (× √(R/32))
+PIXEL_MEAN = PIXEL_STD = 0.5  # model input (x / 255 − 0.5) / 0.5: fixed, not train statistics
 TURN = np.pi / 4  # largest change of direction from one paddle to the next
 _TRIES = 64  # random shapes drawn at once (a fraction of them valid)
 
@@ -462,8 +464,3 @@ def split_indices(
     n_train = n - n_val - n_test
     return perm[:n_train], perm[n_train : n_train + n_val], perm[n_train + n_val :]
 
-
-def to_sequence(images: np.ndarray) -> np.ndarray:
-    """(n, R, R) uint8 → (n, R², 1) float32, row-major, (x / 255 − 0.5) / 0.5 ∈ [−1, 1]."""
-    x = np.asarray(images, dtype=np.float32).reshape(len(images), -1, 1)
-    return (x / 255 - 0.5) / 0.5
