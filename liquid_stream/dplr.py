@@ -17,8 +17,13 @@ roots of unity ω_k = exp(−2πik/L). With z = 2(1−ω)/(1+ω) and R = (z − 
     k₀₀ = Σ C̃ B R,  k₀₁ = Σ C̃ P R,  k₁₀ = Σ P̄ B R,  k₁₁ = Σ P̄ P R     (Woodbury)
 
 — four Cauchy sums — and K̄ = iFFT(K̂). At ω = −1 (even L) the limit is K̂ = Δ/2·Σ C̃ B.
-C is the parameter; C̃ is recomputed for the current L and Δ at every call (Āᴸ by
-repeated squaring), so the forward equals the infinite recurrence for every L.
+C is the parameter; C̃ is recomputed for the current L and Δ at every call, so the forward
+equals the infinite recurrence for every L. Ā is never needed as a matrix there: by
+Sherman–Morrison it is diagonal plus rank one, Ā = diag(E) + β u vᵀ, so x ↦ xĀ costs O(Mf).
+C Āᴸ is taken by repeated squaring of the dense Ā when that is small (H·Mf² entries,
+≈ 2 log₂ L of them kept for the backward pass, under ``DENSE_POWER_BYTES``), else by L
+structured steps with activation checkpointing every ≈ √L steps (O(H·Mf·√L) memory, no
+Mf × Mf matrix: N = 512 at L = 1024 would otherwise need ~20 GB and H·Mf³·log L work).
 Any discrete input vector b (e.g. the liquid powers B̄^{∘p}) goes through the same
 formula via its continuous equivalent B_b = (I − Δ/2·A) b / Δ.
 """
@@ -51,6 +56,35 @@ def vec_mat_power(c: Tensor, A: Tensor, n: int) -> Tensor:
         if n:
             Q = Q @ Q
     return out.squeeze(-2)
+
+
+# The dense repeated squaring of Ā is used while its saved matrices stay under this size.
+DENSE_POWER_BYTES = 2**29
+
+
+def _structured_steps(x: Tensor, E: Tensor, u: Tensor, v: Tensor, beta: Tensor, n: int) -> Tensor:
+    """n steps of x ← x Ā = x ∘ E + β (x · u) vᵀ for row vectors ``x (…, H, Mf)``."""
+    for _ in range(n):
+        x = x * E + (beta * (x * u).sum(-1, keepdim=True)) * v
+    return x
+
+
+def vec_structured_power(
+    c: Tensor, E: Tensor, u: Tensor, v: Tensor, beta: Tensor, n: int
+) -> Tensor:
+    """c · Āⁿ for Ā = diag(E) + β u vᵀ (``E, u, v (H, Mf)``, ``beta (H, 1)``): n steps of
+    O(Mf), in segments of ≈ √n steps whose activations are recomputed in the backward pass."""
+    from torch.utils.checkpoint import checkpoint
+
+    seg = max(1, math.isqrt(n))
+    x = c
+    for start in range(0, n, seg):
+        steps = min(seg, n - start)
+        if torch.is_grad_enabled():
+            x = checkpoint(_structured_steps, x, E, u, v, beta, steps, use_reentrant=False)
+        else:
+            x = _structured_steps(x, E, u, v, beta, steps)
+    return x
 
 
 class DPLRKernel(SSMKernel):
@@ -93,21 +127,33 @@ class DPLRKernel(SSMKernel):
         d = 1 / (1 - h * Lf)  # D⁻¹ (H, Mf)
         left_p, right_p = d * Pf, d * Pf.conj()  # D⁻¹P and (PᴴD⁻¹)ᵀ
         alpha = h / (1 + h * (right_p * Pf).sum(-1, keepdim=True))  # (H, 1)
-        inv = torch.diag_embed(d) - alpha[..., None] * left_p[:, :, None] * right_p[:, None, :]
-        eye = torch.eye(Lf.shape[-1], dtype=inv.dtype, device=inv.device)
-        A_bar = 2 * inv - eye
-        B_bar = (inv @ (dt[:, None] * Bf)[..., None])[..., 0]
+        # Ā = 2 (D⁻¹ − α D⁻¹P PᴴD⁻¹) − I = diag(E) + β u vᵀ
+        E, beta = 2 * d - 1, -2 * alpha
+        dtB = dt[:, None] * Bf
+        B_bar = d * dtB - alpha * left_p * (right_p * dtB).sum(-1, keepdim=True)
         C = _conj_full(complex_param(self.C))
-        return Discrete(dt, A_bar, B_bar, C, 1.0, {"Pf": Pf, "Lf": Lf})
+        extra = {"Pf": Pf, "Lf": Lf, "u": left_p, "v": right_p, "beta": beta}
+        return Discrete(dt, E, B_bar, C, 1.0, extra)
 
     def dense_A_bar(self, disc: Discrete) -> Tensor:
-        return disc.A_bar
+        x = disc.extra
+        low_rank = x["beta"][..., None] * x["u"][:, :, None] * x["v"][:, None, :]
+        return torch.diag_embed(disc.A_bar) + low_rank
+
+    def c_power(self, C: Tensor, disc: Discrete, L: int) -> Tensor:
+        """C Āᴸ (ch, H, Mf): dense repeated squaring or structured steps (module docstring)."""
+        H, Mf = disc.A_bar.shape
+        dense_bytes = 2 * max(1, L.bit_length()) * H * Mf * Mf * C.element_size()
+        if dense_bytes <= DENSE_POWER_BYTES:
+            return vec_mat_power(C, self.dense_A_bar(disc), L)
+        x = disc.extra
+        return vec_structured_power(C, disc.A_bar, x["u"], x["v"], x["beta"], L)
 
     def kernel(self, L: int, disc: Discrete, b: Tensor) -> Tensor:
         dt, C = disc.dt, disc.C
         ch, H, Mf = C.shape
         R = b.shape[0]
-        C_t = C - vec_mat_power(C, disc.A_bar, L)  # C̃ = C(I − Āᴸ)  (ch, H, Mf)
+        C_t = C - self.c_power(C, disc, L)  # C̃ = C(I − Āᴸ)  (ch, H, Mf)
         # Continuous-equivalent inputs: (I − Δ/2·A) b / Δ.
         Pf, Lf = disc.extra["Pf"], disc.extra["Lf"]  # (H, Mf)
         # (I − Δ/2·A) b / Δ = ((1 − Δ/2·Λ) b + Δ/2·P (Pᴴb)) / Δ

@@ -27,7 +27,8 @@ class Discrete:
     """A discretised SSM in the liquid basis (Mf = state size of that basis).
 
     dt:    (H,)        step sizes Δ·rate
-    A_bar: (H, Mf) diagonal entries, or (H, Mf, Mf) dense
+    A_bar: (H, Mf) the diagonal of Ā (diag), or the diagonal part E of Ā = diag(E) + β u vᵀ
+           (dplr; β, u, v in ``extra``); :meth:`SSMKernel.dense_A_bar` gives the matrix
     B_bar: (H, Mf)
     C:     (channels, H, Mf)
     scale: s in y = s·Re(C x) + D u (2 with implicit conjugate pairs, else 1)
