@@ -21,9 +21,10 @@ C is the parameter; C̃ is recomputed for the current L and Δ at every call, so
 equals the infinite recurrence for every L. Ā is never needed as a matrix there: by
 Sherman–Morrison it is diagonal plus rank one, Ā = diag(E) + β u vᵀ, so x ↦ xĀ costs O(Mf).
 C Āᴸ is taken by repeated squaring of the dense Ā when that is small (H·Mf² entries,
-≈ 2 log₂ L of them kept for the backward pass, under ``DENSE_POWER_BYTES``), else by L
-structured steps with activation checkpointing every ≈ √L steps (O(H·Mf·√L) memory, no
-Mf × Mf matrix: N = 512 at L = 1024 would otherwise need ~20 GB and H·Mf³·log L work).
+≈ 2 log₂ L of them kept for the backward pass, under the device's ``DENSE_POWER_BYTES``),
+else by L structured steps with activation checkpointing every ≈ √L steps (O(H·Mf·√L)
+memory, no Mf × Mf matrix: N = 512 at L = 1024 would otherwise need ~20 GB and
+H·Mf³·log L work).
 Any discrete input vector b (e.g. the liquid powers B̄^{∘p}) goes through the same
 formula via its continuous equivalent B_b = (I − Δ/2·A) b / Δ.
 """
@@ -58,8 +59,9 @@ def vec_mat_power(c: Tensor, A: Tensor, n: int) -> Tensor:
     return out.squeeze(-2)
 
 
-# The dense repeated squaring of Ā is used while its saved matrices stay under this size.
-DENSE_POWER_BYTES = 2**29
+# The dense repeated squaring of Ā is used while its saved matrices stay under this size
+# (per device type: a GPU multiplies the matrices fast, a CPU is better off with the steps).
+DENSE_POWER_BYTES = {"cpu": 2**29, "cuda": 2**32}
 
 
 def _structured_steps(x: Tensor, E: Tensor, u: Tensor, v: Tensor, beta: Tensor, n: int) -> Tensor:
@@ -144,7 +146,7 @@ class DPLRKernel(SSMKernel):
         """C Āᴸ (ch, H, Mf): dense repeated squaring or structured steps (module docstring)."""
         H, Mf = disc.A_bar.shape
         dense_bytes = 2 * max(1, L.bit_length()) * H * Mf * Mf * C.element_size()
-        if dense_bytes <= DENSE_POWER_BYTES:
+        if dense_bytes <= DENSE_POWER_BYTES.get(C.device.type, DENSE_POWER_BYTES["cpu"]):
             return vec_mat_power(C, self.dense_A_bar(disc), L)
         x = disc.extra
         return vec_structured_power(C, disc.A_bar, x["u"], x["v"], x["beta"], L)

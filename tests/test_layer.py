@@ -126,7 +126,7 @@ def test_dplr_structured_power_equals_dense_and_the_recurrence(monkeypatch, L):
     u = torch.randn(2, L, 3, dtype=torch.float64)
     runs = []
     for budget in (2**40, 0):  # dense, then structured
-        monkeypatch.setattr(dplr, "DENSE_POWER_BYTES", budget)
+        monkeypatch.setattr(dplr, "DENSE_POWER_BYTES", {"cpu": budget})
         layer = make("dplr", liquid="pb", P=3, N=10, seed=1)
         y = layer(u)
         y.square().sum().backward()
