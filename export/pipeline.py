@@ -35,8 +35,6 @@ def export_model(
     rate: float = 1.0,
 ) -> dict:
     """Write ``model``'s streaming form as ONNX (atomically); returns the export info."""
-    if model.decoder == "pair":
-        raise ValueError("a pair (two-sequence retrieval) model has no streaming form to export")
     if not model.is_causal:
         raise ValueError(
             "this model has bidirectional (non-causal) layers: it cannot be exported for "
