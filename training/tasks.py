@@ -59,6 +59,13 @@ def _limit(idx: np.ndarray, k: int | None, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).permutation(idx)[: int(k)])
 
 
+def _limit_splits(idx: list[np.ndarray], d: dict, seed: int) -> list[np.ndarray]:
+    """Train / val / test indices cut to data.max_train / max_eval / max_eval (seeds seed,
+    seed + 1, seed + 2)."""
+    ks = (d["max_train"], d["max_eval"], d["max_eval"])
+    return [_limit(i, k, seed + j) for j, (i, k) in enumerate(zip(idx, ks, strict=True))]
+
+
 def _saved_stats(stats) -> tuple[list[float], list[float]]:
     """A checkpoint's input standardisation ``(mean, std)`` as lists of floats."""
     return [float(v) for v in np.ravel(stats[0])], [float(v) for v in np.ravel(stats[1])]
@@ -383,28 +390,9 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
 
 # --------------------------------------------------------------------------- listops
 # LRA ListOps (training/data/listops.py): TSV files at data.root, else a generated set
-# cached under $LIQUID_STREAM_CACHE. Tokens are one-hot encoded (16 = 15 symbols + padding)
-# and right-padded to data.max_length; the paper's pool decoder averages over all steps.
-
-
-class ListOpsDataset:
-    """``(x (max_length, 16) one-hot float32, y int)`` from token id arrays."""
-
-    def __init__(self, xs: list, ys: np.ndarray, max_length: int):
-        self.xs, self.ys, self.max_length = xs, ys, max_length
-        self.targets = [int(y) for y in ys]
-
-    def __len__(self) -> int:
-        return len(self.xs)
-
-    def __getitem__(self, i: int):
-        import torch
-
-        ids = np.zeros(self.max_length, np.int64)
-        ids[: len(self.xs[i])] = self.xs[i]
-        x = np.zeros((self.max_length, 16), np.float32)
-        x[np.arange(self.max_length), ids] = 1.0
-        return torch.from_numpy(x), int(self.ys[i])
+# cached under $LIQUID_STREAM_CACHE. Tokens are one-hot encoded (16 = 15 symbols + padding,
+# lra_text.TokenDataset) and right-padded to data.max_length; the paper's pool decoder
+# averages over all steps.
 
 
 @register(
@@ -423,8 +411,10 @@ def build_listops(cfg: dict, stats=None):
             max_length=d["max_length"], max_depth=d["max_depth"], max_args=d["max_args"],
         )  # fmt: skip
     data = lo.read_dataset(root, d["max_length"])
-    sets = [ListOpsDataset(*data[s], d["max_length"]) for s in lo.SPLITS]
-    meta = {"task": "listops", "labels": [str(i) for i in range(10)], "d_input": 16,
+    vocab = len(lo.VOCAB) + 1  # + padding (id 0)
+    sets = [_import(TEXT_MODULE).TokenDataset(*data[s], d["max_length"], vocab_size=vocab)
+            for s in lo.SPLITS]  # fmt: skip
+    meta = {"task": "listops", "labels": [str(i) for i in range(10)], "d_input": vocab,
             "d_output": 10, "vocab": list(lo.VOCAB), "max_length": int(d["max_length"]),
             "data_root": str(root)}  # fmt: skip
     return sets[0], sets[1], sets[2], meta, "ce"
@@ -463,9 +453,9 @@ def build_images(cfg: dict, stats=None, task: str = "scifar"):
         data = im.read_fashion_mnist(root)
     (x_all, y_all), (x_test, y_test) = data["train"], data["test"]
     train_idx, val_idx = im.split_train_val(len(y_all), float(d["val_fraction"]), seed)
-    train_idx = _limit(train_idx, d["max_train"], seed)
-    val_idx = _limit(val_idx, d["max_eval"], seed + 1)
-    test_idx = _limit(np.arange(len(y_test)), d["max_eval"], seed + 2)
+    train_idx, val_idx, test_idx = _limit_splits(
+        [train_idx, val_idx, np.arange(len(y_test))], d, seed
+    )
     if stats is None:
         mean, std = im.channel_stats(x_all[train_idx], d["mode"])
     else:
@@ -511,8 +501,8 @@ def _text_root(d: dict, what: str):
 
 
 def _subset(parts: tuple, idx: np.ndarray) -> tuple:
-    """The items ``idx`` of parallel per-example sequences (lists of arrays, label arrays)."""
-    return tuple([p[i] for i in idx] if isinstance(p, list) else p[idx] for p in parts)
+    """The items ``idx`` of parallel per-example sequences (``TokenSequences``, labels)."""
+    return tuple(p[idx] for p in parts)
 
 
 @register(
@@ -528,12 +518,10 @@ def build_imdb(cfg: dict, stats=None):
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     data = tx.read_imdb(_text_root(d, "IMDB (aclImdb)"), int(d["max_length"]),
                         val_fraction=float(d["val_fraction"]), seed=seed)  # fmt: skip
-    train, val, test = data["train"], data["val"], data["test"]
-    train = _subset(train, _limit(np.arange(len(train[1])), d["max_train"], seed))
-    val = _subset(val, _limit(np.arange(len(val[1])), d["max_eval"], seed + 1))
-    test = _subset(test, _limit(np.arange(len(test[1])), d["max_eval"], seed + 2))
+    parts = [data[s] for s in ("train", "val", "test")]
+    idx = _limit_splits([np.arange(len(p[-1])) for p in parts], d, seed)
     L = int(d["max_length"])
-    sets = [tx.TokenDataset(*part, max_length=L) for part in (train, val, test)]
+    sets = [tx.TokenDataset(*_subset(p, i), max_length=L) for p, i in zip(parts, idx, strict=True)]
     meta = {"task": "imdb", "labels": ["neg", "pos"], "d_input": tx.VOCAB_SIZE, "d_output": 2,
             "max_length": L, "val_split": "train holdout" if d["val_fraction"] else "test",
             "data_root": str(d["root"])}  # fmt: skip
@@ -549,14 +537,11 @@ def build_aan(cfg: dict, stats=None):
     if cfg["model"].get("decoder") != "pair":
         raise ValueError("aan compares two documents: it needs model.decoder = pair")
     data = tx.read_aan(_text_root(d, "AAN (LRA tsv_data)"), int(d["max_length"]))
-    limits = {"train": (d["max_train"], seed), "val": (d["max_eval"], seed + 1),
-              "test": (d["max_eval"], seed + 2)}  # fmt: skip
+    parts = [data[s] for s in ("train", "val", "test")]
+    idx = _limit_splits([np.arange(len(p[-1])) for p in parts], d, seed)
     L = int(d["max_length"])
-    sets = []
-    for split, (k, s) in limits.items():
-        part = data[split]
-        part = _subset(part, _limit(np.arange(len(part[-1])), k, s))
-        sets.append(tx.PairTokenDataset(*part, max_length=L))
+    sets = [tx.PairTokenDataset(*_subset(p, i), max_length=L)
+            for p, i in zip(parts, idx, strict=True)]  # fmt: skip
     meta = {"task": "aan", "labels": ["unrelated", "cited"], "d_input": tx.VOCAB_SIZE,
             "d_output": 2, "max_length": L, "data_root": str(d["root"])}  # fmt: skip
     return sets[0], sets[1], sets[2], meta, "ce"
@@ -583,8 +568,7 @@ def build_pathfinder(cfg: dict, stats=None, task: str = "pathfinder"):
                                     n_distractors=None if nd is None else int(nd))  # fmt: skip
     images, labels = pf.read_dataset(root, d["difficulty"], resolution=R)
     idx = pf.split_indices(len(labels), seed, float(d["val_fraction"]), float(d["test_fraction"]))
-    idx = [_limit(i, k, seed + j) for j, (i, k) in
-           enumerate(zip(idx, (d["max_train"], d["max_eval"], d["max_eval"]), strict=True))]
+    idx = _limit_splits(list(idx), d, seed)
     mean, std = [pf.PIXEL_MEAN], [pf.PIXEL_STD]  # fixed scaling to [−1, 1], as the S4 code
     sets = [_import(IMAGES_MODULE).SequenceImageDataset(images[i], labels[i], "gray", mean, std)
             for i in idx]  # fmt: skip
@@ -597,8 +581,7 @@ def build_pathfinder(cfg: dict, stats=None, task: str = "pathfinder"):
 def _register_pathfinder(name: str, resolution: int) -> None:
     defaults = {"root": None, "resolution": resolution, "difficulty": "curv_contour_length_14",
                 "n_images": 200000, "n_distractors": None, "seed": 0, "val_fraction": 0.1,
-                "test_fraction": 0.1,
-                "max_train": None, "max_eval": None}  # fmt: skip
+                "test_fraction": 0.1, "max_train": None, "max_eval": None}  # fmt: skip
     register(name, defaults)(lambda cfg, stats=None: build_pathfinder(cfg, stats, task=name))
 
 

@@ -383,7 +383,7 @@ def write_aan(root: PathLike, splits: dict[str, list[tuple[int, str, str, str, s
 
 
 def _one_hot(ids: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Fill ``out`` (max_length, VOCAB_SIZE), all zeros, with the one-hot rows of ``ids``
+    """Fill ``out`` (max_length, vocabulary size), all zeros, with the one-hot rows of ``ids``
     (truncated to max_length), right-padded with id 0; returns ``out``."""
     padded = np.zeros(len(out), dtype=np.int64)
     ids = np.asarray(ids)[: len(out)]
@@ -393,26 +393,33 @@ def _one_hot(ids: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 class TokenDataset(Dataset):
-    """``(x, y)``: x = (max_length, VOCAB_SIZE) float32 one-hot rows of a document's ids,
+    """``(x, y)``: x = (max_length, vocab_size) float32 one-hot rows of a document's ids,
     right-padded with id 0 (a padding row is the one-hot of id 0), y = int label.
 
     ``xs`` is any sequence of id arrays (a :class:`TokenSequences` or a list); ``targets``
     lists the labels. Build one from a split: ``TokenDataset(*read_imdb(root)["train"],
-    max_length=4096)``.
+    max_length=4096)``; ``vocab_size`` (ids 0 … vocab_size − 1) defaults to the bytes'
+    VOCAB_SIZE (ListOps: 16).
     """
 
-    def __init__(self, xs: Sequence[np.ndarray], ys: Sequence[int], max_length: int):
+    def __init__(
+        self,
+        xs: Sequence[np.ndarray],
+        ys: Sequence[int],
+        max_length: int,
+        vocab_size: int = VOCAB_SIZE,
+    ):
         if len(xs) != len(ys):
             raise ValueError(f"{len(xs)} documents but {len(ys)} labels")
         _check_max_length(max_length)
-        self.xs, self.max_length = xs, int(max_length)
+        self.xs, self.max_length, self.vocab_size = xs, int(max_length), int(vocab_size)
         self.targets = [int(y) for y in ys]
 
     def __len__(self) -> int:
         return len(self.targets)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        x = np.zeros((self.max_length, VOCAB_SIZE), dtype=np.float32)
+        x = np.zeros((self.max_length, self.vocab_size), dtype=np.float32)
         return torch.from_numpy(_one_hot(self.xs[i], x)), self.targets[i]
 
 
