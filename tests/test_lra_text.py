@@ -234,3 +234,15 @@ def test_pair_dataset_one_hot(tmp_path):
     assert (x[1, len(xs2[0]) :].argmax(-1) == 0).all()  # padding rows are id 0
     with pytest.raises(ValueError, match="labels"):
         lt.PairTokenDataset(xs1, xs2, ys[:1], max_length=40)
+
+
+def test_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    """Files are written through cache.atomic_file: a write that fails half-way (a bad
+    label in its second row) leaves the previous file as it was and no temporary beside it."""
+    good = {"train": [(1, "a", "b", "x", "y")]}
+    lt.write_aan(tmp_path, good)
+    before = (tmp_path / lt.AAN_FILES["train"]).read_bytes()
+    with pytest.raises(ValueError, match="row 1: label 2"):
+        lt.write_aan(tmp_path, {"train": [(0, "c", "d", "u", "v"), (2, "e", "f", "w", "z")]})
+    assert (tmp_path / lt.AAN_FILES["train"]).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [lt.AAN_FILES["train"]]

@@ -8,6 +8,11 @@ Publishing ``out`` (it is always complete or absent)::
         build_into(tmp)
         write_stamp(tmp, STAMP, {"revision": 1}, report)  # last: what was generated
 
+Writing one file (complete or untouched)::
+
+    with atomic_file(path) as tmp:  # a hidden sibling, renamed onto path at the end
+        tmp.write_bytes(data)
+
 Caching it under ``cache_dir()`` (``$LIQUID_STREAM_CACHE``)::
 
     ensure_built(cache_dir() / "my-set", usable, build)  # build() under a lock unless usable()
@@ -77,6 +82,21 @@ def atomic_dir(out: Path) -> Iterator[Path]:
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield the hidden sibling ``.<name>.tmp`` of ``path`` to write; when the block ends
+    normally it replaces ``path``, on any exception it is removed. So ``path`` is always
+    complete (the old or the new content)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .cache import atomic_file
+
 CIFAR10_DIRNAME = "cifar-10-batches-py"
 CIFAR10_TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 CIFAR10_TEST_BATCH = "test_batch"
@@ -232,10 +234,8 @@ def _check_images(images, labels, c: int, size: int, what: str) -> tuple[np.ndar
 
 def _dump_pickle(path: Path, obj: dict) -> None:
     """``pickle.dump(obj, protocol=2)`` to ``path`` (atomically: a temporary file, renamed)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
         pickle.dump(obj, f, protocol=2)
-    tmp.replace(path)
 
 
 def write_cifar10(
@@ -344,9 +344,8 @@ def write_idx(path, array: np.ndarray) -> Path:
         with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as f:
             f.write(data)
         data = out.getvalue()
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(data)
     return path
 
 

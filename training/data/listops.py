@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import cache
+
 OPERATORS = ("[MAX", "[MIN", "[MED", "[SM")
 END = "]"
 VOCAB = (*OPERATORS, END, *(str(d) for d in range(10)))  # ids 1 … 15; 0 is padding
@@ -98,13 +100,10 @@ def generate(
 
 def write_tsv(path, examples: list[tuple[str, int]]) -> None:
     """Write examples in the LRA format (atomically: a temporary file, then renamed)."""
-    path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
+    with cache.atomic_file(path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f, delimiter="\t", lineterminator="\n")
         w.writerow(["Source", "Target"])
         w.writerows(examples)
-    tmp.replace(path)
 
 
 def write_dataset(root, n_train: int, n_val: int, n_test: int, seed: int = 0, **grammar) -> Path:
@@ -123,8 +122,6 @@ def ensure_listops(
 ) -> Path:
     """The cached generated set for these settings, ``$LIQUID_STREAM_CACHE/listops-…``,
     written (atomically, under a file lock: e.g. one per data-parallel rank) if missing."""
-    from . import cache
-
     g = {"min_length": 500, "max_length": 2000, "max_depth": 10, "max_args": 10, **grammar}
     values = (n_train, n_val, n_test, g["min_length"], g["max_length"], g["max_depth"],
               g["max_args"], seed)  # fmt: skip

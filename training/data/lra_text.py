@@ -45,6 +45,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .cache import atomic_file
+
 VOCAB_SIZE = 257  # ids 1 … 256 are bytes 0 … 255; 0 is padding
 IMDB_MAX_LENGTH = 4096
 AAN_MAX_LENGTH = 4000
@@ -365,9 +367,7 @@ def write_aan(root: PathLike, splits: dict[str, list[tuple[int, str, str, str, s
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     for split, rows in splits.items():
-        path = root / AAN_FILES[split]
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
+        with atomic_file(root / AAN_FILES[split]) as tmp, open(tmp, "wb") as f:
             for n, (label, *fields) in enumerate(rows):
                 if label not in (0, 1):
                     raise ValueError(f"{split} row {n}: label {label!r} is not 0 or 1")
@@ -375,7 +375,6 @@ def write_aan(root: PathLike, splits: dict[str, list[tuple[int, str, str, str, s
                 for value, column in zip(fields, AAN_COLUMNS[1:], strict=True):
                     parts.append(_field(value, f"{split} row {n} {column}"))
                 f.write(b"\t".join(parts) + b"\n")
-        tmp.replace(path)
     return root
 
 

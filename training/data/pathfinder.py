@@ -52,6 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import cache
+
 DIFFICULTIES = {"curv_baseline": 6, "curv_contour_length_9": 9, "curv_contour_length_14": 14}
 PADDLE = 2.0  # paddle length, in px of a 32×32 image (× R/32)
 GAP = 1.0  # gap between paddles (× R/32)
@@ -290,10 +292,8 @@ def _write_batch(job: tuple) -> int:
         Image.fromarray(img).save(base / "imgs" / str(k) / f"sample_{i}.png")
         lines.append(f"imgs/{k} sample_{i}.png {i} {label} {contour_length} "
                      f"{g.paddle:g} {n_distractors}\n")  # fmt: skip
-    meta = base / "metadata" / f"{k}.npy"
-    tmp = meta.with_suffix(".tmp")
-    tmp.write_text("".join(lines))
-    tmp.replace(meta)
+    with cache.atomic_file(base / "metadata" / f"{k}.npy") as tmp:
+        tmp.write_text("".join(lines))
     return len(labels)
 
 
@@ -314,8 +314,6 @@ def write_dataset(
     set is the same for any ``per_batch`` and ``workers`` (processes, one batch folder per
     job). ``n_distractors``: paths besides the two that may carry a dot (default:
     :func:`default_distractors`)."""
-    from . import cache
-
     if per_batch < 2 or per_batch % 2:
         raise ValueError(f"per_batch must be even and ≥ 2, got {per_batch}")
     contour_length = contour_length_of(difficulty)
@@ -345,8 +343,6 @@ def ensure_pathfinder(
     """The cached generated set, ``$LIQUID_STREAM_CACHE/pathfinder<R>-<n>-<difficulty>-<seed>``
     (``-d<n_distractors>`` appended when not the default), written (atomically, under a file
     lock) if missing. Read it with :func:`read_dataset`."""
-    from . import cache
-
     name = f"pathfinder{resolution}-{n_images}-{difficulty}-{seed}"
     root = cache.cache_dir() / (name + ("" if n_distractors is None else f"-d{n_distractors}"))
 
