@@ -28,7 +28,10 @@ Signal problems, per model (its own channels):
   are held back meanwhile, so estimates can arrive up to 2 s late); estimates stay
   ``bridged`` (invalid) until the window no longer covers an interpolated sample.
 - **long gap** (longer, or at the record start): the samples are skipped, the model state
-  is reset at the gap and re-warms after it (``gap`` then ``warmup``: invalid).
+  is reset at the gap and re-warms after it (``gap`` then ``warmup``: invalid, until the
+  window holds W samples fed after the gap). Each gap is judged on its own, sample by
+  sample (one right after a long gap follows the same rule), so the chunking of the
+  stream changes nothing.
 - **other sampling rate**: the record is resampled to the models' rate by a causal,
   stateful polyphase FIR (:mod:`liquid_stream.apps.resample`: the filter of
   ``scipy.signal.resample_poly``, without its delay compensation: chunked output equals
@@ -161,21 +164,45 @@ class Estimate:
 
 
 class _Lane:
-    """One model fed with its own channels: NaN-gap bridging, resets, per-second output."""
+    """One model fed with its own channels: NaN-gap bridging, resets, per-second output.
+
+    A sample is *bad* when any of the lane's channels is non-finite; a gap is a maximal run
+    of bad samples. The gap handling is a per-sample state machine whose only state is the
+    open gap (where it started, whether it is already known to be long, the samples held
+    back), so its result does not depend on how the stream is cut into chunks:
+
+    - no open gap: a good sample is fed; a bad one opens a gap (undecided).
+    - undecided gap: bad samples are held back. Once the gap is longer than ``max_gap`` or
+      has no fed sample before it (stream start), it is *long*: counted, the model is
+      reset, the held samples are skipped. A good sample ending it while still undecided
+      makes it *short*: the held samples are interpolated (from the last fed sample to this
+      one), fed, and the estimates stay ``bridged`` while the window covers one of them.
+    - long gap: bad samples are skipped (seconds ending in it are ``gap``); the next good
+      sample closes it and is the first fed since the reset (``warmup`` until W fed).
+    - end of stream: an undecided gap is long (never bridged).
+    """
 
     def __init__(self, model: VitalModel, cols: list[int], max_gap: int):
         self.model, self.cols, self.max_gap = model, cols, max_gap
         self.sps = int(round(model.sample_rate))
         self.W = model.window
-        self.n_resolved = 0  # samples before this are fed or skipped
-        self.pending = np.zeros((0, len(cols)))  # an open NaN run (<= max_gap) held back
+        self.n_in = 0  # samples pushed so far (global index of the next one)
+        self.gap_start: int | None = None  # first sample of the open gap (None: none open)
+        self.gap_long = False  # the open gap is long (counted, model reset, being skipped)
+        self.held = np.zeros((0, len(cols)))  # the undecided open gap's samples
         self.anchor: np.ndarray | None = None  # last fed sample (for interpolation)
         self.first_fed: int | None = None  # first sample fed since the last reset
         self.last_bridged = -(10**18)
-        self.in_long_gap = False
         self.out: dict[int, tuple[float, str]] = {}
         self.short_gaps = self.short_gap_samples = 0
         self.long_gaps = self.long_gap_samples = 0
+
+    @property
+    def n_resolved(self) -> int:
+        """Samples before this are fed or skipped (an undecided gap is held back)."""
+        if self.gap_start is not None and not self.gap_long:
+            return self.gap_start
+        return self.n_in
 
     def _boundaries(self, g0: int, n: int) -> np.ndarray:
         """Global indices i in [g0, g0+n) that end a second."""
@@ -206,51 +233,61 @@ class _Lane:
         self.anchor, self.first_fed = None, None
 
     def push(self, x: np.ndarray) -> None:
-        seq = np.concatenate([self.pending, x]) if len(self.pending) else x
-        start = self.n_resolved
-        self.pending = seq[:0]
-        bad = ~np.isfinite(seq).all(1)
+        bad = ~np.isfinite(x).all(1)
         edges = np.flatnonzero(np.diff(bad.astype(np.int8))) + 1
-        bounds = [0, *edges.tolist(), len(seq)]
+        bounds = [0, *edges.tolist(), len(x)]
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
             if a == b:
                 continue
-            if not bad[a]:
-                self._feed(seq[a:b], start + a)
-            elif self.in_long_gap and a == 0:  # a long gap goes on
-                self._skip(start, b)
-                self.in_long_gap = b == len(seq)
-            elif b < len(seq) and b - a <= self.max_gap and self.anchor is not None:
-                self._bridge(seq, a, b, start)
-            elif b == len(seq) and b - a <= self.max_gap and self.anchor is not None:
-                self.pending = seq[a:].copy()  # wait for the gap to end (or grow too long)
-                self.n_resolved = start + a
-                return
-            else:  # too long, or nothing before it to interpolate from
-                self.long_gaps += 1
-                self._reset()
-                self._skip(start + a, b - a)
-                self.in_long_gap = b == len(seq)
-        self.n_resolved = start + len(seq)
+            if bad[a]:
+                self._bad_run(x[a:b])
+            else:
+                self._good_run(x[a:b])
+            self.n_in += b - a
 
-    def _bridge(self, seq: np.ndarray, a: int, b: int, start: int) -> None:
-        span = np.concatenate([self.anchor[None], seq[a:b], seq[b : b + 1]])
+    def _bad_run(self, rows: np.ndarray) -> None:
+        if self.gap_start is None:  # a gap opens, undecided
+            self.gap_start, self.gap_long = self.n_in, False
+        if self.gap_long:  # a long gap goes on
+            self._skip(self.n_in, len(rows))
+            return
+        self.held = np.concatenate([self.held, rows])
+        if len(self.held) > self.max_gap or self.anchor is None:
+            self._make_long()
+
+    def _make_long(self) -> None:
+        """The open gap is long: count it, reset the model, skip what was held."""
+        self.long_gaps += 1
+        self._reset()
+        self._skip(self.gap_start, len(self.held))
+        self.held = self.held[:0]
+        self.gap_long = True
+
+    def _good_run(self, rows: np.ndarray) -> None:
+        if self.gap_start is not None:  # the good sample ends the open gap
+            if not self.gap_long:
+                self._bridge(rows[0])
+            self.gap_start, self.gap_long = None, False
+        self._feed(rows, self.n_in)
+
+    def _bridge(self, after: np.ndarray) -> None:
+        """Interpolate the held gap between the last fed sample and ``after``, feed it."""
+        span = np.concatenate([self.anchor[None], self.held, after[None]])
         pos = np.arange(len(span))
         for c in range(span.shape[1]):
             ok = np.isfinite(span[:, c])
             span[~ok, c] = np.interp(pos[~ok], pos[ok], span[ok, c])
+        n = len(self.held)
         self.short_gaps += 1
-        self.short_gap_samples += b - a
-        self.last_bridged = start + b - 1
-        self._feed(span[1:-1], start + a)
+        self.short_gap_samples += n
+        self.last_bridged = self.gap_start + n - 1
+        self.held = self.held[:0]
+        self._feed(span[1:-1], self.gap_start)
 
     def close(self) -> None:
         """End of stream: an open gap is never bridged."""
-        if len(self.pending):
-            self.long_gaps += 1
-            self._skip(self.n_resolved, len(self.pending))
-            self.n_resolved += len(self.pending)
-            self.pending = self.pending[:0]
+        if self.gap_start is not None and not self.gap_long:
+            self._make_long()
 
     def resolved_seconds(self) -> int:
         return self.n_resolved // self.sps
