@@ -22,6 +22,13 @@ Frames are float in [-1, 1] or int16 (scaled by 1/32768), at the model's
 The no-keyword class is the metadata ``silence_class`` when present, else the label named
 ``_silence_``, ``silence`` or ``_unknown_``. Models that are not per-step audio
 classifiers are refused with :class:`KwsModelError`.
+
+Bad samples: a frame holding NaN, ±inf or a sample beyond the model's input bound
+(10⁶ input standard deviations from the input mean, e.g. a float WAV holding 1e30; the
+policy of :mod:`liquid_stream.validate`) is refused with :class:`KwsInputError`, which
+names the stream time of the first bad sample (``time_s``). The spotter is then exactly
+as before the frame (model state, smoothing, time, arming), so nothing detected earlier
+is lost and feeding can go on with good frames.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.onnx_streamer import OnnxModelError, OnnxStreamer
+from liquid_stream.onnx_streamer import OnnxModelError, OnnxStreamer, StreamInputError
 
 SILENCE_NAMES = ("_silence_", "silence", "_unknown_")
 # Tasks whose outputs are not class logits (vital-sign regression, ...).
@@ -41,6 +48,17 @@ REGRESSION_TASKS = ("bidmc", "vitals", "regression")
 
 class KwsModelError(ValueError):
     """The ONNX file is unusable as a keyword spotter (message says why)."""
+
+
+class KwsInputError(ValueError):
+    """A frame refused by the model (NaN, infinite or out-of-range sample, or an overflow);
+    ``time_s`` is the stream time of the first bad sample, ``reason`` what is wrong. The
+    spotter's state is unchanged."""
+
+    def __init__(self, reason: str, time_s: float):
+        self.reason = reason
+        self.time_s = float(time_s)
+        super().__init__(f"input refused at {self.time_s:.3f} s: {reason}")
 
 
 @dataclass(frozen=True)
@@ -191,7 +209,10 @@ class KeywordSpotter:
         self.detections = []
         if len(x) == 0:
             return dict(self.scores)
-        logits = self.streamer.process(x.astype(np.float32, copy=False)[:, None])
+        try:
+            logits = self.streamer.process(x[:, None])
+        except StreamInputError as e:  # nothing below ran: the spotter is as it was
+            raise KwsInputError(e.reason, (self._n + (e.index or 0)) / self.sample_rate) from e
         z = logits - logits.max(-1, keepdims=True)
         p = np.exp(z)
         p = (p[:, self._cls] / p.sum(-1, keepdims=True)).astype(np.float64)

@@ -17,6 +17,13 @@ draws the rich live view (input level + per-keyword score bars) when stdout is a
 prints a summary: detections, mean / p95 chunk latency, real-time factor (compute time /
 audio time), CPU % (process CPU time / wall time) and dropped blocks.
 
+A sample the model refuses (NaN, ±inf, or beyond the model's input bound of 10⁶ input
+standard deviations, e.g. a float WAV holding 1e30; see :mod:`liquid_stream.validate`)
+stops the run at that sample, without a traceback: ``kws`` prints the detections before
+it and the summary, then fails with one line ``FILE: input refused at T s: why``
+(T in seconds of the file); ``kws-eval`` scores (and writes with ``--out``) the audio
+before it, marked ``"partial": true``, then fails with the same line.
+
 Only click is imported at module level (``liquid-stream --help`` stays fast); numpy,
 onnxruntime, sounddevice and rich are imported inside the commands, torch never.
 """
@@ -37,7 +44,9 @@ class KwsWorker(threading.Thread):
 
     ``events`` receives ``(Detection, wall_time)``; ``latencies`` the seconds of every
     ``spotter.detect`` call; ``trace`` (when ``record_trace``) ``(time_s, scores...)``
-    at every chunk's end; ``error`` any exception that ended the run.
+    at every chunk's end; ``error`` any exception that ended the run (a refused sample:
+    a :class:`~.kws.KwsInputError` whose ``time_s`` is time in the source, i.e. shifted
+    back by the resampler's delay like the detections).
     """
 
     def __init__(self, spotter, source, record_trace: bool = False):
@@ -77,6 +86,8 @@ class KwsWorker(threading.Thread):
 
         import numpy as np
 
+        from .kws import KwsInputError
+
         chunk = self.spotter.chunk
         pending = np.zeros(0, np.float32)
         try:
@@ -94,6 +105,11 @@ class KwsWorker(threading.Thread):
                     pending = pending[chunk:]
             if len(pending) and not self.stopped.is_set():
                 self._step(pending, dataclasses, np)
+        except KwsInputError as e:  # reported by the main thread, in source time
+            reason = e.reason
+            if self.resampler is not None:
+                reason += f" (after resampling to {self.spotter.sample_rate} Hz)"
+            self.error = KwsInputError(reason, max(0.0, e.time_s - self.delay_s))
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             self.error = e
 
@@ -147,6 +163,13 @@ def _open_wav(path, chunk_ms, realtime):
         raise click.ClickException(str(e)) from e
 
 
+def _refused(worker):
+    """The worker's :class:`~.kws.KwsInputError` (a refused sample), else None."""
+    from .kws import KwsInputError
+
+    return worker.error if isinstance(worker.error, KwsInputError) else None
+
+
 def _summary(worker, wall_s: float, cpu_s: float, n_det: int, interrupted: bool) -> dict:
     import numpy as np
 
@@ -168,7 +191,10 @@ def _summary(worker, wall_s: float, cpu_s: float, n_det: int, interrupted: bool)
 
 
 def _format_summary(s: dict) -> str:
-    head = "stopped (Ctrl-C)" if s["interrupted"] else "end of input"
+    if s["interrupted"]:
+        head = "stopped (Ctrl-C)"
+    else:
+        head = "stopped at a refused sample" if s.get("refused") else "end of input"
     return (
         f"{head}: {s['detections']} detection(s) in {s['audio_s']:.1f} s of audio; "
         f"chunk latency mean {s['latency_mean_ms']:.2f} ms / p95 {s['latency_p95_ms']:.2f} ms "
@@ -265,11 +291,16 @@ def run_kws(spotter, source, *, mic: bool, ui: bool, echo=click.echo) -> dict:
             live.stop()
         restore()
     drain(echo)
-    if worker.error is not None:
-        raise click.ClickException(f"audio processing failed: {worker.error}")
-    return _summary(
+    summary = _summary(
         worker, time.perf_counter() - t_wall, time.process_time() - t_cpu, n_det, interrupted
     )
+    refused = _refused(worker)
+    if refused is not None:  # the detections before it are printed; then one error line
+        echo(_format_summary(dict(summary, refused=True)))
+        raise click.ClickException(f"{source.name}: {refused}")
+    if worker.error is not None:
+        raise click.ClickException(f"audio processing failed: {worker.error}")
+    return summary
 
 
 # ---------------------------------------------------------------------------- commands
@@ -401,12 +432,19 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     worker.run()  # in this thread: nothing to display
     wall, cpu = time.perf_counter() - t_wall, time.process_time() - t_cpu
-    if worker.error is not None:
+    refused = _refused(worker)
+    if worker.error is not None and refused is None:
         raise click.ClickException(f"audio processing failed: {worker.error}")
     dets = []
     while not worker.events.empty():
         dets.append(worker.events.get()[0])
-    res = evaluate_detections(dets, truth, spotter.keywords, source.duration_s, tolerance)
+    duration = source.duration_s
+    if refused is not None:  # score the audio before the refused sample, then fail
+        duration = refused.time_s
+        truth = [e for e in truth if e.start_s < duration]
+    res = evaluate_detections(dets, truth, spotter.keywords, duration, tolerance)
+    if refused is not None:
+        res.update(partial=True, error=f"{source.name}: {refused}")
     run = _summary(worker, wall, cpu, len(dets), False)
     res.update(model=str(model), stream=str(stream_path), threshold=threshold,
                rtf=run["rtf"], latency_mean_ms=run["latency_mean_ms"],
@@ -435,18 +473,21 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res, indent=2) + "\n")
         png = out.with_suffix(".png")
-        _plot_eval(png, source, worker.trace, spotter, truth, dets)
+        _plot_eval(png, source, worker.trace, spotter, truth, dets, until_s=duration)
         click.echo(f"wrote {out} and {png}")
+    if refused is not None:
+        click.echo(f"note: scored the first {duration:.3f} s only", err=True)
+        raise click.ClickException(f"{source.name}: {refused}")
 
 
-def _plot_eval(path, source, trace, spotter, truth, dets) -> None:
+def _plot_eval(path, source, trace, spotter, truth, dets, until_s=None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    x = source.samples
+    x = source.samples if until_s is None else source.samples[: int(until_s * source.rate)]
     step = max(1, len(x) // 20000)
     t = np.arange(0, len(x), step) / source.rate
     tr = np.asarray(trace) if trace else np.zeros((0, 1 + len(spotter.keywords)))

@@ -33,6 +33,14 @@ from torch import Tensor, nn
 from .kernel_base import SSM_PARAMETER_NAMES, SSMKernel
 from .layer import LiquidS4, LiquidS4Step, check_input
 from .liquid import causal_window_sum
+from .validate import (
+    MAX_STD,
+    StreamInputError,
+    check_finite_result,
+    check_shape,
+    check_values,
+    input_range,
+)
 
 DECODERS = ("pool", "last", "window", "pair")
 NORMS = ("batch", "layer")
@@ -319,6 +327,15 @@ class StreamingModel(nn.Module):
 
     The state is a flat dict of batch-first tensors (see :attr:`state_names`); a new
     stream starts from :meth:`init_state`.
+
+    Input guard (the policy of :mod:`liquid_stream.validate`, shared with
+    :class:`~liquid_stream.onnx_streamer.OnnxStreamer`): a chunk that is not a
+    ``(B, T ≥ 1, d_input)`` tensor of the model's dtype with B the state's batch, that
+    holds NaN, ±inf or a sample with ``|x| > 1e6`` (10⁶ standard deviations of the
+    standardised input this model takes), or whose outputs or new state would not be
+    finite, raises :class:`~liquid_stream.validate.StreamInputError` (a ``ValueError``).
+    The state passed in is never modified, so after a refusal the caller's state is the
+    one to continue from.
     """
 
     def __init__(
@@ -362,6 +379,12 @@ class StreamingModel(nn.Module):
             self.head = head.to(dtype)
         self.dtype = dtype
         self.eval()
+        one, two = self.init_state(1), self.init_state(2)
+        self._state_keys = frozenset(one)
+        # the batch-first state entries (others, e.g. ``ssm.fill``, are shared by the batch)
+        self._batch_keys = [k for k, v in one.items() if v.dim() and two[k].shape[0] == 2]
+        # the input is already standardised: accepted |x| <= MAX_STD (mean 0, std 1)
+        self._input_range = input_range(0.0, 1.0, self.d_input)
 
     def init_state(self, batch: int = 1) -> dict[str, Tensor]:
         """The state of a fresh stream (all zeros)."""
@@ -382,7 +405,55 @@ class StreamingModel(nn.Module):
         return list(self.init_state(1))
 
     def forward(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-        """``x (B, T, d_input)`` → ``y (B, T, d_output)`` and the state after the chunk."""
+        """``x (B, T, d_input)`` → ``y (B, T, d_output)`` and the state after the chunk.
+
+        Raises :class:`~liquid_stream.validate.StreamInputError` for a refused chunk (see
+        the class docstring); ``state`` itself is never modified.
+        """
+        self._check_input(x, state)
+        y, new = self._step(x, state)
+        self._check_result(y, new)
+        return y, new
+
+    step = forward
+
+    def _check_input(self, x: Tensor, state: dict[str, Tensor]) -> None:
+        if not isinstance(x, Tensor):
+            raise StreamInputError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if not isinstance(state, dict):
+            raise StreamInputError(
+                f"state must be the dict of init_state(batch), got {type(state).__name__}"
+            )
+        if state.keys() != self._state_keys:
+            missing = sorted(self._state_keys - state.keys())
+            extra = sorted(state.keys() - self._state_keys)
+            raise StreamInputError(
+                f"state does not belong to this model (missing {missing}, unexpected {extra});"
+                " start a stream with init_state(batch)"
+            )
+        batch = int(state[self._batch_keys[0]].shape[0]) if self._batch_keys else x.shape[0]
+        check_shape(tuple(x.shape), self.d_input, batch)
+        if x.shape[1] == 0:
+            raise StreamInputError(
+                f"the chunk has no time steps (shape {tuple(x.shape)}); feed T >= 1 steps"
+            )
+        dtype = self.encoder.weight.dtype
+        if x.dtype != dtype:
+            raise StreamInputError(
+                f"x must be {dtype} (the dtype of this streaming model), got {x.dtype}"
+            )
+        if not bool((x.abs() <= MAX_STD).all()):  # NaN compares False
+            check_values(x.detach().to("cpu", torch.float64).numpy(), *self._input_range)
+
+    @staticmethod
+    def _check_result(y: Tensor, new: dict[str, Tensor]) -> None:
+        tensors = [y, *(v for v in new.values() if v.is_floating_point())]
+        if bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()):
+            return
+        host = [t.detach().to("cpu", torch.float64).numpy() for t in tensors]
+        check_finite_result(host[0], host[1:])
+
+    def _step(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         new: dict[str, Tensor] = {}
         h = self.encoder(x)
         for i, block in enumerate(self.blocks):
@@ -408,8 +479,6 @@ class StreamingModel(nn.Module):
         new["decoder.sum"] = total[:, -1]
         new["decoder.count"] = count[:, -1]
         return mean.to(logits.dtype), new
-
-    step = forward
 
 
 def parameter_groups(

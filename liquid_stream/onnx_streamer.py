@@ -7,6 +7,17 @@
 
 The model's state lives in the streamer between calls, so consecutive ``process``
 calls equal one call on the concatenated input (exactly, up to float32 rounding).
+
+Input guard (policy in :mod:`liquid_stream.validate`, shared with the torch
+``StreamingModel``): ``process`` refuses, with :class:`StreamInputError` (a ``ValueError``
+naming the first offending time step of the block), a block of the wrong shape, one
+holding NaN or ±inf, one holding a sample more than 10⁶ input standard deviations from
+the input mean (``|x − input_mean| > 1e6 · input_std``, raw units, from the model's
+metadata; ``|x| > 1e6`` without them or with a front end that takes raw samples), and
+one whose outputs or new state would not be finite. A refused block changes nothing:
+the state is committed only after the new state and the outputs were checked finite,
+so the next block continues as if the refused one had never been sent, and no input
+can leave the state non-finite.
 """
 
 from __future__ import annotations
@@ -15,6 +26,17 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+from .validate import (
+    MAX_STD,
+    StreamInputError,
+    check_finite_result,
+    check_shape,
+    check_values,
+    input_range,
+)
+
+__all__ = ["MAX_STD", "OnnxModelError", "OnnxStreamer", "StreamInputError"]
 
 
 class OnnxModelError(ValueError):
@@ -69,8 +91,23 @@ class OnnxStreamer:
         self.labels: list[str] = json.loads(meta.get("labels", "[]"))
         self.task: str = meta.get("task", "")
         self.batch = int(batch)
+        self.input_center, self.input_half_width = self._input_range()
         self._outputs = ["y"] + [f"next.{s['name']}" for s in self.state_spec]
         self.reset()
+
+    def _input_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """The accepted input ``center ± half_width`` in raw units: ``input_mean ± 1e6 ·
+        input_std`` from the metadata (the graph folds that standardisation in); ``0 ± 1e6``
+        when they are absent or unusable, or when a front end takes the raw samples."""
+        try:
+            config = self.meta_json("model_config", {}) or {}
+            frontend = (config.get("frontend") or {}).get("kind", "raw")
+            if frontend == "raw":
+                mean, std = self.meta_json("input_mean"), self.meta_json("input_std")
+                return input_range(mean, std, self.d_input)
+        except (ValueError, TypeError, AttributeError):  # malformed metadata: the fixed bound
+            pass
+        return input_range(0.0, 1.0, self.d_input)
 
     def meta_json(self, key: str, default=None):
         """A JSON-encoded metadata entry, decoded."""
@@ -87,35 +124,38 @@ class OnnxStreamer:
 
     def process(self, chunk: np.ndarray) -> np.ndarray:
         """Feed ``(T, d_input)`` (or ``(batch, T, d_input)``, or ``(T,)`` when d_input = 1)
-        and get the per-step outputs ``(…, T, d_output)``; T may be any length ≥ 1."""
+        and get the per-step outputs ``(…, T, d_output)``; T may be any length (T = 0 gives
+        an empty result). Raises :class:`StreamInputError` for a refused block (see the
+        module docstring), leaving the state unchanged."""
         x = np.asarray(chunk)
         squeeze = x.ndim < 3
         if x.ndim == 1 and self.d_input == 1:
             x = x[:, None]
         if x.ndim == 2:
             x = x[None]
-        if x.ndim != 3 or x.shape[2] != self.d_input or x.shape[0] != self.batch:
-            raise ValueError(
-                f"expected input of shape (T, {self.d_input}) or ({self.batch}, T, {self.d_input}),"
-                f" got {np.shape(chunk)}"
+        if x.ndim != 3:
+            raise StreamInputError(
+                f"expected input of shape (T, {self.d_input}) or ({self.batch}, T, "
+                f"{self.d_input}), got {np.shape(chunk)}"
             )
+        check_shape(x.shape, self.d_input, self.batch, np.shape(chunk))
         if x.shape[1] == 0:
             return np.zeros((self.batch, 0, self.d_output), np.float32)[
                 0 if squeeze else slice(None)
             ]
         if not np.issubdtype(x.dtype, np.number):
-            raise ValueError(f"input must be numeric, got {x.dtype}")
+            raise StreamInputError(f"input must be numeric, got {x.dtype}")
+        check_values(x, self.input_center, self.input_half_width)
         x = x.astype(np.float32, copy=False)
-        if not np.isfinite(x).all():
-            raise ValueError("input contains NaN or infinite values; state left unchanged")
-        ys = []
+        ys, state = [], self.state
         for start in range(0, x.shape[1], self.max_chunk):
             out = self.session.run(
-                self._outputs, {"x": x[:, start : start + self.max_chunk], **self.state}
+                self._outputs, {"x": x[:, start : start + self.max_chunk], **state}
             )
             ys.append(out[0])
-            self.state = {
-                f"state.{s['name']}": v for s, v in zip(self.state_spec, out[1:], strict=True)
-            }
+            state = {f"state.{s['name']}": v for s, v in zip(self.state_spec, out[1:], strict=True)}
         y = ys[0] if len(ys) == 1 else np.concatenate(ys, 1)
+        floats = [v for v in state.values() if np.issubdtype(v.dtype, np.floating)]
+        check_finite_result(y, floats)
+        self.state = state  # committed only now: a refused block leaves the state as it was
         return y[0] if squeeze else y
