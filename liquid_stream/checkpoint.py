@@ -9,6 +9,12 @@ A checkpoint is a dict loadable with ``torch.load(path, weights_only=True)``:
               "input_mean": [...], "input_std": [...], ...},
      ... (trainer state: optimizer, scheduler, RNG, epoch — added by the trainer)}
 
+The trainer's ``last.pt`` is the single source of truth of a run: it also carries the best
+checkpoint so far under ``BEST_KEY`` — ``{"metrics": ...}`` alone when the best is this
+checkpoint's own state (``trainer.best_step == trainer.step``), else
+``{"model": ..., "trainer": ..., "metrics": ...}`` — so :func:`embedded_best` can rebuild
+``best.pt`` after a crash between the two writes.
+
 No pickled code is ever stored or loaded.
 """
 
@@ -24,6 +30,7 @@ from .model import LiquidS4Model
 
 FORMAT = "liquid-stream/checkpoint"
 VERSION = 1
+BEST_KEY = "best_checkpoint"
 
 
 class CheckpointError(ValueError):
@@ -46,9 +53,9 @@ def atomic_torch_save(obj, path: str | os.PathLike) -> None:
         raise
 
 
-def save_checkpoint(path, model: LiquidS4Model, meta: dict | None = None, **extra) -> None:
-    """Write ``model`` (config + state_dict), ``meta`` and any trainer ``extra`` atomically."""
-    obj = {
+def checkpoint_dict(model: LiquidS4Model, meta: dict | None = None, **extra) -> dict:
+    """The checkpoint of ``model`` (config + state_dict), ``meta`` and any trainer ``extra``."""
+    return {
         "format": FORMAT,
         "version": VERSION,
         "model_config": dict(model.config),
@@ -56,7 +63,30 @@ def save_checkpoint(path, model: LiquidS4Model, meta: dict | None = None, **extr
         "meta": dict(meta or {}),
         **extra,
     }
-    atomic_torch_save(obj, path)
+
+
+def save_checkpoint(path, model: LiquidS4Model, meta: dict | None = None, **extra) -> None:
+    """Write ``model`` (config + state_dict), ``meta`` and any trainer ``extra`` atomically."""
+    atomic_torch_save(checkpoint_dict(model, meta, **extra), path)
+
+
+def embedded_best(ckpt: dict) -> dict | None:
+    """The best checkpoint recorded in a trainer checkpoint (``best.pt`` as it must be), or
+    None when it records none (no validation yet, or written before ``BEST_KEY`` existed).
+    A checkpoint without ``BEST_KEY`` whose ``best_step`` is its own step (``best.pt``
+    itself) is its own best."""
+    st = ckpt.get("trainer") if isinstance(ckpt.get("trainer"), dict) else {}
+    step = st.get("best_step")
+    base = {k: v for k, v in ckpt.items() if k != BEST_KEY}
+    parts = ckpt.get(BEST_KEY)
+    if step is None:
+        return None
+    if parts is None:
+        return base if step == st.get("step") else None
+    own = step == st.get("step")
+    if not isinstance(parts, dict) or not (own or {"model", "trainer"} <= set(parts)):
+        raise CheckpointError(f"checkpoint records best step {step} but not its model")
+    return {**base, **parts}
 
 
 def load_checkpoint(path) -> dict:

@@ -21,14 +21,26 @@ are exact unless the dataset draws random numbers in its workers).
 Outputs in ``out_dir``: ``metrics.csv`` (one row per validation), ``steps.csv`` (loss and
 lr of every step), ``curves.png``, ``tb/`` (TensorBoard, when installed), ``last.pt`` and
 ``best.pt`` (atomic; loadable with ``torch.load(weights_only=True)``).
+
+Crash consistency: ``last.pt`` is the run's single source of truth. It records the best
+checkpoint so far (its state, or just its metrics when it is ``last.pt``'s own state: see
+:func:`~liquid_stream.checkpoint.embedded_best`) and how many rows of ``metrics.csv`` and
+``steps.csv`` it covers; rows are appended before the checkpoint that covers them, and
+``best.pt`` is written after ``last.pt``. A kill anywhere, then a resume from ``last.pt``,
+cuts the logs to exactly those rows (TensorBoard: purges the steps after them), rewrites
+``best.pt`` if it is not the recorded best, and continues — the logs and checkpoints then
+match an uninterrupted run row for row. A run that does not resume starts its logs afresh.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import math
+import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -37,16 +49,81 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from liquid_stream.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from liquid_stream.checkpoint import (
+    BEST_KEY,
+    CheckpointError,
+    atomic_torch_save,
+    checkpoint_dict,
+    embedded_best,
+    load_checkpoint,
+)
 from liquid_stream.model import make_optimizer
 
 from .distributed import SyncBatchNorm1d, all_reduce_sum, barrier, init_from_env, shard
 
 LOSSES = ("ce", "mse", "ce_per_step")
+LOG_FILES = ("metrics.csv", "steps.csv")  # row counts recorded in every checkpoint
 
 
 class NonFiniteLossError(RuntimeError):
     """Training stopped because the loss became NaN or infinite."""
+
+
+# Crash-test hook (tests/test_crash_resume.py): LIQUID_STREAM_KILL_AT="POINT:step=N[,...]"
+# SIGKILLs this process when it reaches POINT with ``step == N``. POINT is one of
+# after_step_row (steps.csv row of step N written), after_epoch_row (metrics.csv row
+# written, last.pt not yet), after_last_ckpt (last.pt written, best.pt not yet).
+KILL_ENV = "LIQUID_STREAM_KILL_AT"
+KILL_POINTS = ("after_step_row", "after_epoch_row", "after_last_ckpt")
+
+
+def _kill_points(spec: str | None) -> dict[str, set[int]]:
+    points: dict[str, set[int]] = {}
+    for item in filter(None, (spec or "").replace(" ", "").split(",")):
+        name, _, arg = item.partition(":step=")
+        if name not in KILL_POINTS or not arg.isdigit():
+            raise ValueError(f"{KILL_ENV}: expected POINT:step=N with POINT in {KILL_POINTS}, "
+                             f"got {item!r}")  # fmt: skip
+        points.setdefault(name, set()).add(int(arg))
+    return points
+
+
+def _cpu_copy(obj):
+    """A deep copy with every tensor cloned to the CPU (a snapshot that later in-place
+    updates of parameters / optimizer moments cannot change)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_cpu_copy(v) for v in obj)
+    return obj
+
+
+def _csv_rows(path: Path) -> list[dict]:
+    """The complete rows of a CSV log (a row cut short by a kill is not one)."""
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    text = data[: data.rfind(b"\n") + 1].decode("utf-8", errors="replace")
+    return list(csv.DictReader(io.StringIO(text, newline="")))
+
+
+def _cut_csv(path: Path, rows: int) -> int:
+    """Cut a CSV log to its header and first ``rows`` complete rows (all of them when it
+    has fewer) with a single truncate; returns the number of rows kept."""
+    if not path.is_file():
+        return 0
+    data = path.read_bytes()
+    lines = data.split(b"\n")[:-1]  # complete lines (the last piece has no newline)
+    keep = min(rows + 1, len(lines)) if rows > 0 else 0
+    size = sum(len(line) + 1 for line in lines[:keep])
+    if size != len(data):
+        os.truncate(path, size)
+    kept = max(keep - 1, 0)
+    if kept < rows:
+        print(f"note: {path.name} has {kept} rows, the checkpoint covers {rows}")
+    return kept
 
 
 # ------------------------------------------------------------------ device and seeds
@@ -419,6 +496,14 @@ class Trainer:
         self.epoch, self.batch_in_epoch, self.step = 0, 0, 0
         self.best: float | None = None
         self.best_epoch: float | None = None
+        self.best_step: int | None = None
+        # the best checkpoint's {"model", "trainer", "metrics"} (CPU copies), embedded in
+        # last.pt; the step of the best.pt known to be on disk
+        self._best: dict | None = None
+        self._best_on_disk: int | None = None
+        self._log_rows = dict.fromkeys(LOG_FILES, 0)  # rows in metrics.csv / steps.csv
+        self._logs_ready = False  # started afresh or cut to the resumed checkpoint
+        self._tb_purge: int | None = None  # TensorBoard purge_step (resume / fresh start)
         self.epoch_sums = _sums_zero()
         self.step_losses: list[float] = []  # losses of the steps run by this process
         self.max_steps = self.train_cfg.get("max_steps")
@@ -440,6 +525,12 @@ class Trainer:
         self._t0 = time.perf_counter()
         self._elapsed0 = 0.0
         self.last_metrics: dict = {}
+        self._kill_at = _kill_points(os.environ.get(KILL_ENV))
+
+    def _crash_point(self, name: str) -> None:
+        """The crash-test hook (``KILL_ENV``): a real SIGKILL of this process, here."""
+        if self.step in self._kill_at.get(name, ()):
+            os.kill(os.getpid(), signal.SIGKILL)
 
     # -------------------------------------------------------------------- helpers
     def autocast(self):
@@ -483,12 +574,17 @@ class Trainer:
             "scheduler": self.schedule.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": rng_state(),
-            "sampler": self.sampler.state_dict(),
+            # the data position itself (not where this process's loader started), so that
+            # a resumed run's checkpoints equal an uninterrupted run's
+            "sampler": {**self.sampler.state_dict(), "epoch": self.epoch,
+                        "start": self.batch_in_epoch * self.global_batch},  # fmt: skip
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
             "step": self.step,
             "best": self.best,
             "best_epoch": self.best_epoch,
+            "best_step": self.best_step,
+            "logs": dict(self._log_rows),
             "monitor": self.monitor,
             "epoch_sums": dict(self.epoch_sums),
             "elapsed_s": self.elapsed,
@@ -498,16 +594,57 @@ class Trainer:
             "grad_accum": self.accum,
         }
 
+    def _checkpoint(self, metrics: dict | None = None) -> dict:
+        clean = {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, int | float)}
+        return checkpoint_dict(
+            self.model, meta=self.meta, config=self.config, trainer=self.trainer_state(),
+            metrics=clean,
+        )  # fmt: skip
+
     def save(self, name: str, metrics: dict | None = None) -> Path:
+        """Write the current state to ``out/name`` (atomic). ``last.pt`` also records the
+        best checkpoint so far (``BEST_KEY``), so that it alone says what best.pt holds."""
         path = self.out / name
         if not self.dist.is_main:
             return path
-        clean = {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, int | float)}
-        save_checkpoint(
-            path, self.model, meta=self.meta, config=self.config, trainer=self.trainer_state(),
-            metrics=clean,
-        )  # fmt: skip
+        obj = self._checkpoint(metrics)
+        if name == "last.pt" and self._best is not None:
+            own = self.best_step == self.step  # the best is this very state: no second copy
+            obj[BEST_KEY] = {"metrics": self._best["metrics"]} if own else self._best
+        atomic_torch_save(obj, path)
         return path
+
+    def _write_best(self) -> None:
+        """best.pt from the recorded best (what embedded_best rebuilds from last.pt)."""
+        obj = {k: v for k, v in checkpoint_dict(self.model, self.meta, config=self.config).items()
+               if k != "model"}  # fmt: skip
+        atomic_torch_save({**obj, **self._best}, self.out / "best.pt")
+        self._best_on_disk = self.best_step
+
+    def _sync_best(self, best: dict | None, none_yet: bool, source) -> None:
+        """On resume: make best.pt the best that the checkpoint records (a kill between
+        last.pt and best.pt left the older one)."""
+        path = self.out / "best.pt"
+        if best is None:
+            if none_yet and path.is_file():  # no validation yet: not this run's best.pt
+                path.unlink()
+                print(f"note: removed {path}: {source} records no best model yet")
+            return
+        try:
+            disk = load_checkpoint(path)
+            theirs, ours = disk["model"], best["model"]
+            same = (
+                disk["trainer"]["step"] == self.best_step
+                and theirs.keys() == ours.keys()
+                and all(torch.equal(v, theirs[k]) for k, v in ours.items())
+            )
+        except (CheckpointError, KeyError, TypeError):
+            same = False
+        if not same:
+            atomic_torch_save(best, path)
+            print(f"note: rewrote {path} from {source}: the best model is step "
+                  f"{self.best_step} (epoch {self.best_epoch})")  # fmt: skip
+        self._best_on_disk = self.best_step
 
     def resume(self, path) -> None:
         """Restore everything from a checkpoint written by :meth:`save` (exact resume)."""
@@ -534,12 +671,20 @@ class Trainer:
         self.sampler.load_state_dict(st["sampler"])
         self.epoch, self.batch_in_epoch, self.step = st["epoch"], st["batch_in_epoch"], st["step"]
         self.best, self.best_epoch = st["best"], st["best_epoch"]
+        self.best_step = st.get("best_step")  # None: no validation yet, or an older file
+        best = embedded_best(ckpt)
+        self._best = None if best is None else _cpu_copy(
+            {"model": best["model"], "trainer": best["trainer"],
+             "metrics": best.get("metrics", {})})  # fmt: skip
         self.epoch_sums = dict(st["epoch_sums"])
         self._elapsed0, self._t0 = float(st.get("elapsed_s", 0.0)), time.perf_counter()
         set_rng_state(st["rng"])
         self._seed_rank()
         if self.dist.is_main:
-            self._truncate_logs(self.step)
+            self._sync_logs(st.get("logs"))
+            none_yet = "best_step" in st and st["best_step"] is None  # (absent: older file)
+            self._sync_best(best, none_yet, path)
+        self._logs_ready = True
 
     def _seed_rank(self) -> None:
         """Ranks > 0 draw their own random numbers (dropout…), seeded by (seed, step, rank);
@@ -548,21 +693,36 @@ class Trainer:
             torch.manual_seed(_mix(self.seed + self.step, 1_000_003 + self.dist.rank))
 
     # --------------------------------------------------------------------- logging
-    def _truncate_logs(self, step: int) -> None:
-        """Drop log rows written after ``step`` (a resume from an older last.pt)."""
-        for name in ("metrics.csv", "steps.csv"):
+    def _sync_logs(self, rows: dict | None) -> None:
+        """Cut metrics.csv / steps.csv to the rows the resumed checkpoint covers (rows
+        written after it — an epoch row whose last.pt was never written — are redone);
+        TensorBoard purges every step after the last kept validation row."""
+        for name in LOG_FILES:
             path = self.out / name
-            if not path.is_file():
-                continue
-            with open(path, newline="") as f:
-                rows = list(csv.DictReader(f))
-            if not rows:
-                continue
-            fields = list(rows[0])
-            with open(path, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=fields)
-                w.writeheader()
-                w.writerows(r for r in rows if int(r["step"]) <= step)
+            if rows is None:  # a checkpoint without row counts: the rows up to its step
+                n = 0
+                for r in _csv_rows(path):
+                    if not str(r.get("step", "")).isdigit() or int(r["step"]) > self.step:
+                        break
+                    n += 1
+            else:
+                n = int(rows.get(name, 0))
+            self._log_rows[name] = _cut_csv(path, n)
+        kept = _csv_rows(self.out / "metrics.csv")
+        self._tb_purge = int(kept[-1]["step"]) + 1 if kept else 0
+
+    def _start_logs(self) -> None:
+        """A run that did not resume starts its logs afresh (rows already in ``out_dir``
+        belong to a killed or older run)."""
+        if self._logs_ready:
+            return
+        self._logs_ready = True
+        if not self.dist.is_main:
+            return
+        for name in LOG_FILES:
+            self._log_rows[name] = _cut_csv(self.out / name, 0)
+        tb = self.out / "tb"
+        self._tb_purge = 0 if tb.is_dir() and any(tb.iterdir()) else None
 
     def _append_csv(self, name: str, row: dict) -> None:
         if not self.dist.is_main:
@@ -574,6 +734,7 @@ class Trainer:
             if new:
                 w.writeheader()
             w.writerow(row)
+        self._log_rows[name] = self._log_rows.get(name, 0) + 1
 
     def _tb(self):
         if not self._tb_checked:
@@ -581,7 +742,7 @@ class Trainer:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._writer = SummaryWriter(str(self.out / "tb"), purge_step=self.step or None)
+                self._writer = SummaryWriter(str(self.out / "tb"), purge_step=self._tb_purge)
             except ImportError:
                 print("note: tensorboard is not installed; skipping TensorBoard logs "
                       "(metrics.csv and curves.png are still written)")  # fmt: skip
@@ -595,7 +756,6 @@ class Trainer:
                 if k not in ("epoch", "step") and isinstance(v, float) and math.isfinite(v):
                     writer.add_scalar(k, v, row["step"])
             writer.flush()
-        self._plot(force=False)
 
     def _plot(self, force: bool) -> None:
         """Redraw curves.png (at most every ``plot_every_s`` seconds, and at the end)."""
@@ -645,6 +805,7 @@ class Trainer:
         good state)."""
         epochs = int(self.optim_cfg["epochs"])
         stopped = self.max_steps is not None and self.step >= self.max_steps
+        self._start_logs()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         try:
@@ -720,6 +881,7 @@ class Trainer:
                     "step": self.step, "epoch": self.epoch + 1,
                     "loss": step_loss, "lr": self.optimizer.param_groups[0]["lr"],
                 })  # fmt: skip
+                self._crash_point("after_step_row")
                 if bar is not None:
                     bar.set_postfix(loss=f"{step_loss:.4f}", step=self.step)
                 if self.max_steps is not None and self.step >= self.max_steps:
@@ -740,6 +902,8 @@ class Trainer:
                 self._end_of_period(epoch_pos, train_metrics)
             elif finished:
                 self.save("last.pt")
+        if self.dist.is_main and self._best is not None and self._best_on_disk != self.best_step:
+            self._write_best()
         self._plot(force=True)
         if self._writer is not None:
             self._writer.close()
@@ -768,12 +932,21 @@ class Trainer:
                 else score < self.best)
         )  # fmt: skip
         if better:
-            self.best, self.best_epoch = float(score), float(epoch_pos)
+            self.best, self.best_epoch, self.best_step = float(score), float(epoch_pos), self.step
         self.last_metrics = row
+        # Crash-consistent order: the row (last.pt counts it), last.pt (the truth: state,
+        # best record, rows), then best.pt (rebuilt from last.pt on resume if a kill
+        # intervenes); a row whose last.pt was never written is cut and redone on resume.
         self._log_epoch(row)
-        self.save("last.pt", row)
+        self._crash_point("after_epoch_row")
         if better:
-            self.save("best.pt", row)
+            state = self._checkpoint(row)
+            self._best = _cpu_copy({k: state[k] for k in ("model", "trainer", "metrics")})
+        self.save("last.pt", row)
+        self._crash_point("after_last_ckpt")
+        if better:
+            self._write_best()
+        self._plot(force=False)
         barrier()
 
 
