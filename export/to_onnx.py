@@ -26,7 +26,7 @@ import torch
 
 from liquid_stream.chunked import chunk_tables
 
-from .graph import Graph
+from .graph import DTYPES, Graph
 
 END = 2**62  # "to the end" in Slice
 CLOSED_FORM_MAX_BLOCKS = 8  # sub-block recursion in closed form up to this many blocks
@@ -49,10 +49,13 @@ class _Emitter:
         self.sm, self.S, self.opset = sm, sub_block, opset
         self.input_mean, self.input_std = input_mean, input_std
         self.g = Graph(opset)
-        # Sub-blocks (+1 for the carried state) of the longest chunk → scan depth.
-        n_blocks = -(-(self.S - 1 + max_chunk) // self.S) + 1
+        # Sub-blocks (+1 for the carried state) of the longest chunk → scan depth. With a
+        # front end the stack steps once per hop R samples: ≤ ⌈T/R⌉ frames per chunk.
+        hop = sm.frontend.hop if sm.frontend is not None else 1
+        steps = -(-max_chunk // hop)
+        n_blocks = -(-(self.S - 1 + steps) // self.S) + 1
         self.levels = math.ceil(math.log2(n_blocks))
-        self.max_chunk = self.S * (2**self.levels - 1) - (self.S - 1)
+        self.max_chunk = (self.S * (2**self.levels - 1) - (self.S - 1)) * hop
         self.state_out: dict[str, str] = {}
         self.spec: list[dict] = []
         self._cache: dict[tuple, str] = {}
@@ -395,11 +398,11 @@ class _Emitter:
         return g.op("Cast", g.op("Div", total, denom), to=onnx.TensorProto.FLOAT)
 
     # ------------------------------------------------------------------ whole model
-    def build(self) -> onnx.ModelProto:
+    def stack(self, feats: str, B: str, T: str) -> str:
+        """Encoder → blocks → norm → head → decoder on channel-first ``feats (d_in, B, T)``;
+        returns ``y (B, T, d_output)``. Declares the stack's states (inputs) as it goes."""
         g, sm, S = self.g, self.sm, self.S
         H = sm.blocks[0].ssm.H if len(sm.blocks) else sm.encoder.out_features
-        x = g.input("x", np.float32, ["batch", "T", sm.d_input])
-        B, T = g.dim(x, 0), g.dim(x, 1)
         # Shape arithmetic shared by all layers: every layer sees the same chunks, so one
         # ``ssm.fill`` (inputs received since the last sub-block boundary) serves all.
         d = {"B": B, "T": T, "act_shape": g.op("Concat", g.const([H]), B, T, axis=0)}
@@ -421,15 +424,19 @@ class _Emitter:
             )
             self.set_state("ssm.fill", g.op("Sub", n, g.op("Mul", n_full, g.const([S]))))
         self.dims = d
-        # Encoder (channel-first): (d_in, B·T) → (H, B, T), with the input standardisation
-        # (x − μ)/σ folded in: W' = W/σ, b' = b − W μ/σ.
-        xt = g.op("Reshape", g.op("Transpose", x, perm=[2, 0, 1]), g.const([sm.d_input, -1]))
-        enc = torch.nn.Linear(sm.d_input, H).double()
+        # Encoder (channel-first): (d_in, B·T) → (H, B, T). For raw-input models the input
+        # standardisation (x − μ)/σ is folded in: W' = W/σ, b' = b − W μ/σ.
+        d_in = sm.encoder.in_features
+        xt = g.op("Reshape", feats, g.const([d_in, -1]))
+        enc = torch.nn.Linear(d_in, H).double()
         with torch.no_grad():
-            mu = torch.as_tensor(self.input_mean, dtype=torch.float64).expand(sm.d_input)
-            sd = torch.as_tensor(self.input_std, dtype=torch.float64).expand(sm.d_input)
-            enc.weight.copy_(sm.encoder.weight.double() / sd)
-            enc.bias.copy_(sm.encoder.bias.double() - enc.weight @ mu)
+            enc.weight.copy_(sm.encoder.weight.double())
+            enc.bias.copy_(sm.encoder.bias.double())
+            if sm.frontend is None:
+                mu = torch.as_tensor(self.input_mean, dtype=torch.float64).expand(d_in)
+                sd = torch.as_tensor(self.input_std, dtype=torch.float64).expand(d_in)
+                enc.weight.div_(sd)
+                enc.bias.sub_(enc.weight @ mu)
         h = g.op("Reshape", self.linear_cf(enc, xt), g.op("Concat", g.const([H]), B, T, axis=0))
         for i, block in enumerate(sm.blocks):
             h = self.block(i, block, h)
@@ -437,7 +444,113 @@ class _Emitter:
         logits = self.linear_cf(sm.head, g.op("Reshape", h, g.const([H, -1])))
         logits = g.op("Reshape", logits, g.op("Concat", g.const([sm.d_output]), B, T, axis=0))
         logits = g.op("Transpose", logits, perm=[1, 2, 0])  # (B, T, d_output)
-        y = self.decoder(logits)
+        return self.decoder(logits)
+
+    def logmel(self, seg: str) -> str:
+        """:class:`~liquid_stream.frontend.LogMel` frames of ``seg (B, (F−1)·R + W)``
+        → channel-first features ``(n_mels, B, F)``: the DFT as a stride-R Conv."""
+        from liquid_stream.frontend import dft_basis, mel_filterbank
+
+        g, cfg = self.g, self.sm.frontend.cfg
+        nf = cfg.n_freq
+        spec = g.op(
+            "Conv", g.op("Unsqueeze", seg, g.const([1])), g.const(_f32(dft_basis(cfg))),
+            strides=[cfg.hop],
+        )  # (B, 2·nf, F)  # fmt: skip
+        re, im = g.slice(spec, 0, nf, axis=1), g.slice(spec, nf, 2 * nf, axis=1)
+        power = g.op("Add", g.op("Mul", re, re), g.op("Mul", im, im))  # (B, nf, F)
+        mel = mel_filterbank(cfg.n_fft, cfg.n_mels, cfg.sample_rate, cfg.fmin, cfg.fmax)
+        energy = g.op("MatMul", g.const(_f32(mel)), power)  # (B, M, F)
+        z = g.op("Log", g.op("Add", energy, g.const(float(cfg.log_floor))))
+        mean = torch.zeros(cfg.n_mels) if cfg.mean is None else torch.tensor(cfg.mean)
+        std = torch.ones(cfg.n_mels) if cfg.std is None else torch.tensor(cfg.std)
+        z = g.op("Div", g.op("Sub", z, g.const(_f32(mean)[:, None])), g.const(_f32(std)[:, None]))
+        return g.op("Transpose", z, perm=[1, 0, 2])
+
+    def frontend_stack(self, x: str, B: str, T: str) -> str:
+        """Raw samples ``x (B, T, 1)`` → log-mel frames → the stack at the frame rate →
+        per-sample held outputs ``(B, T, d_output)`` (:mod:`liquid_stream.frontend`).
+
+        A chunk that completes no frame must leave the stack's state untouched, and the
+        stack's graph cannot run on zero steps, so the stack sits in an ``If`` on F > 0
+        whose else branch passes its states through."""
+        g, sm = self.g, self.sm
+        fe = sm.frontend
+        R, W, dout = fe.hop, fe.win, sm.d_output
+        buf = self.state("frontend.buffer", ["batch", W - 1])
+        phase = self.state("frontend.phase", [1], np.int64)
+        held = self.state("frontend.held", ["batch", dout])
+        mu = float(np.asarray(self.input_mean, dtype=np.float64).reshape(-1)[0])
+        sd = float(np.asarray(self.input_std, dtype=np.float64).reshape(-1)[0])
+        if (mu, sd) != (0.0, 1.0):  # standardise the raw samples (d_input = 1)
+            x = g.op("Div", g.op("Sub", x, g.const(mu)), g.const(sd))
+        ext = g.op("Concat", buf, g.op("Squeeze", x, g.const([2])), axis=1)  # (B, W−1+T)
+        p_T = g.op("Add", phase, T)
+        n = g.op("Div", p_T, g.const([R]))  # frames completed by this chunk
+        self.set_state("frontend.buffer", g.slice(ext, -(W - 1), END, axis=1))
+        self.set_state("frontend.phase", g.op("Sub", p_T, g.op("Mul", n, g.const([R]))))
+        start = g.op("Sub", g.const([R - 1]), phase)
+        stop = g.op("Add", start, g.op("Add", g.op("Mul", n, g.const([R])), g.const([W - R])))
+        seg = g.slice(ext, start, stop, axis=1)
+        # then-branch: the stack on the F > 0 new frames
+        outer, g.nodes = g.nodes, []
+        first_state = len(self.spec)
+        y_frames = self.stack(self.logmel(seg), B, n)
+        stack_states = self.spec[first_state:]
+        then_nodes, g.nodes = g.nodes, outer
+        types = [onnx.TensorProto.FLOAT] + [DTYPES[np.dtype(s["dtype"])] for s in stack_states]
+        values = [y_frames] + [self.state_out[s["name"]] for s in stack_states]
+        then_out = [g.fresh("then") for _ in values]
+        then_nodes += [
+            onnx.helper.make_node("Identity", [v], [o])
+            for v, o in zip(values, then_out, strict=True)
+        ]
+        else_out = [g.fresh("else") for _ in values]
+        zero = onnx.helper.make_tensor("zero", onnx.TensorProto.FLOAT, [1], [0.0])
+        else_nodes = [
+            onnx.helper.make_node(
+                "ConstantOfShape", [g.op("Concat", B, g.const([0]), g.const([dout]), axis=0)],
+                [else_out[0]], value=zero,
+            )
+        ] + [
+            onnx.helper.make_node("Identity", [f"state.{s['name']}"], [o])
+            for s, o in zip(stack_states, else_out[1:], strict=True)
+        ]  # fmt: skip
+
+        def branch(name: str, nodes: list, outs: list[str]) -> onnx.GraphProto:
+            infos = [
+                onnx.helper.make_tensor_value_info(o, t, None)
+                for o, t in zip(outs, types, strict=True)
+            ]
+            return onnx.helper.make_graph(nodes, name, [], infos)
+
+        cond = g.op("Squeeze", g.op("Greater", n, g.const([0])), g.const([0]))
+        outs = g.op(
+            "If", cond, n_out=len(values),
+            then_branch=branch("frames", then_nodes, then_out),
+            else_branch=branch("no_frame", else_nodes, else_out),
+        )  # fmt: skip
+        for s, o in zip(stack_states, outs[1:], strict=True):
+            self.set_state(s["name"], o)
+        # hold: sample t of the chunk gets the last frame complete at t (or ``held``)
+        ext_y = g.op("Concat", g.op("Unsqueeze", held, g.const([1])), outs[0], axis=1)
+        t1 = g.op(
+            "Range", g.op("Squeeze", g.op("Add", phase, g.const([1])), g.const([0])),
+            g.op("Squeeze", g.op("Add", p_T, g.const([1])), g.const([0])), g.const(np.int64(1)),
+        )  # fmt: skip
+        y = g.op("Gather", ext_y, g.op("Div", t1, g.const(np.int64(R))), axis=1)
+        self.set_state("frontend.held", g.op("Squeeze", g.slice(ext_y, -1, END, axis=1),
+                                             g.const([1])))  # fmt: skip
+        return y
+
+    def build(self) -> onnx.ModelProto:
+        g, sm = self.g, self.sm
+        x = g.input("x", np.float32, ["batch", "T", sm.d_input])
+        B, T = g.dim(x, 0), g.dim(x, 1)
+        if sm.frontend is None:
+            y = self.stack(g.op("Transpose", x, perm=[2, 0, 1]), B, T)
+        else:
+            y = self.frontend_stack(x, B, T)
         g.output(y, "y", np.float32, ["batch", "T", sm.d_output])
         for spec in self.spec:
             name = spec["name"]

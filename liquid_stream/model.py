@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .frontend import FRONTENDS, LogMel, LogMelConfig, LogMelStep, hold
 from .kernel_base import SSM_PARAMETER_NAMES, SSMKernel
 from .layer import LiquidS4, LiquidS4Step, check_input
 from .liquid import causal_window_sum
@@ -205,16 +206,27 @@ class LiquidS4Model(nn.Module):
         decoder_window: int = 1,
         output_scale: float | list[float] = 1.0,
         output_shift: float | list[float] = 0.0,
+        frontend: dict | None = None,
     ):
         super().__init__()
         self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        kind = (frontend or {}).get("kind", "raw")
+        if kind not in FRONTENDS:
+            raise ValueError(f"frontend.kind must be one of {FRONTENDS}, got {kind!r}")
+        self.frontend = LogMel(LogMelConfig.from_dict(frontend)) if kind == "logmel" else None
+        if self.frontend is not None:
+            if d_input != 1:
+                raise ValueError(f"a log-mel front end takes mono audio (d_input 1), got {d_input}")
+            if decoder == "pair":
+                raise ValueError("a log-mel front end is for streaming models, not decoder pair")
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
         if decoder_window < 1:
             raise ValueError(f"decoder_window must be >= 1, got {decoder_window}")
         self.d_input, self.d_output, self.decoder = d_input, d_output, decoder
         self.decoder_window, self.prenorm = decoder_window, prenorm
-        self.encoder = nn.Linear(d_input, d_model)
+        d_features = d_input if self.frontend is None else self.frontend.n_mels
+        self.encoder = nn.Linear(d_features, d_model)
         ssm_kwargs = dict(
             d_state=d_state, mode=mode, liquid=liquid, liquid_order=liquid_order,
             liquid_len=liquid_len, dt_min=dt_min, dt_max=dt_max, bidirectional=bidirectional,
@@ -246,9 +258,22 @@ class LiquidS4Model(nn.Module):
         """True when the whole model can run step by step (no bidirectional layer)."""
         return all(b.ssm.is_causal for b in self.blocks)
 
+    @property
+    def hop(self) -> int:
+        """Input samples per step of the stack: the front end's hop R, or 1 (raw input)."""
+        return 1 if self.frontend is None else self.frontend.hop
+
     def features(self, x: Tensor, rate: float = 1.0) -> Tensor:
-        """The sequence of features before the decoder, ``(B, L, H)``."""
+        """The sequence of features before the decoder, ``(B, L, H)``; with a front end
+        ``(B, ⌊L/R⌋, H)``, one step per completed frame."""
         check_input(x, self.d_input, "x")
+        if self.frontend is not None:
+            if rate != 1.0:
+                raise ValueError(
+                    "a log-mel model runs at its front end's sample rate only (rate 1); "
+                    "resample the input instead"
+                )
+            x = self.frontend(x)
         h = self.encoder(x)
         recompute = self.checkpoint_blocks and self.training and torch.is_grad_enabled()
         for block in self.blocks:
@@ -267,10 +292,11 @@ class LiquidS4Model(nn.Module):
         return self.decode(self.pair_mlp(torch.cat([a, b, a * b, a - b], -1)))
 
     def forward(self, x: Tensor, rate: float = 1.0, steps: bool = False) -> Tensor:
-        """``x (B, L, d_input)`` → the decoder's output; ``steps=True`` is
-        :meth:`forward_steps` (one entry point for wrappers such as DDP)."""
+        """``x (B, L, d_input)`` → the decoder's output (``window``: one row per step of the
+        stack, i.e. per frame with a front end). ``steps=True`` is :meth:`frame_steps`,
+        one row per step of the stack (what a per-step loss is computed on)."""
         if steps:
-            return self.forward_steps(x, rate)
+            return self.frame_steps(x, rate)
         if self.decoder == "pair":
             return self._pair(x, rate)
         h = self.features(x, rate)
@@ -286,11 +312,21 @@ class LiquidS4Model(nn.Module):
         return self.decode(mean.transpose(1, 2))
 
     def forward_steps(self, x: Tensor, rate: float = 1.0) -> Tensor:
-        """Per-step outputs ``(B, L, d_output)``, exactly what the streaming form emits.
+        """Per-sample outputs ``(B, L, d_output)``, exactly what the streaming form emits.
 
         ``window``: same as :meth:`forward`; ``last``: the decoder at every step;
-        ``pool``: the running mean since the start (the streaming pool output).
+        ``pool``: the running mean since the start (the streaming pool output). With a
+        front end, each frame's output is held until the next frame completes (zeros
+        before the first, :func:`~liquid_stream.frontend.hold`).
         """
+        y = self.frame_steps(x, rate)
+        if self.frontend is None:
+            return y
+        return hold(y, y.new_zeros(y.shape[0], y.shape[2]), 0, x.shape[1], self.hop)
+
+    def frame_steps(self, x: Tensor, rate: float = 1.0) -> Tensor:
+        """Per-step outputs of the stack ``(B, ⌊L/R⌋, d_output)`` (= :meth:`forward_steps`
+        without a front end); what a per-step loss is computed on."""
         if self.decoder == "pair":
             raise ValueError("the pair decoder compares two whole sequences: no per-step output")
         if self.decoder == "window":
@@ -359,6 +395,11 @@ class StreamingModel(nn.Module):
         self.decoder, self.window = model.decoder, model.decoder_window
         self.d_input, self.d_output = model.d_input, model.d_output
         self.sub_block, self.max_chunk, self.rate = sub_block, max_chunk, rate
+        if model.frontend is not None and rate != 1.0:
+            raise ValueError("a log-mel model streams at its front end's sample rate only (rate 1)")
+        # front end (raw samples → frames) or None; the stack then steps once per frame
+        self.frontend = None if model.frontend is None else LogMelStep(model.frontend, dtype)
+        self.hop = model.hop
         with torch.no_grad():
             self.encoder = copy.deepcopy(model.encoder).to(dtype)
             self.blocks = nn.ModuleList(
@@ -398,6 +439,9 @@ class StreamingModel(nn.Module):
             state["decoder.count"] = torch.zeros(batch, 1, **f64)
         if self.decoder == "window":
             state["decoder.history"] = torch.zeros(batch, self.window, self.d_output, **f64)
+        if self.frontend is not None:  # the samples since the last frame; its held output
+            state.update(self.frontend.init_state(batch, self.head.weight.device))
+            state["frontend.held"] = self.head.weight.new_zeros(batch, self.d_output)
         return state
 
     @property
@@ -454,6 +498,23 @@ class StreamingModel(nn.Module):
         check_finite_result(host[0], host[1:])
 
     def _step(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        if self.frontend is None:
+            return self._stack(x, state)
+        # raw samples → the frames this chunk completes → the stack → held per sample
+        phase = int(state["frontend.phase"][0])
+        frames, new = self.frontend(x, state)
+        if frames.shape[1] > 0:
+            y, stack_state = self._stack(frames, state)
+        else:  # no frame completed: the stack's state stays as it was
+            y = frames.new_zeros(x.shape[0], 0, self.d_output)
+            stack_state = {k: v for k, v in state.items() if not k.startswith("frontend.")}
+        new.update(stack_state)
+        y = hold(y, state["frontend.held"], phase, x.shape[1], self.hop)
+        new["frontend.held"] = y[:, -1]
+        return y, new
+
+    def _stack(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """Encoder → blocks → head → decoder on ``x (B, T, d_features)``, one row per step."""
         new: dict[str, Tensor] = {}
         h = self.encoder(x)
         for i, block in enumerate(self.blocks):

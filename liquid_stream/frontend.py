@@ -1,0 +1,243 @@
+"""Streaming-exact log-mel front end: raw samples in, feature frames out, then the stack.
+
+With ``frontend = {"kind": "logmel", ...}`` a :class:`~liquid_stream.model.LiquidS4Model`
+takes raw audio ``x (B, L, 1)`` and its Liquid-S4 stack runs at the frame rate
+``sample_rate / hop`` (100 Hz for the standard 10 ms hop) instead of the sample rate:
+~160× fewer steps per second of audio, the reason a keyword spotter trains on 2 CPU cores
+(docs/design.md §6).
+
+Frame k (k = 0, 1, …) covers the W samples that *end* at sample (k+1)·R − 1, with
+samples before the start of the stream taken as zero (so the front end is causal and a
+frame exists as soon as its last sample has arrived):
+
+    f_k[n]  = x[(k+1)·R − W + n],   n = 0 … W−1       (W = win, R = hop; x[<0] = 0)
+    X_k[j]  = Σ_n w[n] f_k[n] e^{−2πi j n / N}         j = 0 … N/2, w periodic Hann
+    P_k[j]  = |X_k[j]|²
+    E_k[m]  = Σ_j M[m, j] P_k[j]                       M: triangular mel filters (HTK)
+    z_k[m]  = (log(E_k[m] + ε) − μ[m]) / σ[m]          ε = log floor, μ/σ fixed per band
+
+A sequence of L samples gives ⌊L/R⌋ frames (the last L mod R samples wait for the next
+frame). The DFT is a strided convolution with the 2·(N/2+1) windowed cos/sin rows as
+kernels, so training, the step form and the ONNX graph compute the same sums.
+
+Streaming (:class:`LogMelStep`): the state is the last W−1 samples (zeros at the start)
+and the phase p = samples seen mod R (shared by the batch, like ``ssm.fill``). A chunk
+of T samples completes F = ⌊(p + T)/R⌋ frames; frame i of the chunk ends at chunk
+sample R − p − 1 + i·R.
+
+Per-sample outputs (:func:`hold`): the model's frame outputs y_k are held until the next
+frame completes, ŷ[t] = y_{k(t)} with k(t) = ⌊(t+1)/R⌋ − 1 the last frame complete at
+sample t, and ŷ[t] = 0 before the first frame; so the exported graph still answers one
+row per input sample and every app works unchanged at any chunk size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+FRONTENDS = ("raw", "logmel")
+
+
+@dataclass(frozen=True)
+class LogMelConfig:
+    """Log-mel parameters (times in ms at ``sample_rate``); each default defined here once.
+
+    25 ms Hann windows every 10 ms, 512-point DFT, 40 HTK mel bands over 20–7600 Hz: the
+    standard keyword-spotting front end (e.g. the Speech Commands baselines)."""
+
+    sample_rate: int = 16000
+    win_ms: float = 25.0
+    hop_ms: float = 10.0
+    n_fft: int = 512
+    n_mels: int = 40
+    fmin: float = 20.0
+    fmax: float = 7600.0
+    log_floor: float = 1e-6
+    mean: list[float] | None = field(default=None)  # per-band μ (None: 0)
+    std: list[float] | None = field(default=None)  # per-band σ (None: 1)
+
+    @property
+    def win(self) -> int:
+        return round(self.sample_rate * self.win_ms / 1000)
+
+    @property
+    def hop(self) -> int:
+        return round(self.sample_rate * self.hop_ms / 1000)
+
+    @property
+    def n_freq(self) -> int:
+        return self.n_fft // 2 + 1
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"frontend.{name} {why}, got {getattr(self, name)!r}")
+
+        for name in ("sample_rate", "n_fft", "n_mels"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise bad(name, "must be a positive integer")
+        for name in ("win_ms", "hop_ms", "fmin", "fmax", "log_floor"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise bad(name, "must be a finite number")
+        if self.hop < 1:
+            raise bad("hop_ms", "must be at least one sample")
+        if not self.hop <= self.win <= self.n_fft:
+            raise ValueError(
+                f"frontend: need hop ≤ win ≤ n_fft samples, got hop {self.hop}, win "
+                f"{self.win}, n_fft {self.n_fft}"
+            )
+        if not 0 <= self.fmin < self.fmax <= self.sample_rate / 2:
+            raise ValueError(
+                f"frontend: need 0 ≤ fmin < fmax ≤ sample_rate/2, got fmin {self.fmin}, "
+                f"fmax {self.fmax}, sample_rate {self.sample_rate}"
+            )
+        if self.log_floor <= 0:
+            raise bad("log_floor", "must be positive")
+        for name in ("mean", "std"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if len(v) != self.n_mels or not all(math.isfinite(float(a)) for a in v):
+                raise bad(name, f"must be {self.n_mels} finite numbers")
+            if name == "std" and min(float(a) for a in v) <= 0:
+                raise bad(name, "must be positive")
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> LogMelConfig:
+        """From a model config's ``frontend`` dict (``kind`` dropped); unknown keys refused."""
+        d = {k: v for k, v in (d or {}).items() if k != "kind"}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"frontend: unknown field(s) {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return {"kind": "logmel", **asdict(self)}
+
+
+def mel_filterbank(n_fft: int, n_mels: int, sample_rate: float, fmin: float, fmax: float) -> Tensor:
+    """float64 ``(n_mels, n_fft/2 + 1)`` triangular filters on the HTK mel scale
+    m(f) = 2595·log₁₀(1 + f/700): band m rises from edge m−1 to m and falls to m+1, where the
+    n_mels + 2 edges are equally spaced in mel from fmin to fmax (peak value 1)."""
+
+    def mel(f):
+        return 2595.0 * torch.log10(1.0 + f / 700.0)
+
+    edges_mel = torch.linspace(
+        float(mel(torch.tensor(float(fmin), dtype=torch.float64))),
+        float(mel(torch.tensor(float(fmax), dtype=torch.float64))),
+        n_mels + 2,
+        dtype=torch.float64,
+    )
+    edges = 700.0 * (10.0 ** (edges_mel / 2595.0) - 1.0)
+    freqs = torch.arange(n_fft // 2 + 1, dtype=torch.float64) * sample_rate / n_fft
+    lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    up = (freqs - lo) / (mid - lo)
+    down = (hi - freqs) / (hi - mid)
+    return torch.clamp(torch.minimum(up, down), min=0.0)
+
+
+def dft_basis(cfg: LogMelConfig) -> Tensor:
+    """float64 ``(2·n_freq, 1, W)``: rows w[n]·cos(2πjn/N) then −w[n]·sin(2πjn/N), so a
+    stride-R convolution gives Re X_k[j] and Im X_k[j] of every frame."""
+    W, N = cfg.win, cfg.n_fft
+    n = torch.arange(W, dtype=torch.float64)
+    window = 0.5 - 0.5 * torch.cos(2 * math.pi * n / W)  # periodic Hann
+    j = torch.arange(cfg.n_freq, dtype=torch.float64)[:, None]
+    phase = 2 * math.pi * j * n / N
+    return torch.cat([window * torch.cos(phase), -window * torch.sin(phase)])[:, None]
+
+
+class LogMel(nn.Module):
+    """``x (B, L, 1)`` raw samples → ``z (B, ⌊L/R⌋, n_mels)`` (see the module docstring).
+
+    No parameters: the tables (DFT basis, mel filters, μ, σ) are fixed by the config, built
+    in float64 and cast once per (dtype, device), so a float64 model computes them exactly
+    and checkpoints carry nothing but the config."""
+
+    def __init__(self, cfg: LogMelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.win, self.hop, self.n_mels = cfg.win, cfg.hop, cfg.n_mels
+        self._tables: dict[tuple, tuple[Tensor, ...]] = {}
+
+    def tables(self, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, ...]:
+        """(basis (2·nf, 1, W), mel (nf, M), μ (M,), σ (M,)) in ``dtype`` on ``device``."""
+        key = (dtype, device)
+        if key not in self._tables:
+            c = self.cfg
+            mel = mel_filterbank(c.n_fft, c.n_mels, c.sample_rate, c.fmin, c.fmax).T
+            mean = torch.zeros(c.n_mels) if c.mean is None else torch.tensor(c.mean)
+            std = torch.ones(c.n_mels) if c.std is None else torch.tensor(c.std)
+            self._tables[key] = tuple(
+                t.double().contiguous().to(dtype=dtype, device=device)
+                for t in (dft_basis(c), mel, mean, std)
+            )
+        return self._tables[key]
+
+    def n_frames(self, length: int) -> int:
+        return length // self.hop
+
+    def frames(self, xs: Tensor) -> Tensor:
+        """``xs (B, 1, (F−1)·R + W)`` → features ``(B, F, n_mels)`` of its F frames."""
+        basis, mel, mean, std = self.tables(xs.dtype, xs.device)
+        spec = F.conv1d(xs, basis, stride=self.hop)  # (B, 2·nf, F)
+        re, im = spec.chunk(2, dim=1)
+        power = (re * re + im * im).transpose(1, 2)  # (B, F, nf)
+        return (torch.log(power @ mel + self.cfg.log_floor) - mean) / std
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, L, _ = x.shape
+        if L < self.hop:
+            return x.new_zeros(B, 0, self.n_mels)
+        xs = F.pad(x.transpose(1, 2), (self.win - self.hop, 0))  # x[<0] = 0
+        return self.frames(xs[..., : (self.n_frames(L) - 1) * self.hop + self.win])
+
+
+class LogMelStep(nn.Module):
+    """Step form of :class:`LogMel`: ``x (B, T, 1)`` any T ≥ 1 → the frames it completes.
+
+    State: ``frontend.buffer`` (B, W−1) the last W−1 samples, ``frontend.phase`` (1,) int64
+    samples seen mod R (shared by the batch)."""
+
+    def __init__(self, frontend: LogMel, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.f, self.dtype = LogMel(frontend.cfg), dtype
+        self.cfg, self.win, self.hop = frontend.cfg, frontend.win, frontend.hop
+
+    def init_state(self, batch: int, device: torch.device | None = None) -> dict[str, Tensor]:
+        return {
+            "frontend.buffer": torch.zeros(batch, self.win - 1, dtype=self.dtype, device=device),
+            "frontend.phase": torch.zeros(1, dtype=torch.int64, device=device),
+        }
+
+    def forward(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """``x (B, T, 1)`` → frames ``(B, F, n_mels)``, F = ⌊(p + T)/R⌋, and the new state."""
+        p, T, R, W = int(state["frontend.phase"][0]), x.shape[1], self.hop, self.win
+        ext = torch.cat([state["frontend.buffer"], x[..., 0]], 1)  # (B, W−1+T)
+        n = (p + T) // R
+        new = {
+            "frontend.buffer": ext[:, -(W - 1) :],
+            "frontend.phase": torch.full_like(state["frontend.phase"], (p + T) % R),
+        }
+        if n == 0:
+            return x.new_zeros(x.shape[0], 0, self.cfg.n_mels), new
+        start = R - p - 1  # frame i ends at chunk sample R − p − 1 + i·R
+        return self.f.frames(ext[:, None, start : start + (n - 1) * R + W]), new
+
+
+def hold(y: Tensor, held: Tensor, phase: int, length: int, hop: int) -> Tensor:
+    """Per-sample outputs from frame outputs: ``y (B, F, d)`` of the frames completed in a
+    chunk of ``length`` samples that started at phase p → ``(B, length, d)`` where sample t
+    gets the last frame complete at t (``held (B, d)``, the previous chunk's last frame, or
+    zeros, before the chunk's first frame)."""
+    ext = torch.cat([held[:, None], y], 1)  # (B, 1+F, d)
+    idx = (phase + torch.arange(1, length + 1, device=y.device)) // hop  # frames done by t
+    return ext[:, idx]
