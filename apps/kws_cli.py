@@ -524,10 +524,14 @@ def _plot_eval(path, source, trace, spotter, truth, dets, until_s=None) -> None:
 @click.option("--noise-gain", default=0.02, show_default=True, type=click.FloatRange(0))
 @click.option("--synth-per-word", default=30, show_default=True, type=click.IntRange(3),
               help="Clips per word of the synthetic set when --data is not given.")  # fmt: skip
+@click.option("--split", default="testing", show_default=True,
+              type=click.Choice(["testing", "validation"]),
+              help="Clips of this split: 'validation' for a stream to tune thresholds on.")
 def kws_stream_cmd(out_wav, labels_path, root, minutes, keywords, seed, noise_gain,
-                   synth_per_word):  # fmt: skip
-    """Build a long 16 kHz test stream OUT_WAV of Speech Commands TEST clips (keywords at
-    known times, other words and background noise between) and its labels CSV."""
+                   synth_per_word, split):  # fmt: skip
+    """Build a long 16 kHz test stream OUT_WAV of Speech Commands TEST clips (or VALIDATION
+    clips, --split validation; keywords at known times, other words and background noise
+    between) and its labels CSV."""
     from .audio import AudioError
     from .kws_stream import SC10, build_kws_stream, write_kws_stream
 
@@ -537,7 +541,7 @@ def kws_stream_cmd(out_wav, labels_path, root, minutes, keywords, seed, noise_ga
         root = ensure_synth(synth_per_word)
     kw = [k.strip() for k in keywords.split(",") if k.strip()] if keywords else list(SC10)
     try:
-        x, rows = build_kws_stream(root, minutes, kw, seed, noise_gain=noise_gain)
+        x, rows = build_kws_stream(root, minutes, kw, seed, noise_gain=noise_gain, split=split)
     except (OSError, ValueError, AudioError) as e:
         raise click.ClickException(str(e)) from e
     write_kws_stream(out_wav, labels_path, x, rows)

@@ -3,15 +3,18 @@
     x, rows = build_kws_stream(root, minutes=2, keywords=["yes", "no"], seed=0)
 
 Clips come from the TEST split (``testing_list.txt``) of a Speech Commands v0.02 layout
-(``<root>/<word>/*.wav`` 16 kHz mono). The stream is a sequence of clips separated by
-random gaps (``gap_s``); each clip is a keyword (one of ``keywords``) with probability
-``keyword_prob``, else a non-keyword (any other word of the test split; none present →
-keywords only). A crop of the ``_background_noise_`` recordings (concatenated and
-looped) is added under everything at ``noise_gain``. ``rows`` hold one
-:class:`~liquid_stream.apps.kws.TrueEvent` per clip: ``start_s`` / ``end_s`` are the
-first / one-past-last sample of the clip's speech (10 ms blocks within 40 dB of its
-loudest block, as the ``speech-stream`` task's ``speech_end``), ``is_keyword`` says
-whether the word is a keyword. Everything is a function of ``seed``. Torch-free.
+(``<root>/<word>/*.wav`` 16 kHz mono), or from the VALIDATION split
+(``validation_list.txt``, ``split="validation"``): the stream on which a detection
+threshold is chosen (``kws-tune``), so that the test stream is never used for it.
+The stream is a sequence of clips separated by random gaps (``gap_s``); each clip is a
+keyword (one of ``keywords``) with probability ``keyword_prob``, else a non-keyword (any
+other word of the split; none present → keywords only). A crop of the
+``_background_noise_`` recordings (concatenated and looped) is added under everything at
+``noise_gain``. ``rows`` hold one :class:`~liquid_stream.apps.kws.TrueEvent` per clip:
+``start_s`` / ``end_s`` are the first / one-past-last sample of the clip's speech (10 ms
+blocks within 40 dB of its loudest block, as the ``speech-stream`` task's ``speech_end``),
+``is_keyword`` says whether the word is a keyword. Everything is a function of ``seed``.
+Torch-free.
 """
 
 from __future__ import annotations
@@ -42,12 +45,17 @@ def speech_span(x: np.ndarray, rel_db: float = -40.0, frame: int = 160) -> tuple
     return int(active[0] * frame), int((active[-1] + 1) * frame)
 
 
-def clips_of_test_split(root: str | os.PathLike) -> dict[str, list[Path]]:
-    """The test split of a Speech Commands root: word → its WAV paths (sorted)."""
+SPLIT_LISTS = {"testing": "testing_list.txt", "validation": "validation_list.txt"}
+
+
+def clips_of_test_split(root: str | os.PathLike, split: str = "testing") -> dict[str, list[Path]]:
+    """The test (or validation) split of a Speech Commands root: word → WAV paths (sorted)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"Speech Commands root not found: {root}")
-    listing = root / "testing_list.txt"
+    if split not in SPLIT_LISTS:
+        raise ValueError(f"split must be one of {sorted(SPLIT_LISTS)}, got {split!r}")
+    listing = root / SPLIT_LISTS[split]
     if not listing.is_file():
         raise FileNotFoundError(f"{listing} not found: not a Speech Commands v0.02 root")
     words: dict[str, list[Path]] = {}
@@ -93,14 +101,16 @@ def build_kws_stream(
     gap_s: tuple[float, float] = (0.5, 2.0),
     noise_gain: float = 0.02,
     lead_s: float = 1.0,
+    split: str = "testing",
 ) -> tuple[np.ndarray, list[TrueEvent]]:
     """The stream (float32 at 16 kHz) and its labels; see the module docstring."""
     root = Path(root)
-    split = clips_of_test_split(root)
+    name = split
+    split = clips_of_test_split(root, name)
     missing = [k for k in keywords if k not in split]
     if missing:
         raise ValueError(
-            f"no test-split clips for keyword(s) {', '.join(missing)} in {root}; "
+            f"no {name}-split clips for keyword(s) {', '.join(missing)} in {root}; "
             f"words there: {', '.join(split) or 'none'}"
         )
     others = [w for w in split if w not in keywords]
