@@ -18,6 +18,20 @@ from pathlib import Path
 import click
 
 DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda"])
+# What a task builder raises for bad or missing data (a missing file is an OSError); these
+# reach the user as one-line CLI errors, anything else keeps its traceback.
+DATA_ERRORS = (RuntimeError, ValueError, OSError)
+
+
+def _one_line(e: BaseException | str) -> str:
+    """The message of ``e`` on one line (YAML errors, for one, span several)."""
+    text = str(e) if not isinstance(e, OSError) or not e.strerror else _os_error(e)
+    return " ".join(text.split())
+
+
+def _os_error(e: OSError) -> str:
+    """``path: reason`` for an OSError that carries a file name (not ``[Errno 2] ...``)."""
+    return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
 
 
 def _fmt(metrics: dict) -> str:
@@ -59,13 +73,6 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
     import os
     import sys
 
-    if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        from .distributed import launch
-
-        argv = sys.argv[1:]
-        i = next(k for k, a in enumerate(argv) if a == "--nproc" or a.startswith("--nproc="))
-        del argv[i : i + (1 if "=" in argv[i] else 2)]
-        raise SystemExit(launch(nproc, argv))
     from .config import ConfigError, dump_config, load_config, resume_config
 
     extra = list(overrides)
@@ -90,15 +97,19 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
                 raise click.ClickException(str(e)) from e
             if saved:
                 cfg = resume_config(saved, task, extra)
-    except ConfigError as e:
-        raise click.ClickException(str(e)) from e
+    except ConfigError as e:  # every field is checked before anything is built or written
+        raise click.ClickException(f"config: {_one_line(e)}") from e
+    if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        from .distributed import launch
+
+        argv = sys.argv[1:]
+        i = next(k for k, a in enumerate(argv) if a == "--nproc" or a.startswith("--nproc="))
+        del argv[i : i + (1 if "=" in argv[i] else 2)]
+        raise SystemExit(launch(nproc, argv))
     name = cfg["task"] + (f"-{cfg['data']['target']}" if "target" in cfg["data"] else "")
     out = Path(out_dir or Path("runs") / (name + (f"-{preset}" if preset else "")))
     main = int(os.environ.get("RANK", "0")) == 0  # data parallel: rank 0 writes and prints
     echo = click.echo if main else (lambda *a, **k: None)
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
-        dump_config(cfg, out / "config.yaml")
 
     from liquid_stream.checkpoint import CheckpointError
     from liquid_stream.model import LiquidS4Model
@@ -107,14 +118,20 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
     from .trainer import NonFiniteLossError, Trainer, seed_everything
 
     seed_everything(cfg["train"]["seed"])
-    try:
+    try:  # the data, every split checked non-empty, before the run folder is made
         train_set, val_set, test_set, meta, loss = build_task(cfg)
-    except (RuntimeError, ValueError) as e:
-        raise click.ClickException(str(e)) from e
-    model = LiquidS4Model(
-        d_input=meta["d_input"], d_output=meta["d_output"], **cfg["model"],
-        **{k: v for k, v in output_affine(meta).items() if k not in cfg["model"]},
-    )
+    except DATA_ERRORS as e:
+        raise click.ClickException(_one_line(e)) from e
+    try:
+        model = LiquidS4Model(
+            d_input=meta["d_input"], d_output=meta["d_output"], **cfg["model"],
+            **{k: v for k, v in output_affine(meta).items() if k not in cfg["model"]},
+        )  # fmt: skip
+    except (ValueError, RuntimeError) as e:  # e.g. output_scale of the wrong length
+        raise click.ClickException(f"model: {_one_line(e)}") from e
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        dump_config(cfg, out / "config.yaml")
     n_params = sum(p.numel() for p in model.parameters())
     trainer = Trainer(model, train_set, val_set, cfg["optim"], cfg["train"], out, meta, loss,
                       config=cfg)  # fmt: skip
@@ -231,8 +248,8 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
         try:
             return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out,
                                    baseline, name=Path(checkpoint).parent.name)  # fmt: skip
-        except (RuntimeError, ValueError) as e:
-            raise click.ClickException(str(e)) from e
+        except DATA_ERRORS as e:
+            raise click.ClickException(_one_line(e)) from e
     rates = [(1, meta.get("sample_rate"))]
     if cfg["task"] == "speech":
         rates.append((2, (meta.get("sample_rate") or 16000) // 2))
@@ -245,8 +262,8 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
                 from .tasks import TASKS
 
                 sets = TASKS[cfg["task"]](cfg, stats=stats, rate=rate)
-        except RuntimeError as e:
-            raise click.ClickException(str(e)) from e
+        except DATA_ERRORS as e:
+            raise click.ClickException(_one_line(e)) from e
         ds = sets[2] if split == "test" else sets[1]
         n_classes = None if loss == "mse" else int(meta.get("d_output") or model.d_output)
         res = evaluate_model(model, ds, loss, dev, batch_size, rate=float(rate),

@@ -15,7 +15,10 @@ A task file ``training/configs/<task>.yaml`` has the sections
 Resolution order: built-in defaults ← file ← preset ← ``--set`` overrides (each value
 parsed as YAML: ``--set optim.lr=1e-3``, ``--set model.liquid=null``,
 ``--set optim.milestones=[100,200]``). Unknown sections or keys raise
-:class:`ConfigError` naming the key and the closest valid ones.
+:class:`ConfigError` naming the key and the closest valid ones. Every value is then
+checked (:func:`validate`: type, range, the choices the consuming code accepts, rules
+between fields, split sizes that follow from the config), so a bad value is one error
+naming its field before any data is loaded, model built or run folder written.
 
 This module does not import torch at import time (fast CLI ``--help``).
 """
@@ -131,7 +134,14 @@ def _model_keys() -> set[str]:
 
 
 def validate(cfg: dict, data_defaults: dict | None = None) -> dict:
-    """Raise :class:`ConfigError` on unknown sections/keys or bad values; returns ``cfg``."""
+    """Raise :class:`ConfigError` on unknown sections/keys or bad values; returns ``cfg``.
+
+    Every field of ``model``, ``data``, ``optim`` and ``train`` is checked against its spec
+    (:data:`OPTIM_FIELDS`, :data:`TRAIN_FIELDS`, :func:`model_fields`, :func:`data_fields`:
+    type, range, allowed choices taken from the code that consumes them), then the rules
+    that tie fields together; the message names the field, e.g. ``model.d_model must be a
+    positive integer, got 'abc'``. Integral floats (``1e3``) given for integer fields are
+    stored as ints and ``model.liquid: none`` as null."""
     for section in cfg:
         if section not in SECTIONS + ("preset",):
             raise ConfigError(f"unknown config section {section!r}" + _suggest(section, SECTIONS))
@@ -139,31 +149,486 @@ def validate(cfg: dict, data_defaults: dict | None = None) -> dict:
     if data_defaults is not None:
         checks["data"] = data_defaults
     for section, valid in checks.items():
-        for key in cfg.get(section) or {}:
+        values = cfg.get(section)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise ConfigError(f"section {section!r} must be a mapping, got {values!r}")
+        for key in values:
             if key not in valid:
                 raise ConfigError(
                     f"unknown key {section}.{key}" + _suggest(key, valid)
                     + (" (d_input/d_output come from the task)" if key in MODEL_RESERVED else "")
                 )  # fmt: skip
-    o, t = cfg["optim"], cfg["train"]
-    if o["schedule"] not in SCHEDULES:
-        raise ConfigError(f"optim.schedule must be one of {SCHEDULES}, got {o['schedule']!r}")
-    if t["device"] not in DEVICES:
-        raise ConfigError(f"train.device must be one of {DEVICES}, got {t['device']!r}")
-    if t["amp_dtype"] not in ("bf16", "fp16"):
-        raise ConfigError(f"train.amp_dtype must be bf16 or fp16, got {t['amp_dtype']!r}")
-    for key in ("epochs", "batch_size", "grad_accum"):
-        if not isinstance(o[key], int) or o[key] < 1:
-            raise ConfigError(f"optim.{key} must be an integer >= 1, got {o[key]!r}")
-    for key in ("lr", "weight_decay", "ssm_lr", "ssm_weight_decay", "grad_clip", "gamma"):
-        if not isinstance(o[key], int | float) or o[key] < 0:
-            raise ConfigError(f"optim.{key} must be a number >= 0, got {o[key]!r}")
-    steps = t["max_steps"]
-    if steps is not None and (not isinstance(steps, int) or steps < 1):
-        raise ConfigError(f"train.max_steps must be null or an integer >= 1, got {steps!r}")
-    if not isinstance(o["milestones"], list):
-        raise ConfigError(f"optim.milestones must be a list of epochs, got {o['milestones']!r}")
+    _check_fields("optim", cfg["optim"], OPTIM_FIELDS)
+    _check_fields("train", cfg["train"], TRAIN_FIELDS)
+    _check_fields("model", cfg.get("model") or {}, model_fields())
+    _check_model(cfg.get("model") or {})
+    if data_defaults is not None:
+        task = str(cfg.get("task") or "")
+        _check_fields("data", cfg.get("data") or {}, data_fields(task, data_defaults))
+        _check_data(task, cfg.get("data") or {})
     return cfg
+
+
+# ------------------------------------------------------------------ field specs
+# A spec is (what, coerce): ``what`` completes "section.key must be ...", ``coerce(value)``
+# returns the value to store or raises _Bad.
+
+
+class _Bad(Exception):
+    """A value does not match its spec."""
+
+
+class Spec:
+    """``what`` (a string, or a function giving it when a message is made) and ``coerce``."""
+
+    def __init__(self, what, coerce):
+        self._what, self.coerce = what, coerce
+
+    @property
+    def what(self) -> str:
+        return self._what() if callable(self._what) else self._what
+
+
+def _nullable(spec: Spec, null: bool) -> Spec:
+    if not null:
+        return spec
+    return Spec(lambda: f"null or {spec.what}",
+                lambda v: None if v is None else spec.coerce(v))  # fmt: skip
+
+
+def _as_int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise _Bad
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    raise _Bad
+
+
+def _as_number(v: Any) -> float | int:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v or abs(v) == float("inf"):
+        raise _Bad
+    return v
+
+
+def integer(lo: int | None = None, hi: int | None = None, null: bool = False) -> Spec:
+    """An int (an integral float is accepted and stored as an int) in [lo, hi]."""
+    if lo == 1 and hi is None:
+        what = "a positive integer"
+    elif lo is not None and hi is not None:
+        what = f"an integer in {lo}..{hi}"
+    elif lo is not None:
+        what = f"an integer >= {lo}"
+    else:
+        what = "an integer"
+
+    def coerce(v):
+        v = _as_int(v)
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise _Bad
+        return v
+
+    return _nullable(Spec(what, coerce), null)
+
+
+def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+           hi_open: bool = False, null: bool = False) -> Spec:  # fmt: skip
+    """A finite int or float in the interval given (open ends where asked)."""
+    if lo is not None and hi is not None:
+        what = f"a number in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    elif lo is not None:
+        what = f"a number {'>' if lo_open else '>='} {lo:g}"
+    else:
+        what = "a finite number"
+
+    def coerce(v):
+        v = _as_number(v)
+        if lo is not None and (v < lo or (lo_open and v == lo)):
+            raise _Bad
+        if hi is not None and (v > hi or (hi_open and v == hi)):
+            raise _Bad
+        return v
+
+    return _nullable(Spec(what, coerce), null)
+
+
+def boolean() -> Spec:
+    def coerce(v):
+        if not isinstance(v, bool):
+            raise _Bad
+        return v
+
+    return Spec("true or false", coerce)
+
+
+def choice(options, null: bool = False) -> Spec:
+    """One of ``options`` (a tuple, or a function returning one, called at check time);
+    with ``null``, also None (written null, or none)."""
+
+    def get() -> tuple:
+        return tuple(options() if callable(options) else options)
+
+    def coerce(v):
+        if null and (v is None or (isinstance(v, str) and v.lower() in ("none", "null"))):
+            return None
+        if isinstance(v, bool) or not isinstance(v, str | int | float) or v not in get():
+            raise _Bad
+        return v
+
+    def what() -> str:
+        shown = ", ".join(str(o) for o in get())
+        return f"one of {'null (none), ' if null else ''}{shown}"
+
+    return Spec(what, coerce)
+
+
+def path(null: bool = True) -> Spec:
+    def coerce(v):
+        if isinstance(v, Path):
+            v = str(v)
+        if not isinstance(v, str) or not v.strip():
+            raise _Bad
+        return v
+
+    return _nullable(Spec("a path (string)", coerce), null)
+
+
+def number_list(what: str, item: Spec, length: int | None = None,
+                nonempty: bool = False) -> Spec:  # fmt: skip
+    def coerce(v):
+        if not isinstance(v, list | tuple):
+            raise _Bad
+        if (length is not None and len(v) != length) or (nonempty and not v):
+            raise _Bad
+        return [item.coerce(x) for x in v]
+
+    return Spec(what, coerce)
+
+
+def scalar_or_list(item: Spec) -> Spec:
+    """A number, or a non-empty list of numbers (one per output), each passing ``item``."""
+
+    def coerce(v):
+        if isinstance(v, list | tuple):
+            if not v:
+                raise _Bad
+            return [item.coerce(x) for x in v]
+        return item.coerce(v)
+
+    return Spec(f"{item.what}, or a non-empty list of them", coerce)
+
+
+def _strings(nonempty: bool = True) -> Spec:
+    def coerce(v):
+        if not isinstance(v, list | tuple) or (nonempty and not v):
+            raise _Bad
+        if not all(isinstance(x, str) and x for x in v):
+            raise _Bad
+        return list(v)
+
+    return Spec("a non-empty list of names", coerce)
+
+
+def _nonzero(spec: Spec) -> Spec:
+    def coerce(v):
+        v = spec.coerce(v)
+        if v == 0:
+            raise _Bad
+        return v
+
+    return Spec(f"{spec.what}, not 0", coerce)
+
+
+def mapping(null: bool = True) -> Spec:
+    def coerce(v):
+        if not isinstance(v, dict):
+            raise _Bad
+        return v
+
+    return _nullable(Spec("a mapping of settings", coerce), null)
+
+
+def _check_fields(section: str, values: dict, fields: dict[str, Spec]) -> None:
+    for key, value in values.items():
+        spec = fields.get(key)
+        if spec is None:  # a key this table does not know yet (the tests require one);
+            continue  # model keys are still checked by building the model (_check_model)
+        try:
+            values[key] = spec.coerce(value)
+        except (_Bad, TypeError, ValueError):
+            raise ConfigError(f"{section}.{key} must be {spec.what}, got {value!r}") from None
+
+
+OPTIM_FIELDS: dict[str, Spec] = {
+    "lr": number(0),
+    "weight_decay": number(0),
+    "ssm_lr": number(0),
+    "ssm_weight_decay": number(0),
+    "schedule": choice(SCHEDULES),
+    "warmup_steps": integer(0),
+    "milestones": number_list("a list of epochs (integers >= 1)", integer(1)),
+    "gamma": number(0),
+    "min_lr_ratio": number(0, 1),
+    "grad_clip": number(0),
+    "epochs": integer(1),
+    "batch_size": integer(1),
+    "eval_batch_size": integer(1, null=True),
+    "grad_accum": integer(1),
+}
+TRAIN_FIELDS: dict[str, Spec] = {
+    "seed": integer(),
+    "device": choice(DEVICES),
+    "amp": boolean(),
+    "amp_dtype": choice(("bf16", "fp16")),
+    "eval_every": integer(1),
+    "max_steps": integer(1, null=True),
+    "num_workers": integer(0),
+    "save_every_steps": integer(0),
+    "progress": boolean(),
+    "plot_every_s": number(0),
+    "threads": integer(1, null=True),
+    "checkpoint_blocks": boolean(),
+}
+# LiquidS4 (liquid_stream/layer.py) takes these; it names no constant for them.
+SSM_MODES = ("dplr", "diag")
+DIAG_INITS = ("legs", "lin", "inv")  # liquid_stream.hippo.diag_init
+DISCRETISATIONS = ("bilinear", "zoh")  # zoh: diag only (liquid_stream.dplr / diag)
+
+
+def model_fields() -> dict[str, Spec]:
+    """The spec of every ``model:`` key (the arguments of ``LiquidS4Model``), with the
+    choices the model code accepts (:mod:`liquid_stream.model`, ``.liquid``, ``.cauchy``)."""
+    from liquid_stream.cauchy import BACKENDS
+    from liquid_stream.liquid import LIQUID_KINDS, MAX_LIQUID_ORDER
+    from liquid_stream.model import DECODERS, NORMS
+
+    return {
+        "d_model": integer(1),
+        "n_layers": integer(1),
+        "d_state": integer(2),
+        "mode": choice(SSM_MODES),
+        "liquid": choice(tuple(k for k in LIQUID_KINDS if k), null=None in LIQUID_KINDS),
+        "liquid_order": integer(2, MAX_LIQUID_ORDER),
+        "liquid_len": integer(1),
+        "dt_min": number(0, lo_open=True),
+        "dt_max": number(0, lo_open=True),
+        "bidirectional": boolean(),
+        "init": choice(DIAG_INITS),
+        "disc": choice(DISCRETISATIONS),
+        "backend": choice(BACKENDS),
+        "norm": choice(NORMS),
+        "prenorm": boolean(),
+        "dropout": number(0, 1, hi_open=True),
+        "decoder": choice(DECODERS),
+        "decoder_window": integer(1),
+        "output_scale": scalar_or_list(_nonzero(number())),
+        "output_shift": scalar_or_list(number()),
+        "frontend": mapping(),  # its fields: checked by the model itself (_check_model)
+    }
+
+
+def _check_model(m: dict) -> None:
+    """The rules between model fields (those LiquidS4 enforces when it is built), then a
+    tiny model built with the other fields as given, so that whatever the model itself
+    refuses is a config error now, before any data is loaded or any file written."""
+    import torch
+
+    from liquid_stream.model import LiquidS4Model
+
+    params = inspect.signature(LiquidS4Model.__init__).parameters.items()
+    defaults = {k: p.default for k, p in params if p.default is not inspect.Parameter.empty}
+    v = {**defaults, **m}
+    if v["dt_min"] > v["dt_max"]:
+        raise ConfigError(
+            f"model.dt_min must be <= model.dt_max, got {v['dt_min']!r} > {v['dt_max']!r}"
+        )
+    if v["liquid"] == "ltc" and (v["mode"] != "diag" or v["bidirectional"]):
+        raise ConfigError(
+            "model.liquid=ltc (the causal diagonal recurrence) needs model.mode=diag and "
+            f"model.bidirectional=false, got mode={v['mode']!r}, "
+            f"bidirectional={v['bidirectional']!r}"
+        )
+    if v["mode"] == "dplr" and v["init"] != "legs":
+        raise ConfigError(f"model.mode=dplr is initialised with S4-LegS only: model.init must "
+                          f"be legs, got {v['init']!r} (lin / inv are for mode=diag)")  # fmt: skip
+    if v["mode"] == "dplr" and v["disc"] != "bilinear":
+        raise ConfigError(f"model.mode=dplr supports only model.disc=bilinear, got {v['disc']!r} "
+                          "(zoh is for mode=diag)")  # fmt: skip
+    lists = [len(x) for x in (v["output_scale"], v["output_shift"]) if isinstance(x, list)]
+    with torch.random.fork_rng(devices=[]):  # leaves the caller's random numbers alone
+        try:
+            # the smallest such model (its sizes are checked above): a few milliseconds
+            small = {**m, "n_layers": 1, "d_model": 1, "d_state": 2}
+            LiquidS4Model(d_input=1, d_output=max(lists, default=1), **small)
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise ConfigError(f"model: {' '.join(str(e).split())}") from None
+
+
+def _speech_subsets():
+    from .data.speech import SUBSETS
+
+    return tuple(SUBSETS)
+
+
+def _speech_clip_ends():
+    from .data.speech import CLIP_ENDS
+
+    return CLIP_ENDS
+
+
+def _speech_rates():
+    from .data.speech import SR
+
+    return (SR,)
+
+
+def _bidmc_targets():
+    from .data.bidmc import TARGETS
+
+    return tuple(TARGETS)
+
+
+def _from_tasks(name: str) -> tuple:
+    from . import tasks
+
+    return tuple(getattr(tasks, name))
+
+
+def _image_modes():
+    from .data.images import MODES
+
+    return MODES
+
+
+def _difficulties():
+    from .data.pathfinder import DIFFICULTIES
+
+    return tuple(DIFFICULTIES)
+
+
+def _min_per_word() -> int:
+    """The fewest clips per word with which the generator fills every split."""
+    from .data.speech_synth import MIN_PER_WORD
+
+    return MIN_PER_WORD
+
+
+def _per_word() -> Spec:
+    """``synth_per_word``: enough clips per word for the generator to fill every split."""
+
+    def what() -> str:
+        return integer(_min_per_word()).what + " (fewer leave the val / test splits empty)"
+
+    return Spec(what, lambda v: integer(_min_per_word()).coerce(v))
+
+
+# The ``data:`` keys of every task (training/tasks.py data_defaults), by name; a task whose
+# key means something else has its own entry in TASK_DATA_FIELDS.
+DATA_FIELDS: dict[str, Spec] = {
+    "root": path(),
+    "seed": integer(),
+    "n_train": integer(1),
+    "n_val": integer(1),
+    "n_test": integer(1),
+    "length": integer(1),
+    "sample_rate": integer(1),
+    "noise": number(0),
+    # speech / speech-stream
+    "subset": choice(_speech_subsets),
+    "max_train_per_class": integer(1, null=True),
+    "max_eval_per_class": integer(1, null=True),
+    "synth_per_word": _per_word(),
+    "normalizer_per_class": integer(1, null=True),
+    "augment": boolean(),
+    "label_tail_ms": number(0),
+    "label_hold_ms": number(0),
+    "clip_end": choice(_speech_clip_ends),
+    "gap_ms": number_list("[lo, hi] in ms with 0 <= lo <= hi", number(0), length=2),
+    "keyword_prob": number(0, 1),
+    "noise_prob": number(0, 1),
+    "noise_max_gain": number(0),
+    "silence_weight": number(0, lo_open=True),
+    # bidmc
+    "format": choice(lambda: _from_tasks("BIDMC_FORMATS")),
+    "target": choice(_bidmc_targets),
+    "protocol": choice(lambda: _from_tasks("BIDMC_PROTOCOLS")),
+    "channels": _strings(),
+    "window": integer(1),
+    "hop": integer(1),
+    "min_valid": number(0, 1),
+    "sim_records": integer(1, 99),
+    "sim_minutes": number(0, lo_open=True),
+    "sim_seed": integer(),
+    "max_train": integer(1, null=True),
+    "max_eval": integer(1, null=True),
+    # listops
+    "max_length": integer(1),
+    "min_length": integer(0),
+    "max_depth": integer(1),
+    "max_args": integer(2),
+    # images
+    "source": choice(lambda: _from_tasks("IMAGE_SOURCES")),
+    "mode": choice(_image_modes),
+    "val_fraction": number(0, 1, lo_open=True, hi_open=True),  # 0 would leave val empty
+    # pathfinder
+    "resolution": integer(1),
+    "difficulty": choice(_difficulties),
+    "n_images": integer(3),
+    "n_distractors": integer(0, null=True),
+    "test_fraction": number(0, 1, lo_open=True, hi_open=True),
+}
+_SPEECH_DATA = {"sample_rate": choice(_speech_rates)}  # Speech Commands is 16 kHz
+TASK_DATA_FIELDS: dict[str, dict[str, Spec]] = {
+    "speech": _SPEECH_DATA,
+    "speech-stream": _SPEECH_DATA,
+    # IMDB: 0 validates on the test set (LRA); > 0 holds out part of train
+    "imdb": {"val_fraction": number(0, 1, hi_open=True)},
+    "listops": {"max_length": integer(2)},
+}
+
+
+def data_fields(task: str, data_defaults: dict) -> dict[str, Spec]:
+    """The spec of every ``data:`` key of ``task`` (keys: those of ``data_defaults``)."""
+    fields = {**DATA_FIELDS, **TASK_DATA_FIELDS.get(task, {})}
+    return {k: fields[k] for k in data_defaults if k in fields}
+
+
+def _check_data(task: str, d: dict) -> None:
+    """The rules between data fields (split sizes that can be told before building)."""
+    gap = d.get("gap_ms")
+    if isinstance(gap, list) and len(gap) == 2 and gap[0] > gap[1]:
+        raise ConfigError(f"data.gap_ms must be [lo, hi] with lo <= hi, got {gap!r}")
+    if task == "listops" and d.get("root") is None and "min_length" in d:
+        lo, hi, depth, args = d["min_length"], d["max_length"], d["max_depth"], d["max_args"]
+        if lo + 1 >= hi:
+            raise ConfigError(f"data.min_length + 1 must be < data.max_length to generate "
+                              f"ListOps, got {lo} and {hi}")  # fmt: skip
+        longest = 1
+        for _ in range(depth - 1):
+            longest = 2 + args * longest
+        if longest <= lo:
+            raise ConfigError(
+                f"data.max_depth={depth} with data.max_args={args} makes expressions of at "
+                f"most {longest} tokens, none longer than data.min_length={lo}"
+            )
+    if "test_fraction" in d and "val_fraction" in d:
+        val, test = d["val_fraction"], d["test_fraction"]
+        if val + test >= 1:
+            raise ConfigError(f"data.val_fraction + data.test_fraction must be < 1, got "
+                              f"{val!r} + {test!r}")  # fmt: skip
+        n = d.get("n_images")
+        if d.get("root") is None and n is not None:  # a generated pool, split 3 ways
+            n_val, n_test = round(val * n), round(test * n)
+            sizes = {"train": n - n_val - n_test, "val": n_val, "test": n_test}
+            for split, k in sizes.items():
+                if k < 1:
+                    raise ConfigError(
+                        f"data.n_images={n} leaves the {split} split with {k} images "
+                        f"(val_fraction {val:g}, test_fraction {test:g}); it needs at least 1"
+                    )
 
 
 def load_config(
@@ -257,10 +722,9 @@ def apply_overrides(cfg: dict, overrides, data_defaults: dict) -> dict:
                 + _suggest(section, ("model", "data", "optim", "train"))
             )
         _check_keys(section, {key: value}, data_defaults, f"override {item!r}")
-        target = cfg[section]
-        for p in parts[1:-1]:
-            target = target.setdefault(p, {})
-        target[parts[-1]] = value
+        if len(parts) > 2:  # every field is flat (lists are written [a, b])
+            raise ConfigError(f"override {item!r}: {section}.{key} has no sub-keys")
+        cfg[section][key] = value
     return validate(cfg, data_defaults)
 
 

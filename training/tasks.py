@@ -45,11 +45,26 @@ def data_defaults_for(name: str) -> dict:
 
 
 def build_task(cfg: dict, stats=None):
-    """Run the registered builder for ``cfg["task"]``."""
+    """Run the registered builder for ``cfg["task"]``; a split with no examples is refused
+    here, before any training (``ValueError`` naming the split and its size)."""
     name = cfg["task"]
     if name not in TASKS:
         raise KeyError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
-    return TASKS[name](cfg, stats=stats)
+    built = TASKS[name](cfg, stats=stats)
+    check_split_sizes(name, built[:3])
+    return built
+
+
+SPLIT_UNITS = {"speech": "clips", "speech-stream": "crops", "bidmc": "windows"}
+
+
+def check_split_sizes(task: str, sets, need: int = 1) -> None:
+    """Raise ``ValueError`` unless each of the (train, val, test) datasets has ``need`` items."""
+    for split, ds in zip(("train", "val", "test"), sets, strict=True):
+        n = 0 if ds is None else len(ds)
+        if n < need:
+            unit = SPLIT_UNITS.get(task, "examples")
+            raise ValueError(f"{task}: the {split} split has {n} {unit}; it needs at least {need}")
 
 
 def _limit(idx: np.ndarray, k: int | None, seed: int) -> np.ndarray:
@@ -193,16 +208,16 @@ def _speech_meta(task: str, d: dict, labels: list, normalizer, root, **extra) ->
     }
 
 
-def _speech_source(sc, d: dict, seed: int, stats, per_class: int | None):
+def _speech_source(sc, d: dict, seed: int, stats, per_class: int | None, task: str):
     """The dataset root (data.root, else the cached synthetic set) and the (mean, std)
     normaliser: from a checkpoint's ``stats`` when given, else over the train clips
     (at most ``per_class`` per word)."""
     root = d["root"] or _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
     if stats is not None:
         return root, tuple(v[0] for v in _saved_stats(stats))
-    clips = per_class_subset(
-        sc.SpeechCommands(root, "train", d["subset"], seed=seed), per_class, seed
-    )
+    train = sc.SpeechCommands(root, "train", d["subset"], seed=seed)
+    sc.require_clips(train, 1, task)
+    clips = per_class_subset(train, per_class, seed)
     return root, tuple(float(v) for v in sc.compute_normalizer(clips))
 
 
@@ -216,11 +231,12 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
     ``rate=2``: the val/test splits at 8 kHz (x[::2]) for the zero-shot evaluation."""
     sc = _import(SPEECH_MODULE)
     d, seed = cfg["data"], int(cfg["train"]["seed"])
-    root, normalizer = _speech_source(sc, d, seed, stats, d["max_train_per_class"])
+    root, normalizer = _speech_source(sc, d, seed, stats, d["max_train_per_class"], "speech")
 
     def split(name, normalizer, augment=False, r=1):
         ds = sc.SpeechCommands(root, name, d["subset"], normalizer=normalizer, augment=augment,
                                rate=r, seed=seed)  # fmt: skip
+        sc.require_clips(ds, 1, "speech")
         limit = d["max_train_per_class"] if name == "train" else d["max_eval_per_class"]
         return per_class_subset(ds, limit, seed)
 
@@ -257,7 +273,8 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     are silence; a small model otherwise learns to answer silence everywhere)."""
     sc = _import(SPEECH_MODULE)
     d, seed = cfg["data"], int(cfg["train"]["seed"])
-    root, normalizer = _speech_source(sc, d, seed, stats, d["normalizer_per_class"])
+    root, normalizer = _speech_source(sc, d, seed, stats, d["normalizer_per_class"],
+                                      "speech-stream")  # fmt: skip
     gap = tuple(float(v) for v in d["gap_ms"])
     if len(gap) != 2 or gap[0] < 0 or gap[1] < gap[0]:
         raise ValueError(f"data.gap_ms must be [lo, hi] with 0 <= lo <= hi, got {d['gap_ms']!r}")
@@ -297,6 +314,8 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
 
 BIDMC_MODULE = "liquid_stream.training.data.bidmc"
 BIDMC_SIM_MODULE = "liquid_stream.training.data.bidmc_sim"
+BIDMC_FORMATS = ("auto", "wfdb", "ts")  # data.format
+BIDMC_PROTOCOLS = ("record", "shuffled")  # data.protocol
 
 
 def bidmc_windows(d: dict, seed: int):
@@ -313,7 +332,7 @@ def bidmc_windows(d: dict, seed: int):
         )
     fmt = bd.find_format(root) if d["format"] == "auto" else d["format"]
     protocol = d["protocol"]
-    if protocol not in ("record", "shuffled"):
+    if protocol not in BIDMC_PROTOCOLS:
         raise ValueError(f"data.protocol must be 'record' or 'shuffled', got {protocol!r}")
     if fmt == "wfdb":
         w = bd.load_wfdb_windows(

@@ -50,10 +50,14 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
     """Write a synthetic Speech Commands v0.02 dataset (35 words, espeak-ng, flite, festival
     and piper speakers, speaker-disjoint validation/testing lists, background noise) to
     OUT."""
+    import warnings
+
     from liquid_stream.training.data.speech import SC35_WORDS
     from liquid_stream.training.data.speech_synth import (
+        EmptySplitWarning,
         SynthToolMissing,
         generate_speech_synth,
+        per_word_warning,
         select_engines,
     )
 
@@ -73,18 +77,23 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--engines") from e
 
+    small = per_word_warning(per_word)
+    if small:  # said before the (long) generation, once: the library's warning is muted
+        click.echo(f"warning: {small}", err=True)
     try:
-        rep = generate_speech_synth(
-            out,
-            per_word,
-            words=word_list,
-            seed=seed,
-            workers=workers,
-            n_speakers=speakers,
-            noise_seconds=noise_seconds,
-            overwrite=force,
-            engines=engines,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", EmptySplitWarning)
+            rep = generate_speech_synth(
+                out,
+                per_word,
+                words=word_list,
+                seed=seed,
+                workers=workers,
+                n_speakers=speakers,
+                noise_seconds=noise_seconds,
+                overwrite=force,
+                engines=engines,
+            )
     except (SynthToolMissing, FileExistsError, ValueError) as e:
         raise click.ClickException(str(e)) from e
     click.echo(

@@ -43,6 +43,8 @@ SUBSETS = {"sc35": SC35_WORDS, "sc10": SC10_WORDS}
 SPLITS = ("train", "val", "test")
 NOISE_DIR = "_background_noise_"
 SILENCE = "_silence_"
+CLIP_ENDS = ("file", "speech")  # SpeechStream's clip_end: where a keyword ends
+LIST_FILES = {"val": "validation_list.txt", "test": "testing_list.txt"}
 
 
 # ---------------------------------------------------------------------------- WAV
@@ -134,6 +136,20 @@ def scan_split(root: str | os.PathLike, split: str, words: Sequence[str]) -> lis
             f"{len(absent)} files listed in {root / name} are missing, e.g. {absent[:3]}"
         )
     return listed
+
+
+def require_clips(ds: SpeechCommands, need: int = 1, task: str = "") -> None:
+    """Raise ``ValueError`` (naming the split, its size and ``need``) when the split of
+    ``ds`` has fewer than ``need`` clips of its words: e.g. a ``testing_list.txt`` left
+    empty by ``liquid-stream data speech-synth --per-word 2``."""
+    if len(ds) >= need:
+        return
+    where = (f"listed in {ds.root / LIST_FILES[ds.split]}" if ds.split in LIST_FILES
+             else f"in the word folders of {ds.root} outside the two lists")  # fmt: skip
+    raise ValueError(
+        f"{task + ': ' if task else ''}the {ds.split} split has {len(ds)} clips of the "
+        f"{ds.subset} words ({where}); it needs at least {need}"
+    )
 
 
 def noise_files(root: str | os.PathLike) -> list[Path]:
@@ -382,6 +398,7 @@ class SpeechStream(_Augmented, Dataset):
         if rate not in (1, 2):
             raise ValueError(f"rate must be 1 or 2, got {rate!r}")
         self.clips = SpeechCommands(root, split, subset)
+        require_clips(self.clips, 1, "SpeechStream")  # items are made of this split's clips
         self.root = self.clips.root
         self.words = self.clips.labels
         self.labels = [*self.words, SILENCE]
@@ -399,7 +416,7 @@ class SpeechStream(_Augmented, Dataset):
         self.normalizer = normalizer
         self.tail = int(round(label_tail_ms * SR / 1000))
         self.hold = int(round(label_hold_ms * SR / 1000))
-        if clip_end not in ("file", "speech"):
+        if clip_end not in CLIP_ENDS:
             raise ValueError(f"clip_end must be 'file' or 'speech', got {clip_end!r}")
         self.clip_end = clip_end
         self.gap = (int(round(gap_ms[0] * SR / 1000)), int(round(gap_ms[1] * SR / 1000)))

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 import wave
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -101,10 +102,33 @@ PIPER_PITCH_ST = (-4.0, 6.0)
 PIPER_FORMANT_ST = (-2.5, 3.0)
 
 APT_PACKAGES = {"espeak-ng": "espeak-ng", "flite": "flite", "festival": "festival"}
+MIN_PER_WORD = 3  # clips per word that give every split (train / val / test) one or more
 
 
 class SynthToolMissing(RuntimeError):
     """A text-to-speech program the generator needs is not installed."""
+
+
+class EmptySplitWarning(UserWarning):
+    """``per_word`` is too small to give every split a clip of every word."""
+
+
+def empty_splits(per_word: int) -> list[str]:
+    """The splits that get no clip of a word when each word has ``per_word`` clips."""
+    counts = split_counts(per_word) if per_word >= MIN_PER_WORD else (per_word, 0, 0)
+    return [s for s, n in zip(("train", "val", "test"), counts, strict=True) if n == 0]
+
+
+def per_word_warning(per_word: int) -> str | None:
+    """The warning for a ``per_word`` that leaves a split empty (None when all are filled)."""
+    empty = empty_splits(per_word)
+    if not empty:
+        return None
+    return (
+        f"--per-word {per_word} is too small to fill every split (needs >= {MIN_PER_WORD}): "
+        f"the {' and '.join(empty)} split{'s' if len(empty) > 1 else ''} will have no clips, "
+        "and `liquid-stream train` refuses a set with an empty split"
+    )
 
 
 @dataclass(frozen=True)
@@ -376,6 +400,9 @@ def plan_synth(
     n_speakers = max(10, 2 * per_word) if n_speakers is None else n_speakers
     if n_speakers < 3:
         raise ValueError(f"need at least 3 speakers (one per split), got {n_speakers}")
+    message = per_word_warning(per_word)
+    if message:
+        warnings.warn(message, EmptySplitWarning, stacklevel=2)
     speakers = make_speakers(n_speakers, seed, engines)
     pools = split_speakers(speakers, seed)
     split_of = {v.speaker_id: s for s, pool in pools.items() for v in pool}
@@ -383,7 +410,7 @@ def plan_synth(
     for word in words:
         rng = _rng(seed, "word", word)
         counts = dict(zip(("train", "val", "test"), split_counts(per_word), strict=True))
-        if per_word < 3:
+        if per_word < MIN_PER_WORD:
             counts = {"train": per_word, "val": 0, "test": 0}
         for split in ("train", "val", "test"):
             pool = pools[split]
