@@ -42,6 +42,8 @@ import numpy as np
 from liquid_stream.onnx_streamer import OnnxModelError, OnnxStreamer, StreamInputError
 
 SILENCE_NAMES = ("_silence_", "silence", "_unknown_")
+DEFAULT_THRESHOLD = 0.8  # of a model with no tuned threshold in its metadata (kws-tune)
+DEFAULT_SMOOTH_MS = 100.0
 # Tasks whose outputs are not class logits (vital-sign regression, ...).
 REGRESSION_TASKS = ("bidmc", "vitals", "regression")
 
@@ -116,9 +118,11 @@ class KeywordSpotter:
     Args:
         model_path: an ONNX file from ``liquid-stream export`` of a per-step classifier.
         keywords: the labels to spot (default: every label except the no-keyword class).
-        threshold: smoothed-score threshold, one value or a dict keyword → value.
+        threshold: smoothed-score threshold, one value or a dict keyword → value; None: the
+            model's tuned threshold (``kws-tune``, in its metadata), else 0.8.
         refractory: seconds after a detection during which no keyword fires.
-        smooth_ms: moving-average window of the posteriors (1 sample when 0).
+        smooth_ms: moving-average window of the posteriors (1 sample when 0); None: the
+            model's tuned window, else 100 ms.
         chunk_ms: the frame length the app feeds (``chunk`` samples); any length works.
         threads: onnxruntime intra-op threads (default: onnxruntime's choice).
     """
@@ -127,9 +131,9 @@ class KeywordSpotter:
         self,
         model_path: str | os.PathLike,
         keywords: list[str] | None = None,
-        threshold: float | dict[str, float] = 0.8,
+        threshold: float | dict[str, float] | None = None,
         refractory: float = 1.0,
-        smooth_ms: float = 100.0,
+        smooth_ms: float | None = None,
         chunk_ms: float = 10.0,
         threads: int | None = None,
     ):
@@ -141,6 +145,13 @@ class KeywordSpotter:
         except OnnxModelError as e:
             raise KwsModelError(str(e)) from e
         self.silence_class = check_kws_model(self.streamer)
+        # None: the values chosen on a validation stream by ``kws-tune`` (ONNX metadata
+        # kws_threshold / kws_smooth_ms), else 0.8 and 100 ms
+        if threshold is None:
+            threshold = float(self.streamer.meta_json("kws_threshold", DEFAULT_THRESHOLD))
+        if smooth_ms is None:
+            smooth_ms = float(self.streamer.meta_json("kws_smooth_ms", DEFAULT_SMOOTH_MS))
+        self.smooth_ms = float(smooth_ms)
         self.labels = list(self.streamer.labels)
         self.sample_rate = int(round(self.streamer.sample_rate))
         self.task = self.streamer.task
@@ -160,7 +171,9 @@ class KeywordSpotter:
             bad = [k for k in threshold if k not in self.keywords]
             if bad:
                 raise KwsModelError(f"threshold for unknown keyword(s): {', '.join(bad)}")
-            self.thresholds = np.array([float(threshold.get(k, 0.8)) for k in self.keywords])
+            self.thresholds = np.array(
+                [float(threshold.get(k, DEFAULT_THRESHOLD)) for k in self.keywords]
+            )
         else:
             self.thresholds = np.full(len(self.keywords), float(threshold))
         if np.any((self.thresholds <= 0) | (self.thresholds > 1)):
@@ -246,24 +259,51 @@ class KeywordSpotter:
         return s
 
     def _detect(self, s: np.ndarray) -> None:
-        above = s >= self.thresholds
-        if not above.any():
-            self._armed[:] = True
-            return
-        gap = self.refractory * self.sample_rate
-        for t in range(len(s)):
-            row = above[t]
-            self._armed |= ~row
-            fire = row & self._armed
-            if fire.any() and self._n + t - self._last_det >= gap:
-                k = int(np.argmax(np.where(fire, s[t], -1.0)))
-                self._armed[k] = False
-                self._last_det = self._n + t
-                self.detections.append(
-                    Detection(
-                        (self._n + t + 1) / self.sample_rate, self.keywords[k], float(s[t, k])
-                    )
-                )
+        fired, self._last_det = detect_events(
+            s, self.thresholds, self.refractory * self.sample_rate, self._armed, self._last_det,
+            self._n,
+        )  # fmt: skip
+        self.detections += [
+            Detection((t + 1) / self.sample_rate, self.keywords[k], float(s[t - self._n, k]))
+            for t, k in fired
+        ]
+
+
+def detect_events(
+    s: np.ndarray,
+    thresholds: np.ndarray,
+    refractory: float,
+    armed: np.ndarray,
+    last: float,
+    t0: int = 0,
+) -> tuple[list[tuple[int, int]], float]:
+    """The detection rule on smoothed scores ``s (T, K)`` of steps t0 … t0+T−1.
+
+    Keyword k fires at step t when s[t, k] ≥ threshold_k, k is armed (its score has been
+    below its threshold since it last fired) and at least ``refractory`` steps have passed
+    since the last detection of any keyword; of several such keywords the highest score
+    fires. ``armed`` (K,) is updated in place. Returns the ``(t, k)`` fired and the new
+    last-detection step. Rows where no score reaches its threshold only re-arm, so the
+    loop runs over the other rows alone."""
+    above = s >= thresholds
+    rows = np.flatnonzero(above.any(1))
+    fired: list[tuple[int, int]] = []
+    prev = -1
+    for t in rows:
+        if t > prev + 1:  # a row below every threshold in between re-armed everything
+            armed[:] = True
+        prev = t
+        row = above[t]
+        armed |= ~row
+        fire = row & armed
+        if fire.any() and t0 + t - last >= refractory:
+            k = int(np.argmax(np.where(fire, s[t], -1.0)))
+            armed[k] = False
+            last = t0 + t
+            fired.append((t0 + int(t), k))
+    if len(s) and (not len(rows) or rows[-1] < len(s) - 1):
+        armed[:] = True
+    return fired, last
 
 
 # -------------------------------------------------------------------------- evaluation

@@ -309,10 +309,10 @@ _SPOTTER_OPTIONS = [
     click.option("--keywords", default=None, help="Comma-separated keywords [default: all]."),
     click.option(
         "--threshold",
-        default=0.8,
-        show_default=True,
+        default=None,
         type=click.FloatRange(0, 1, min_open=True),
-        help="Smoothed-score threshold of a detection.",
+        help="Smoothed-score threshold of a detection [default: the model's tuned "
+        "threshold (kws-tune), else 0.8].",
     ),
     click.option(
         "--refractory",
@@ -323,10 +323,10 @@ _SPOTTER_OPTIONS = [
     ),
     click.option(
         "--smooth-ms",
-        default=100.0,
-        show_default=True,
+        default=None,
         type=click.FloatRange(0),
-        help="Moving-average window of the posteriors.",
+        help="Moving-average window of the posteriors [default: the model's tuned window "
+        "(kws-tune), else 100 ms].",
     ),
     click.option(
         "--chunk-ms",
@@ -446,7 +446,8 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
     if refused is not None:
         res.update(partial=True, error=f"{source.name}: {refused}")
     run = _summary(worker, wall, cpu, len(dets), False)
-    res.update(model=str(model), stream=str(stream_path), threshold=threshold,
+    res.update(model=str(model), stream=str(stream_path),
+               threshold=float(spotter.thresholds.min()), smooth_ms=spotter.smooth_ms,
                rtf=run["rtf"], latency_mean_ms=run["latency_mean_ms"],
                latency_p95_ms=run["latency_p95_ms"],
                detections=[{"time_s": round(d.time_s, 4), "keyword": d.keyword,
@@ -548,3 +549,44 @@ def kws_stream_cmd(out_wav, labels_path, root, minutes, keywords, seed, noise_ga
     n_kw = sum(r.is_keyword for r in rows)
     click.echo(f"wrote {out_wav} ({len(x) / 16000:.1f} s, {n_kw} keywords, "
                f"{len(rows) - n_kw} other words) and {labels_path}")  # fmt: skip
+
+
+@click.command("kws-tune")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--stream", "stream_path", required=True, type=click.Path(dir_okay=False),
+              help="A labelled VALIDATION stream (kws-stream --split validation).")
+@click.option("--labels", "labels_path", required=True, type=click.Path(dir_okay=False),
+              help="Its CSV start_s,end_s,word,is_keyword.")
+@click.option("--max-fa-per-hour", default=2.0, show_default=True, type=click.FloatRange(0),
+              help="False accepts per hour allowed on the stream.")
+@click.option("--write/--no-write", default=True, show_default=True,
+              help="Store the chosen threshold and smoothing in MODEL's metadata.")
+@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
+              help="Write the whole grid (JSON) here.")
+def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, out_path):
+    """Choose MODEL's detection threshold and smoothing on a labelled validation stream:
+    the highest detection rate with at most --max-fa-per-hour false accepts."""
+    import json
+    from pathlib import Path
+
+    from .audio import AudioError, read_wav
+    from .kws import KwsModelError, read_label_csv
+    from .kws_tune import tune_thresholds, write_tuning
+
+    try:
+        truth = read_label_csv(labels_path)
+        audio, rate, _ = read_wav(stream_path)
+        res = tune_thresholds(model, audio, truth, max_fa_per_hour, sample_rate=rate)
+    except (ValueError, KwsModelError, AudioError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(
+        f"chosen on {Path(stream_path).name}: threshold {res.threshold:.2f}, smoothing "
+        f"{res.smooth_ms:g} ms → detection rate {res.detection_rate:.3f}, "
+        f"{res.false_accepts_per_hour:.1f} false accepts/h (target ≤ {max_fa_per_hour:g})"
+    )
+    if out_path:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(out_path).write_text(json.dumps(res.table, indent=1) + "\n")
+    if write:
+        write_tuning(model, res, Path(stream_path).name)
+        click.echo(f"wrote kws_threshold / kws_smooth_ms into {model}")

@@ -1,0 +1,143 @@
+"""Choose a keyword spotter's threshold and smoothing on a labelled VALIDATION stream.
+
+    liquid-stream kws-stream val.wav --labels val.csv --split validation
+    liquid-stream kws-tune kws.onnx --stream val.wav --labels val.csv --max-fa-per-hour 2
+
+The model runs once over the stream (the app's own code path: :class:`KeywordSpotter` in
+``chunk_ms`` frames). Its keyword posteriors are kept every ``step_ms`` (10 ms: a log-mel
+model's output changes once per 10 ms hop, so nothing is lost for it), and for every
+smoothing window in ``smooth_grid`` and threshold in ``threshold_grid`` the detection rule
+of the app (:func:`~liquid_stream.apps.kws.detect_events`: threshold, re-arm, refractory)
+is replayed and scored with :func:`~liquid_stream.apps.kws.evaluate_detections`. The
+chosen pair has the highest detection rate with false accepts ≤ ``max_fa_per_hour``
+(ties: the higher threshold, then the shorter window). With ``write=True`` the pair is
+stored in the ONNX metadata (``kws_threshold``, ``kws_smooth_ms``, ``kws_tuning``), so
+``kws`` and ``kws-eval`` use it by default. The test stream is never used for this.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .kws import Detection, KeywordSpotter, TrueEvent, detect_events, evaluate_detections
+
+THRESHOLD_GRID = tuple(round(float(t), 2) for t in np.arange(0.30, 0.991, 0.02))
+SMOOTH_GRID_MS = (0.0, 50.0, 100.0, 200.0, 300.0)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    threshold: float
+    smooth_ms: float
+    detection_rate: float
+    false_accepts_per_hour: float
+    table: list[dict]  # every (smooth_ms, threshold) tried, with its scores
+
+
+def posterior_trace(
+    model: str | os.PathLike,
+    audio: np.ndarray,
+    chunk_ms: float = 10.0,
+    step_ms: float = 10.0,
+    sample_rate: float | None = None,
+) -> tuple[np.ndarray, float, list[str]]:
+    """Keyword posteriors ``(n, K)`` every ``step_ms`` (the value at the last sample of each
+    step), the step in seconds, and the keywords, from one pass of the model."""
+    spotter = KeywordSpotter(model, threshold=1.0, smooth_ms=0.0, chunk_ms=chunk_ms)
+    if sample_rate is not None and int(round(sample_rate)) != spotter.sample_rate:
+        raise ValueError(
+            f"the stream is at {sample_rate:g} Hz, the model at {spotter.sample_rate} Hz: "
+            "tune on a stream at the model's rate (kws-stream writes 16 kHz)"
+        )
+    step = max(1, int(round(step_ms * spotter.sample_rate / 1000)))
+    rows = [np.zeros((0, len(spotter.keywords)))]
+    for pos in range(0, len(audio), spotter.chunk):
+        spotter.predict(audio[pos : pos + spotter.chunk])
+        trace = spotter.last_trace  # smooth_ms = 0: the posteriors themselves
+        first = (step - 1 - pos) % step  # rows at samples ≡ step − 1 (mod step)
+        rows.append(trace[first::step].astype(np.float32))
+    return np.concatenate(rows), step / spotter.sample_rate, spotter.keywords
+
+
+def smooth(p: np.ndarray, window: int) -> np.ndarray:
+    """Causal moving average over ``window`` rows (zeros before the start), as the app."""
+    if window <= 1:
+        return p
+    c = np.cumsum(np.concatenate([np.zeros((window, p.shape[1])), p]), 0)
+    return (c[window:] - c[:-window]) / window
+
+
+def tune_thresholds(
+    model: str | os.PathLike,
+    audio: np.ndarray,
+    truth: list[TrueEvent],
+    max_fa_per_hour: float = 2.0,
+    threshold_grid: tuple[float, ...] = THRESHOLD_GRID,
+    smooth_grid: tuple[float, ...] = SMOOTH_GRID_MS,
+    refractory: float = 1.0,
+    tolerance: float = 1.0,
+    chunk_ms: float = 10.0,
+    step_ms: float = 10.0,
+    sample_rate: float | None = None,
+) -> TuneResult:
+    """Grid search of (smoothing, threshold) on a labelled stream (module docstring);
+    ``audio`` must be at the model's sample rate (checked when ``sample_rate`` is given)."""
+    p, dt, keywords = posterior_trace(model, audio, chunk_ms, step_ms, sample_rate)
+    duration = len(p) * dt
+    table = []
+    for sm in smooth_grid:
+        s = smooth(p, max(1, int(round(sm / 1000 / dt))))
+        for thr in threshold_grid:
+            armed = np.ones(len(keywords), bool)
+            thresholds = np.full(len(keywords), thr)
+            fired, _ = detect_events(s, thresholds, refractory / dt, armed, -np.inf)
+            dets = [Detection((t + 1) * dt, keywords[k], float(s[t, k])) for t, k in fired]
+            res = evaluate_detections(dets, truth, keywords, duration, tolerance)
+            table.append({
+                "smooth_ms": sm, "threshold": thr,
+                "detection_rate": res["detection_rate"] or 0.0,
+                "false_accepts_per_hour": res["false_accepts_per_hour"],
+                "mean_latency_s": res["mean_latency_s"],
+            })  # fmt: skip
+    ok = [r for r in table if r["false_accepts_per_hour"] <= max_fa_per_hour]
+    if not ok:  # nothing meets the target: the fewest false accepts
+        ok = [min(table, key=lambda r: (r["false_accepts_per_hour"], -r["detection_rate"]))]
+    best = max(ok, key=lambda r: (r["detection_rate"], r["threshold"], -r["smooth_ms"]))
+    return TuneResult(best["threshold"], best["smooth_ms"], best["detection_rate"],
+                      best["false_accepts_per_hour"], table)  # fmt: skip
+
+
+def write_tuning(model: str | os.PathLike, result: TuneResult, source: str) -> None:
+    """Store the chosen threshold and smoothing in the ONNX file's metadata (atomically)."""
+    import onnx
+
+    path = Path(model)
+    proto = onnx.load(str(path))
+    entries = {
+        "kws_threshold": json.dumps(result.threshold),
+        "kws_smooth_ms": json.dumps(result.smooth_ms),
+        "kws_tuning": json.dumps(
+            {"stream": source, "detection_rate": result.detection_rate,
+             "false_accepts_per_hour": result.false_accepts_per_hour}
+        ),
+    }  # fmt: skip
+    kept = [p for p in proto.metadata_props if p.key not in entries]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    for k, v in entries.items():
+        proto.metadata_props.add(key=k, value=v)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(proto.SerializeToString())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
