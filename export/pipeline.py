@@ -44,7 +44,8 @@ def export_model(
     sm = copy.deepcopy(model).float().eval().cpu().streaming(rate=rate)  # caller untouched
     model_proto, info = build_onnx(
         sm,
-        sub_block=sub_block or default_sub_block(chunk),
+        # the stack steps once per front-end hop: its sub-blocks are sized in its steps
+        sub_block=sub_block or default_sub_block(max(1, chunk // model.hop)),
         max_chunk=chunk,
         opset=opset,
         input_mean=meta.get("input_mean", 0.0),

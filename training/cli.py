@@ -124,8 +124,7 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
         raise click.ClickException(_one_line(e)) from e
     try:
         model = LiquidS4Model(
-            d_input=meta["d_input"], d_output=meta["d_output"], **cfg["model"],
-            **{k: v for k, v in output_affine(meta).items() if k not in cfg["model"]},
+            d_input=meta["d_input"], d_output=meta["d_output"], **model_config(cfg, meta),
         )  # fmt: skip
     except (ValueError, RuntimeError) as e:  # e.g. output_scale of the wrong length
         raise click.ClickException(f"model: {_one_line(e)}") from e
@@ -172,6 +171,16 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
         click.echo(f"test (best.pt): {_fmt(test)}")
         (out / "test_metrics.json").write_text(json.dumps(test, indent=1))
     click.echo(f"wrote {out}/metrics.csv, curves.png, last.pt, best.pt")
+
+
+def model_config(cfg: dict, meta: dict) -> dict:
+    """The model's arguments: ``cfg["model"]`` completed by what the data decides (the
+    output affine of regression targets, the log-mel front end's band statistics)."""
+    m = dict(cfg["model"])
+    m.update({k: v for k, v in output_affine(meta).items() if k not in m})
+    if "frontend_stats" in meta and m.get("frontend"):
+        m["frontend"] = {**m["frontend"], **meta["frontend_stats"]}
+    return m
 
 
 def output_affine(meta: dict) -> dict:

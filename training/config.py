@@ -358,6 +358,8 @@ def _check_fields(section: str, values: dict, fields: dict[str, Spec]) -> None:
             continue  # model keys are still checked by building the model (_check_model)
         try:
             values[key] = spec.coerce(value)
+        except ConfigError:  # a spec that explains itself
+            raise
         except (_Bad, TypeError, ValueError):
             raise ConfigError(f"{section}.{key} must be {spec.what}, got {value!r}") from None
 
@@ -581,9 +583,28 @@ DATA_FIELDS: dict[str, Spec] = {
     "test_fraction": number(0, 1, lo_open=True, hi_open=True),
 }
 _SPEECH_DATA = {"sample_rate": choice(_speech_rates)}  # Speech Commands is 16 kHz
+def _augment_settings() -> Spec:
+    """``data.augment`` of speech-stream: null, or AugmentConfig fields (checked by it)."""
+
+    def coerce(v):
+        from .data.augment import AugmentConfig
+
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            raise _Bad
+        try:
+            AugmentConfig.from_dict(v).check_rate(16000)
+        except ValueError as e:
+            raise ConfigError(f"data.augment: {e}") from None
+        return v
+
+    return Spec("null or a mapping of augmentation settings (AugmentConfig)", coerce)
+
+
 TASK_DATA_FIELDS: dict[str, dict[str, Spec]] = {
     "speech": _SPEECH_DATA,
-    "speech-stream": _SPEECH_DATA,
+    "speech-stream": {**_SPEECH_DATA, "augment": _augment_settings()},
     # IMDB: 0 validates on the test set (LRA); > 0 holds out part of train
     "imdb": {"val_fraction": number(0, 1, hi_open=True)},
     "listops": {"max_length": integer(2)},

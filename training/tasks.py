@@ -259,7 +259,8 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
      "length": 32000, "n_train": 400, "n_val": 64, "n_test": 128,
      "label_tail_ms": 100.0, "label_hold_ms": 200.0, "clip_end": "speech",
      "gap_ms": [0.0, 500.0], "keyword_prob": 0.8, "noise_prob": 0.8,
-     "noise_max_gain": 0.1, "normalizer_per_class": None, "silence_weight": 1.0},
+     "noise_max_gain": 0.1, "normalizer_per_class": None, "silence_weight": 1.0,
+     "augment": None},
 )  # fmt: skip
 def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     """:class:`SpeechStream` crops of the official train/val/test splits (real v0.02 root at
@@ -270,25 +271,51 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     SpeechCommands train clips (at most ``normalizer_per_class`` per word when set), as
     in ``speech``. ``rate=2``: val/test at 8 kHz (x and y taken [::2]).
     ``silence_weight`` < 1 down-weights the ``_silence_`` steps in the loss (most steps
-    are silence; a small model otherwise learns to answer silence everywhere)."""
+    are silence; a small model otherwise learns to answer silence everywhere).
+    ``augment`` (a mapping of :class:`~liquid_stream.training.data.augment.AugmentConfig`
+    fields, or null): the train crops' augmentation toward real microphones and rooms.
+
+    With a log-mel front end (``model.frontend.kind: logmel``) the model takes raw samples
+    (no normaliser: mean 0, std 1), its labels are those of the steps where a frame
+    completes (``label_hop``), and ``meta["frontend_stats"]`` holds the per-band mean and
+    std of the log-mel features over the first 64 train crops (epoch 0), which the model's
+    front end subtracts and divides by (fixed, part of its config)."""
     sc = _import(SPEECH_MODULE)
     d, seed = cfg["data"], int(cfg["train"]["seed"])
-    root, normalizer = _speech_source(sc, d, seed, stats, d["normalizer_per_class"],
-                                      "speech-stream")  # fmt: skip
+    frontend = (cfg.get("model") or {}).get("frontend") or {}
+    logmel = frontend.get("kind", "raw") == "logmel"
+    if logmel:
+        if rate != 1:
+            raise ValueError("a log-mel model is evaluated at its 16 kHz front end only")
+        root = d["root"] or _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
+        normalizer = (0.0, 1.0)
+        from liquid_stream.frontend import LogMelConfig
+
+        hop = LogMelConfig.from_dict(frontend).hop
+    else:
+        root, normalizer = _speech_source(sc, d, seed, stats, d["normalizer_per_class"],
+                                          "speech-stream")  # fmt: skip
+        hop = 1
+    aug = None
+    if d["augment"]:
+        aug = _import(SPEECH_MODULE.rsplit(".", 1)[0] + ".augment").AugmentConfig.from_dict(
+            d["augment"]
+        )
     gap = tuple(float(v) for v in d["gap_ms"])
     if len(gap) != 2 or gap[0] < 0 or gap[1] < gap[0]:
         raise ValueError(f"data.gap_ms must be [lo, hi] with 0 <= lo <= hi, got {d['gap_ms']!r}")
 
-    def split(name, n_items, split_seed, r=1):
+    def split(name, n_items, split_seed, r=1, augment=None):
         return sc.SpeechStream(
             root, name, d["subset"], length=int(d["length"]), num_items=int(n_items),
             normalizer=normalizer, label_tail_ms=float(d["label_tail_ms"]),
             label_hold_ms=float(d["label_hold_ms"]), clip_end=d["clip_end"], gap_ms=gap,
             keyword_prob=float(d["keyword_prob"]), noise_prob=float(d["noise_prob"]),
             noise_max_gain=float(d["noise_max_gain"]), rate=r, seed=split_seed,
+            augment=augment, label_hop=hop,
         )  # fmt: skip
 
-    train = split("train", d["n_train"], seed)
+    train = split("train", d["n_train"], seed, augment=aug)
     val = split("val", d["n_val"], seed + 1, rate)
     test = split("test", d["n_test"], seed + 2, rate)
     for ds in (val, test):
@@ -301,7 +328,27 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     )  # fmt: skip
     if float(d["silence_weight"]) != 1.0:  # the loss weight of the (dominant) _silence_ steps
         meta["class_weights"] = [1.0] * (len(labels) - 1) + [float(d["silence_weight"])]
+    if logmel and not (frontend.get("mean") and frontend.get("std")):
+        meta["frontend_stats"] = logmel_stats(train, frontend)
     return train, val, test, meta, "ce_per_step"
+
+
+def logmel_stats(train, frontend: dict, n_items: int = 64) -> dict:
+    """Per-band mean and std of the log-mel features of the first ``n_items`` train crops
+    (epoch 0; the train set's epoch is restored), as plain lists for the model config."""
+    import torch
+
+    from liquid_stream.frontend import LogMel, LogMelConfig
+
+    cfg = LogMelConfig.from_dict({k: v for k, v in frontend.items() if k not in ("mean", "std")})
+    epoch = train.epoch
+    train.set_epoch(0)
+    try:
+        x = torch.stack([train[i][0] for i in range(min(n_items, len(train)))]).double()
+    finally:
+        train.epoch = epoch
+    z = LogMel(cfg)(x).reshape(-1, cfg.n_mels)
+    return {"mean": z.mean(0).tolist(), "std": z.std(0).clamp(min=1e-3).tolist()}
 
 
 # ----------------------------------------------------------------------------- bidmc

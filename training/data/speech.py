@@ -19,6 +19,7 @@ doubled, ``rate=2.0``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import wave
 from collections.abc import Sequence
@@ -27,6 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset
+
+from .augment import AugmentConfig, speed_perturb
+from .augment import augment as augment_audio
 
 SR = 16000
 
@@ -375,6 +379,15 @@ class SpeechStream(_Augmented, Dataset):
     ``len(labels)``. So a causal model is asked to name a keyword only once it has heard
     (most of) it. At ``rate=2`` both ``x`` and ``y`` are taken ``[::2]``. ``labels``
     lists the classes, ``_silence_`` last.
+
+    ``augment`` (an :class:`~.augment.AugmentConfig`): each clip is speed-perturbed before
+    it is placed (so its label span follows it), then the whole item goes through the
+    room → microphone → noise → gain chain of :mod:`.augment` (reverberation, band-limit
+    and EQ, background noise at a random SNR from the ``_background_noise_`` files, gain)
+    in place of the fixed ``noise_prob`` / ``noise_max_gain`` noise; all drawn from
+    (seed, epoch, index), so reproducible per epoch. ``label_hop`` R > 1 returns the label
+    of every R-th step, ``y[R−1::R]`` (the step at which a front end's frame completes:
+    the labels of a model whose stack runs once per R samples).
     """
 
     def __init__(
@@ -394,9 +407,17 @@ class SpeechStream(_Augmented, Dataset):
         noise_max_gain: float = 0.1,
         rate: int = 1,
         seed: int = 0,
+        augment: AugmentConfig | None = None,
+        label_hop: int = 1,
     ):
         if rate not in (1, 2):
             raise ValueError(f"rate must be 1 or 2, got {rate!r}")
+        if label_hop < 1 or (label_hop > 1 and rate != 1):
+            raise ValueError(f"label_hop must be >= 1 (and rate 1 when > 1), got {label_hop!r}")
+        self.augment = augment
+        if augment is not None:
+            augment.check_rate(SR)
+        self.label_hop = int(label_hop)
         self.clips = SpeechCommands(root, split, subset)
         require_clips(self.clips, 1, "SpeechStream")  # items are made of this split's clips
         self.root = self.clips.root
@@ -439,6 +460,10 @@ class SpeechStream(_Augmented, Dataset):
         [-1, 1), y (length,) int64, events)``, ``events`` the ``(end, cls)`` of every clip
         placed (``cls = len(words)`` for a non-keyword), ``end`` possibly beyond the crop."""
         rng = self._item_rng(index)
+        aug = self.augment
+        # augmentation draws from its own generator (seeded from the item's), so the
+        # composition of an item is the same with and without it
+        arng = None if aug is None else np.random.default_rng(rng.integers(2**63, size=2))
         n = self.length
         x = np.zeros(n, dtype=np.float32)
         events: list[tuple[int, int]] = []
@@ -451,6 +476,8 @@ class SpeechStream(_Augmented, Dataset):
                 rel = self.other_files[int(rng.integers(len(self.other_files)))]
                 cls = self.silence
             s = read_wav(self.root / rel).astype(np.float32) / 32768.0
+            if aug is not None and aug.speed and arng.random() < aug.speed_prob:
+                s = speed_perturb(s, float(arng.uniform(*aug.speed_factor))).astype(np.float32)
             if pos is None:
                 pos = -int(rng.integers(0, len(s)))  # start inside the first clip
             a, b = max(pos, 0), min(pos + len(s), n)
@@ -460,16 +487,29 @@ class SpeechStream(_Augmented, Dataset):
             events.append((pos + end, cls))
             pos += len(s) + int(rng.integers(self.gap[0], self.gap[1] + 1))
         y = make_step_labels(n, events, self.tail, self.hold, self.silence)
+        if aug is not None:  # room, microphone, noise, gain (timing unchanged)
+            chain = dataclasses.replace(aug, speed=False, shift=False)
+            x, _ = augment_audio(x, arng, chain, noise=self._noise_source(), sr=SR)
+            return x.astype(np.float32), y, events
         if rng.random() < self.noise_prob:
             gain = rng.uniform(0.0, self.noise_max_gain)
             x = x + np.float32(gain) * self._noise_crop(rng, n, self.root)
         return x, y, events
+
+    def _noise_source(self):
+        """The background noise of the augmentation: random crops of the noise files."""
+        if not noise_files(self.root):
+            return None
+        return lambda rng, n: self._noise_crop(rng, n, self.root)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y, _ = self.compose(index)
         x = _standardise(x, self.normalizer)
         if self.rate == 2:
             x, y = x[::2], y[::2]
+        if self.label_hop > 1:
+            R = self.label_hop
+            y = y[R - 1 :: R]
         return (
             torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).unsqueeze(-1),
             torch.from_numpy(np.ascontiguousarray(y)),
