@@ -19,12 +19,20 @@ SMALL = ["data.subset=sc10", "data.length=6000", "data.n_train=8", "data.n_val=4
 
 
 def test_config_presets():
-    cpu = load_config("speech-stream", "cpu")
-    assert cpu["model"]["decoder"] == "window" and cpu["model"]["bidirectional"] is False
-    assert 3200 <= cpu["model"]["decoder_window"] <= 8000  # 0.2-0.5 s at 16 kHz
-    assert cpu["data"]["length"] == 32000 and cpu["data"]["clip_end"] == "speech"
-    assert cpu["model"]["d_model"] <= 64 and cpu["train"]["device"] == "cpu"
+    from liquid_stream.frontend import LogMelConfig
+
+    for name in ("cpu", "ship"):  # the log-mel recipe: stack at 100 frames/s, augmentation
+        cpu = load_config("speech-stream", name)
+        m = cpu["model"]
+        assert m["decoder"] == "window" and m["bidirectional"] is False
+        assert m["frontend"]["kind"] == "logmel"
+        hop = LogMelConfig.from_dict(m["frontend"]).hop
+        assert 0.2 <= m["decoder_window"] * hop / 16000 <= 0.5  # 0.2-0.5 s of audio
+        assert cpu["data"]["length"] == 32000 and cpu["data"]["clip_end"] == "speech"
+        assert cpu["data"]["augment"] is not None and cpu["data"]["subset"] == "sc10"
+        assert m["d_model"] == 128 and cpu["train"]["device"] == "cpu"
     paper = load_config("speech-stream", "paper")
+    assert "frontend" not in paper["model"]  # the paper's setting: raw samples
     m = paper["model"]
     assert (m["n_layers"], m["d_model"], m["d_state"], m["liquid"], m["liquid_order"]) == (
         6, 128, 7, "pb", 2)  # fmt: skip
@@ -33,7 +41,7 @@ def test_config_presets():
 
 def test_builder_shapes_labels_and_fixed_eval_sets(tmp_path):
     root = tiny_root(tmp_path / "sc", words=FIXTURE_WORDS)  # sc10 + two non-keywords
-    cfg = load_config("speech-stream", "cpu", [f"data.root={root}", *SMALL])
+    cfg = load_config("speech-stream", "paper", [f"data.root={root}", *SMALL])
     train, val, test, meta, loss = build_task(cfg)
     assert loss == "ce_per_step"
     assert meta["labels"] == [*SC10_WORDS, "_silence_"] and meta["d_output"] == 11
@@ -61,13 +69,72 @@ def test_builder_shapes_labels_and_fixed_eval_sets(tmp_path):
     assert meta8["input_mean"] == meta["input_mean"]
 
 
-def test_cli_train_then_export_onnx(tmp_path):
+LOGMEL_SMALL = [*SMALL[:5], "model.d_model=8", "model.n_layers=1", "model.decoder_window=5",
+                "optim.batch_size=4", "train.progress=false"]  # fmt: skip
+
+
+def test_logmel_builder_frame_labels_raw_input_and_augmentation(tmp_path):
+    root = tiny_root(tmp_path / "sc", words=FIXTURE_WORDS)
+    cfg = load_config("speech-stream", "cpu", [f"data.root={root}", *LOGMEL_SMALL])
+    train, val, test, meta, loss = build_task(cfg)
+    assert meta["input_mean"] == [0.0] and meta["input_std"] == [1.0]  # raw samples
+    stats = meta["frontend_stats"]
+    assert len(stats["mean"]) == len(stats["std"]) == 40 and min(stats["std"]) > 0
+    for ds in (val, test):
+        x, y = ds[2]
+        x_full, y_full, _ = ds.compose(2)
+        assert x.shape == (6000, 1) and torch.equal(x[:, 0], torch.from_numpy(x_full))
+        assert y.shape == (6000 // 160,)  # one label per completed 10 ms frame
+        assert torch.equal(y, torch.from_numpy(y_full[159::160]))
+    train.set_epoch(3)
+    a = train[1][0]
+    assert torch.equal(a, train[1][0])  # a function of (seed, epoch, index)
+    train.set_epoch(4)
+    assert not torch.equal(a, train[1][0])
+    # the augmentation changes the audio, not the composition (speed off: same labels)
+    cfg_off = load_config("speech-stream", "cpu", [f"data.root={root}", *LOGMEL_SMALL,
+                                                   "data.augment=null"])  # fmt: skip
+    cfg_on = load_config("speech-stream", "cpu", [f"data.root={root}", *LOGMEL_SMALL,
+                                                  "data.augment.speed=false"])  # fmt: skip
+    off, on = build_task(cfg_off)[0], build_task(cfg_on)[0]
+    off.set_epoch(1)
+    on.set_epoch(1)
+    for i in range(4):
+        xo, yo, eo = off.compose(i)
+        xa, ya, ea = on.compose(i)
+        assert eo == ea and (yo == ya).all() and not (xo == xa).all()
+
+
+def test_logmel_cli_train_then_export_onnx(tmp_path):
     from liquid_stream.export.pipeline import export_model, verify_onnx
 
     root = tiny_root(tmp_path / "sc")
     out = tmp_path / "run"
     args = ["speech-stream", "--preset", "cpu", "--max-steps", "2", "--data", str(root),
             "--out", str(out)]  # fmt: skip
+    for item in LOGMEL_SMALL:
+        args += ["--set", item]
+    r = CliRunner().invoke(train_cmd, args)
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    model, meta = model_from_checkpoint(load_checkpoint(out / "best.pt"))
+    assert model.frontend is not None and len(model.frontend.cfg.mean) == 40
+    path = tmp_path / "kws.onnx"
+    export_model(model, path, chunk=160, meta=meta)
+    report = verify_onnx(model, path, length=4000, meta=meta)
+    assert report.ok, str(report)
+    bad = CliRunner().invoke(train_cmd, [*args[:-2], "--out", str(tmp_path / "bad"), "--set",
+                                         "data.augment.gain_db=[10, -10]"])  # fmt: skip
+    assert bad.exit_code != 0 and "data.augment" in bad.output
+    assert "Traceback" not in bad.output and not (tmp_path / "bad").exists()
+
+
+def test_cli_train_then_export_onnx(tmp_path):
+    from liquid_stream.export.pipeline import export_model, verify_onnx
+
+    root = tiny_root(tmp_path / "sc")
+    out = tmp_path / "run"
+    args = ["speech-stream", "--preset", "paper", "--max-steps", "2", "--data", str(root),
+            "--out", str(out), "--set", "train.device=cpu"]  # fmt: skip
     for item in SMALL:
         args += ["--set", item]
     r = CliRunner().invoke(train_cmd, args)

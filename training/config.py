@@ -732,6 +732,11 @@ def _apply_layers(cfg: dict, layers: list, data_defaults: dict) -> None:
             _merge(cfg[section], values, section)
 
 
+# Fields whose value is a mapping of settings: ``--set data.augment.gain_db=[-6, 6]`` sets
+# one of them (the mapping's own checks then run on the whole).
+MAPPING_FIELDS = ("augment", "frontend")
+
+
 def apply_overrides(cfg: dict, overrides, data_defaults: dict) -> dict:
     """Apply ``section.key=value`` overrides to ``cfg`` (in place) and validate it."""
     for item in overrides:
@@ -743,7 +748,12 @@ def apply_overrides(cfg: dict, overrides, data_defaults: dict) -> dict:
                 + _suggest(section, ("model", "data", "optim", "train"))
             )
         _check_keys(section, {key: value}, data_defaults, f"override {item!r}")
-        if len(parts) > 2:  # every field is flat (lists are written [a, b])
+        if len(parts) == 3 and key in MAPPING_FIELDS:  # one setting of a mapping field
+            current = cfg[section].get(key)
+            cfg[section][key] = {**(current if isinstance(current, dict) else {}),
+                                 parts[2]: value}  # fmt: skip
+            continue
+        if len(parts) > 2:  # other fields are flat (lists are written [a, b])
             raise ConfigError(f"override {item!r}: {section}.{key} has no sub-keys")
         cfg[section][key] = value
     return validate(cfg, data_defaults)

@@ -175,10 +175,11 @@ class _Augmented:
         """Make augmentation a function of (seed, epoch, index): reproducible and resumable."""
         self.epoch = int(epoch)
 
-    def _item_rng(self, index: int) -> np.random.Generator:
+    def _item_rng(self, index: int, stream: int = 0) -> np.random.Generator:
+        """The item's generator; ``stream`` > 0: an independent one for the same item."""
         if self.epoch is None:
             return np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
-        return np.random.default_rng([self.seed, self.epoch, index])
+        return np.random.default_rng([self.seed, self.epoch, index, *([stream] * (stream > 0))])
 
     def _load_noise(self, root: Path) -> list[np.ndarray]:
         if getattr(self, "_noise", None) is None:
@@ -463,7 +464,7 @@ class SpeechStream(_Augmented, Dataset):
         aug = self.augment
         # augmentation draws from its own generator (seeded from the item's), so the
         # composition of an item is the same with and without it
-        arng = None if aug is None else np.random.default_rng(rng.integers(2**63, size=2))
+        arng = None if aug is None else self._item_rng(index, stream=1)
         n = self.length
         x = np.zeros(n, dtype=np.float32)
         events: list[tuple[int, int]] = []
