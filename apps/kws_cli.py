@@ -352,7 +352,7 @@ def _spotter_options(fn):
 
 
 @click.command("kws")
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("model", required=False, default=None, type=click.Path(dir_okay=False))
 @click.option("--device", default=None, help="Input device: PortAudio index or name "
               "(e.g. 'pulse') [default: the default input].")  # fmt: skip
 @click.option("--input", "input_path", default=None, type=click.Path(dir_okay=False),
@@ -362,7 +362,8 @@ def _spotter_options(fn):
 @click.option("--no-ui", is_flag=True, help="Plain output only (no live view).")
 def kws_cmd(model, device, input_path, fast, keywords, threshold, refractory, smooth_ms,
             chunk_ms, threads, no_ui):  # fmt: skip
-    """Spot keywords live with an exported per-step classifier MODEL (.onnx).
+    """Spot keywords live with an exported per-step classifier MODEL (.onnx); without
+    MODEL, the pretrained SC10 spotter shipped with the package (liquid_stream/models).
 
     Prints one line per detection, `HH:MM:SS.mmm  keyword  score` (wall clock for a
     microphone, stream time for --input), and a summary on Ctrl-C or at the end of the file.
@@ -371,6 +372,14 @@ def kws_cmd(model, device, input_path, fast, keywords, threshold, refractory, sm
         raise click.UsageError("give either --device or --input, not both")
     if fast and not input_path:
         raise click.UsageError("--fast needs --input FILE.wav")
+    if model is None:
+        from liquid_stream.models import KWS, ShippedModelMissing, shipped
+
+        try:
+            model = str(shipped(KWS))
+        except ShippedModelMissing as e:
+            raise click.ClickException(f"{e}; give a MODEL") from e
+        click.echo(f"model: the shipped {KWS} spotter ({model})", err=True)
     spotter = _open_spotter(model, keywords, threshold, refractory, smooth_ms, chunk_ms, threads)
     ui = not no_ui and sys.stdout.isatty()
     err = sys.stderr

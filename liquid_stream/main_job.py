@@ -5,11 +5,13 @@
 Every step is one ``liquid-stream`` command, printed before it runs, so each can be
 repeated by hand:
 
-1. keyword spotting: synthesise Speech Commands with Debian TTS voices, train
-   ``speech-stream`` (CPU preset, SC10 keywords) on it, export it to ONNX (checked
-   against the torch forward), build a long test stream of held-out speakers with
-   keywords at known times, score it with ``kws-eval`` and run the live app ``kws`` on it
-   (the microphone's code path);
+1. keyword spotting: synthesise Speech Commands with TTS voices (espeak-ng, flite,
+   festival and the neural piper voice), train ``speech-stream`` (CPU preset: log-mel
+   front end, augmentation, SC10 keywords) on it, export it to ONNX (checked against the
+   torch forward), choose its threshold on a stream of validation speakers
+   (``kws-tune``), build a long test stream of held-out speakers with keywords at known
+   times, score it with ``kws-eval`` and run the live app ``kws`` on it (the
+   microphone's code path);
 2. vital signs: generate simulated BIDMC records, train ``bidmc`` for HR, RR and
    SpO2 (CPU preset), evaluate each next to NeuroKit2's classical estimate, export them
    and run the ``vitals`` monitor on a held-out record.
@@ -50,16 +52,18 @@ class Settings:
 
     speech: list[str]
     kws_train: list[str]
-    kws_stream: list[str]
+    kws_stream: list[str]  # the test stream
+    kws_val_stream: list[str]  # the validation stream the threshold is chosen on
     bidmc_train: list[str]
     sim: list[str]
 
     @classmethod
     def full(cls) -> Settings:
         return cls(
-            speech=["--per-word", "30"],
-            kws_train=["--preset", "cpu", "--set", "data.subset=sc10"],
-            kws_stream=["--minutes", "5"],
+            speech=["--per-word", "60"],
+            kws_train=["--preset", "cpu"],
+            kws_stream=["--minutes", "20", "--seed", "2"],
+            kws_val_stream=["--minutes", "10", "--seed", "1"],
             bidmc_train=["--preset", "cpu"],
             sim=["--records", "24", "--minutes", "8"],
         )
@@ -73,7 +77,8 @@ class Settings:
                        "--set", "data.length=8000", "--set", "data.n_train=8",
                        "--set", "data.n_val=4", "--set", "data.n_test=4",
                        "--set", "data.normalizer_per_class=2"],  # fmt: skip
-            kws_stream=["--minutes", "0.25"],
+            kws_stream=["--minutes", "0.25", "--seed", "2"],
+            kws_val_stream=["--minutes", "0.25", "--seed", "1"],
             bidmc_train=["--preset", "cpu", "--max-steps", "2", "--set", "optim.epochs=1",
                          "--set", "optim.eval_batch_size=16",
                          "--set", "data.hop=2000"],  # fmt: skip
@@ -118,12 +123,21 @@ def plan(out: Path, s: Settings) -> list[Step]:
     steps = [
         Step("synthesise Speech Commands v0.02 (35 words, Debian TTS voices, noise)",
              ["data", "speech-synth", str(speech), *s.speech], [speech]),
-        Step("train the keyword spotter (speech-stream, CPU preset, SC10 keywords)",
+        Step("train the keyword spotter (speech-stream, CPU preset: log-mel, augmentation, "
+             "SC10 keywords)",
              ["train", "speech-stream", *s.kws_train, "--data", str(speech), "--out",
               str(kws / "train")], [kws / "train" / "best.pt"]),
         Step("export it to ONNX (10 ms chunks) and check it against the torch forward",
              ["export", str(kws / "train" / "best.pt"), "--onnx", str(kws / "kws.onnx"),
               "--chunk", "160", "--verify"], [kws / "kws.onnx"]),
+        Step("build a validation stream (validation speakers) to choose the threshold on",
+             ["data", "kws-stream", str(kws / "val.wav"), "--labels", str(kws / "val.csv"),
+              "--data", str(speech), "--split", "validation", *s.kws_val_stream],
+             [kws / "val.wav", kws / "val.csv"]),
+        Step("choose threshold and smoothing on it (at most 5 false accepts per hour)",
+             ["kws-tune", str(kws / "kws.onnx"), "--stream", str(kws / "val.wav"),
+              "--labels", str(kws / "val.csv"), "--max-fa-per-hour", "5",
+              "--out", str(kws / "tune.json")], [kws / "tune.json"]),
         Step("build a test stream: keywords at known times, other words and noise between",
              ["data", "kws-stream", str(kws / "stream.wav"), "--labels",
               str(kws / "stream.csv"), "--data", str(speech), *s.kws_stream],
@@ -181,10 +195,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="runs/main", help="output folder (default runs/main)")
     ap.add_argument("--smoke", action="store_true", help="tiny settings (CI wiring check)")
     ap.add_argument("--force", action="store_true", help="rerun steps whose outputs exist")
+    ap.add_argument("--part", choices=("all", "kws", "vitals"), default="all",
+                    help="run only the keyword-spotting or the vital-sign steps")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     steps = plan(out, Settings.smoke() if args.smoke else Settings.full())
+    n_kws = next(i for i, st in enumerate(steps) if "BIDMC" in st.title)
+    steps = {"all": steps, "kws": steps[:n_kws], "vitals": steps[n_kws:]}[args.part]
     t0 = time.perf_counter()
     times = {}
     with open(out / "commands.log", "a") as log:
