@@ -297,7 +297,7 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
                                           "speech-stream")  # fmt: skip
         hop = 1
     aug = None
-    if d["augment"]:
+    if d["augment"] is not None:  # {} = every default of AugmentConfig
         aug = _import(SPEECH_MODULE.rsplit(".", 1)[0] + ".augment").AugmentConfig.from_dict(
             d["augment"]
         )
