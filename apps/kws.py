@@ -91,25 +91,56 @@ def check_kws_model(streamer: OnnxStreamer) -> int:
         raise KwsModelError(
             f"{name}: {len(streamer.labels)} labels for {streamer.d_output} outputs"
         )
-    if not streamer.sample_rate:
+    if streamer.sample_rate is None:
         raise KwsModelError(f"{name} has no sample_rate in its metadata (task {task!r})")
+    if not (streamer.sample_rate >= 1 and np.isfinite(streamer.sample_rate)):
+        raise KwsModelError(
+            f"{name}: metadata sample_rate must be a positive number of Hz, got "
+            f"{streamer.sample_rate!r}"
+        )
     if streamer.metadata.get("decoder") == "pool":
         raise KwsModelError(
             f"{name} has a 'pool' decoder (a running mean over the whole stream, task "
             f"{task!r}): train a per-step model (e.g. task speech-stream, decoder window)"
         )
-    silence = streamer.meta_json("silence_class")
+    try:
+        silence = streamer.meta_json("silence_class")
+    except ValueError:
+        silence = streamer.metadata["silence_class"]
+    if silence is not None and (isinstance(silence, bool) or not isinstance(silence, int)):
+        raise KwsModelError(
+            f"{name}: metadata silence_class must be a class index (an integer), got "
+            f"{streamer.metadata['silence_class']!r}"
+        )
     if silence is None:
         for s in SILENCE_NAMES:
             if s in streamer.labels:
                 silence = streamer.labels.index(s)
                 break
-    if silence is None or not 0 <= int(silence) < streamer.d_output:
+    if silence is None:
         raise KwsModelError(
             f"{name}: no non-keyword class (metadata silence_class, or a label named "
             f"{' / '.join(SILENCE_NAMES)}); labels: {streamer.labels}"
         )
-    return int(silence)
+    if not 0 <= silence < streamer.d_output:
+        raise KwsModelError(
+            f"{name}: metadata silence_class {silence} is not a class index "
+            f"(0 … {streamer.d_output - 1})"
+        )
+    return silence
+
+
+def _meta_number(streamer: OnnxStreamer, key: str, default: float) -> float:
+    """A finite number stored (JSON) in the model's metadata under ``key``, else ``default``."""
+    try:
+        value = streamer.meta_json(key, default)
+    except ValueError:
+        value = None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise KwsModelError(
+            f"{streamer.path.name}: metadata {key} must be a number, got {streamer.metadata[key]!r}"
+        )
+    return float(value)
 
 
 class KeywordSpotter:
@@ -148,9 +179,9 @@ class KeywordSpotter:
         # None: the values chosen on a validation stream by ``kws-tune`` (ONNX metadata
         # kws_threshold / kws_smooth_ms), else 0.8 and 100 ms
         if threshold is None:
-            threshold = float(self.streamer.meta_json("kws_threshold", DEFAULT_THRESHOLD))
+            threshold = _meta_number(self.streamer, "kws_threshold", DEFAULT_THRESHOLD)
         if smooth_ms is None:
-            smooth_ms = float(self.streamer.meta_json("kws_smooth_ms", DEFAULT_SMOOTH_MS))
+            smooth_ms = _meta_number(self.streamer, "kws_smooth_ms", DEFAULT_SMOOTH_MS)
         self.smooth_ms = float(smooth_ms)
         self.labels = list(self.streamer.labels)
         self.sample_rate = int(round(self.streamer.sample_rate))

@@ -10,19 +10,25 @@ calls equal one call on the concatenated input (exactly, up to float32 rounding)
 
 Input guard (policy in :mod:`liquid_stream.validate`, shared with the torch
 ``StreamingModel``): ``process`` refuses, with :class:`StreamInputError` (a ``ValueError``
-naming the first offending time step of the block), a block of the wrong shape, one
-holding NaN or ±inf, one holding a sample more than 10⁶ input standard deviations from
-the input mean (``|x − input_mean| > 1e6 · input_std``, raw units, from the model's
-metadata; ``|x| > 1e6`` without them or with a front end that takes raw samples), and
-one whose outputs or new state would not be finite. A refused block changes nothing:
-the state is committed only after the new state and the outputs were checked finite,
-so the next block continues as if the refused one had never been sent, and no input
-can leave the state non-finite.
+naming the first offending time step of the block), a block of the wrong shape or of a
+dtype that is not integer or floating (bool, complex, strings), one holding NaN or ±inf,
+one holding a sample more than 10⁶ input standard deviations from the input mean
+(``|x − input_mean| > 1e6 · input_std``, raw units, from the model's metadata; ``|x| >
+1e6`` without them or with a front end that takes raw samples), and one whose outputs or
+new state would not be finite. A refused block changes nothing: the state is committed
+only after the new state and the outputs were checked finite, so the next block continues
+as if the refused one had never been sent, and no input can leave the state non-finite.
+
+Model files: a missing, corrupt or foreign file, and a liquid-stream model whose metadata
+is missing or malformed (``state_spec``, ``d_input``, ``d_output``, ``max_chunk``,
+``chunk``, ``sample_rate``, ``labels``), raise :class:`OnnxModelError` naming the file and
+the entry.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +36,7 @@ import numpy as np
 from .validate import (
     MAX_STD,
     StreamInputError,
+    check_dtype,
     check_finite_result,
     check_shape,
     check_values,
@@ -82,18 +89,87 @@ class OnnxStreamer:
             raise OnnxModelError(f"{path} is not a liquid-stream streaming model (no state_spec)")
         self.path = path
         self.metadata: dict[str, str] = dict(meta)
-        self.state_spec: list[dict] = json.loads(meta["state_spec"])
-        self.d_input = int(meta["d_input"])
-        self.d_output = int(meta["d_output"])
-        self.max_chunk = int(meta["max_chunk"])
-        self.chunk = int(meta.get("chunk", self.max_chunk))
-        self.sample_rate = float(meta["sample_rate"]) if "sample_rate" in meta else None
-        self.labels: list[str] = json.loads(meta.get("labels", "[]"))
-        self.task: str = meta.get("task", "")
+        self._parse_metadata()
         self.batch = int(batch)
         self.input_center, self.input_half_width = self._input_range()
         self._outputs = ["y"] + [f"next.{s['name']}" for s in self.state_spec]
         self.reset()
+
+    def _bad_meta(self, key: str, why: str) -> OnnxModelError:
+        return OnnxModelError(
+            f"{self.path}: corrupt liquid-stream metadata: {key!r} {why}; "
+            "re-export the model (liquid-stream export)"
+        )
+
+    def _meta_int(self, key: str, default: int | None = None) -> int:
+        """A required (``default`` None) or optional integer entry >= 1."""
+        if key not in self.metadata:
+            if default is None:
+                raise self._bad_meta(key, "is missing")
+            return default
+        text = self.metadata[key]
+        try:
+            value = int(text)
+        except ValueError:
+            raise self._bad_meta(key, f"is not an integer: {text!r}") from None
+        if value < 1:
+            raise self._bad_meta(key, f"must be >= 1, got {value}")
+        return value
+
+    def _parse_metadata(self) -> None:
+        """Read and check every metadata entry the streamer uses (OnnxModelError naming
+        the file and the entry otherwise)."""
+        meta = self.metadata
+        try:
+            spec = json.loads(meta["state_spec"])
+        except ValueError as e:
+            raise self._bad_meta("state_spec", f"is not JSON: {e}") from None
+        if not isinstance(spec, list):
+            raise self._bad_meta("state_spec", f"is not a list of states: {type(spec).__name__}")
+        for s in spec:
+            ok = isinstance(s, dict) and isinstance(s.get("name"), str)
+            ok = ok and isinstance(s.get("shape"), list) and all(
+                d == "batch" or (isinstance(d, int) and not isinstance(d, bool) and d >= 0)
+                for d in s["shape"]
+            )  # fmt: skip
+            try:
+                ok = ok and np.dtype(s["dtype"]).kind in "fiub"
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise self._bad_meta(
+                    "state_spec", f"has an entry without a valid name / shape / dtype: {s!r}"
+                )
+        inputs = {i.name for i in self.session.get_inputs()}
+        outputs = {o.name for o in self.session.get_outputs()}
+        missing = [n for n in ("x", *(f"state.{s['name']}" for s in spec)) if n not in inputs]
+        missing += [n for n in ("y", *(f"next.{s['name']}" for s in spec)) if n not in outputs]
+        if missing:
+            raise self._bad_meta("state_spec", f"does not match the graph (no {missing[0]!r})")
+        self.state_spec: list[dict] = spec
+        self.d_input = self._meta_int("d_input")
+        self.d_output = self._meta_int("d_output")
+        self.max_chunk = self._meta_int("max_chunk")
+        self.chunk = self._meta_int("chunk", self.max_chunk)
+        self.sample_rate: float | None = None
+        if "sample_rate" in meta:
+            try:
+                rate = float(meta["sample_rate"])
+            except ValueError:
+                rate = math.nan
+            if not (math.isfinite(rate) and rate > 0):
+                raise self._bad_meta(
+                    "sample_rate", f"must be a positive number (Hz), got {meta['sample_rate']!r}"
+                )
+            self.sample_rate = rate
+        try:
+            labels = json.loads(meta.get("labels", "[]"))
+        except ValueError:
+            labels = None
+        if not isinstance(labels, list) or not all(isinstance(lab, str) for lab in labels):
+            raise self._bad_meta("labels", f"is not a JSON list of names: {meta['labels']!r}")
+        self.labels: list[str] = labels
+        self.task: str = meta.get("task", "")
 
     def _input_range(self) -> tuple[np.ndarray, np.ndarray]:
         """The accepted input ``center ± half_width`` in raw units: ``input_mean ± 1e6 ·
@@ -139,12 +215,11 @@ class OnnxStreamer:
                 f"{self.d_input}), got {np.shape(chunk)}"
             )
         check_shape(x.shape, self.d_input, self.batch, np.shape(chunk))
+        check_dtype(x.dtype)
         if x.shape[1] == 0:
             return np.zeros((self.batch, 0, self.d_output), np.float32)[
                 0 if squeeze else slice(None)
             ]
-        if not np.issubdtype(x.dtype, np.number):
-            raise StreamInputError(f"input must be numeric, got {x.dtype}")
         check_values(x, self.input_center, self.input_half_width)
         x = x.astype(np.float32, copy=False)
         ys, state = [], self.state

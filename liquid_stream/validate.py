@@ -9,6 +9,9 @@ stream's state stays exactly as it was before the call: the next chunk continues
 the refused one had never been sent):
 
 - **Shape.** ``(batch, T, d_input)`` with the stream's batch and width.
+- **Type.** Real numbers: integer or floating dtypes (not bool, complex, strings or
+  objects; a complex sample has no meaning to the model, and casting would silently
+  drop its imaginary part). The torch model takes exactly its own dtype.
 - **NaN / ±inf.** Refused.
 - **Magnitude.** A sample more than :data:`MAX_STD` = 10⁶ input standard deviations from
   the input mean is refused: ``|x − input_mean| > 1e6 · input_std``, per channel, with
@@ -117,6 +120,17 @@ def check_finite_result(y: np.ndarray, states: Iterable[np.ndarray] = ()) -> Non
     raise StreamInputError(
         "the model's output or state would become non-finite (overflow) on this input", t
     )
+
+
+def check_dtype(dtype) -> None:
+    """Raise :class:`StreamInputError` unless ``dtype`` (numpy) is an integer or floating
+    type (see the module policy)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iuf":
+        raise StreamInputError(
+            f"input must be numeric (integer or floating samples), got {dtype}"
+            + (" (complex samples are refused)" if dtype.kind == "c" else "")
+        )
 
 
 def check_shape(

@@ -354,12 +354,6 @@ def case(id_, *values, marks=()):
 
 # ----------------------------------------------------------- known failures (reasons)
 
-META = xfail("OnnxStreamer parses the ONNX metadata unguarded (json.loads / int / float / "
-             "meta['d_input']): a corrupt or hand-edited liquid-stream ONNX gives a "
-             "JSONDecodeError / KeyError / ValueError traceback, not OnnxModelError")
-KWS_META = xfail("check_kws_model: a negative sample_rate passes ('not sample_rate' only "
-                 "catches 0) and the worker's AudioError escapes as a traceback; a "
-                 "non-integer silence_class hits int() unguarded (ValueError traceback)")
 VITALS_RANGE = xfail("vitals: a record sample beyond the model's input bound (a corrupt "
                      "1e6 in PLETH) makes OnnxStreamer raise StreamInputError inside "
                      "run_record, uncaught: a traceback, no outputs")
@@ -374,9 +368,6 @@ SIZES = xfail("LiquidS4Model validates no sizes itself (only training/config.py 
               "d_model=-1 gives torch's 'negative dimension' RuntimeError without the "
               "field name, n_layers=0 / d_output=0 are accepted, a non-dict frontend is "
               "an AttributeError")
-COMPLEX = xfail("OnnxStreamer.process admits complex input (np.number) and silently "
-                "drops the imaginary part (even 1+1e30j): the dtype check should allow "
-                "integer / floating only")
 STATE = xfail("StreamingModel checks a state's keys only: a state of another model with "
               "the same keys (other decoder_window) is silently accepted (wrong outputs); "
               "other d_model / d_state or a float64 state give torch RuntimeErrors")
@@ -511,16 +502,12 @@ CLI_ERRORS = [
          ["identity.onnx", "not a liquid-stream streaming model"]),
     case("kws / regression model", _kws("reg"), ["regression.onnx", "regression model"]),
     case("kws / vital-sign model", _kws("hr"), ["hr.onnx", "not a keyword classifier"]),
-    case("kws / ONNX state_spec not JSON", _kws("meta_spec"), ["bad_state_spec.onnx"],
-         marks=META),
-    case("kws / ONNX without d_input", _kws("meta_no_din"), ["no_d_input.onnx", "d_input"],
-         marks=META),
-    case("kws / ONNX sample_rate not a number", _kws("meta_sr"), ["sr_text.onnx", "sample"],
-         marks=META),
-    case("kws / ONNX negative sample_rate", _kws("meta_neg_sr"), ["sr_negative.onnx", "sample"],
-         marks=KWS_META),
+    case("kws / ONNX state_spec not JSON", _kws("meta_spec"), ["bad_state_spec.onnx"]),
+    case("kws / ONNX without d_input", _kws("meta_no_din"), ["no_d_input.onnx", "d_input"]),
+    case("kws / ONNX sample_rate not a number", _kws("meta_sr"), ["sr_text.onnx", "sample"]),
+    case("kws / ONNX negative sample_rate", _kws("meta_neg_sr"), ["sr_negative.onnx", "sample"]),
     case("kws / ONNX silence_class not an int", _kws("meta_silence"),
-         ["silence_text.onnx", "silence"], marks=KWS_META),
+         ["silence_text.onnx", "silence"]),
     case("kws / unknown keyword", _kws("tone", "wav", "--keywords", "hello"),
          ["unknown keyword", "hello"]),
     case("kws / threshold 2", _kws("tone", "wav", "--threshold", "2"), ["--threshold"]),
@@ -588,8 +575,7 @@ CLI_ERRORS = [
     case("vitals / missing model", _vitals("missing"), ["ONNX model not found"]),
     case("vitals / ONNX of another program", _vitals("plain_onnx"),
          ["identity.onnx", "not a liquid-stream"]),
-    case("vitals / ONNX state_spec not JSON", _vitals("meta_spec"), ["bad_state_spec.onnx"],
-         marks=META),
+    case("vitals / ONNX state_spec not JSON", _vitals("meta_spec"), ["bad_state_spec.onnx"]),
     case("vitals / same vital twice",
          lambda f, w: ["vitals", f.hr, f.hr, "--record", f.rec, "--speed", "max", "--no-ui",
                        "--out", w / "vitals"],
@@ -779,8 +765,7 @@ ONNX_BAD = [
     case("OnnxStreamer.process / None values", np.array([[0.1], [None]], dtype=object),
          ["numeric", "object"]),
     case("OnnxStreamer.process / booleans", np.ones((8, 1), bool), ["numeric", "bool"]),
-    case("OnnxStreamer.process / complex", np.full((8, 1), 0.1 + 1e30j), ["complex"],
-         marks=COMPLEX),
+    case("OnnxStreamer.process / complex", np.full((8, 1), 0.1 + 1e30j), ["complex"]),
 ]  # fmt: skip
 
 
@@ -826,11 +811,9 @@ def test_onnx_streamer_refuses_and_state_is_kept(F, onnx_reference, chunk, needl
         case("OnnxStreamer() / checkpoint", "ckpt", ["good.pt", "not a valid ONNX"]),
         case("OnnxStreamer() / truncated ONNX", "trunc_onnx", ["truncated.onnx"]),
         case("OnnxStreamer() / ONNX of another program", "plain_onnx", ["no state_spec"]),
-        case("OnnxStreamer() / state_spec not JSON", "meta_spec", ["bad_state_spec.onnx"],
-             marks=META),
-        case("OnnxStreamer() / no d_input", "meta_no_din", ["d_input"], marks=META),
-        case("OnnxStreamer() / sample_rate not a number", "meta_sr", ["sample_rate"],
-             marks=META),
+        case("OnnxStreamer() / state_spec not JSON", "meta_spec", ["bad_state_spec.onnx"]),
+        case("OnnxStreamer() / no d_input", "meta_no_din", ["d_input"]),
+        case("OnnxStreamer() / sample_rate not a number", "meta_sr", ["sample_rate"]),
     ],
 )  # fmt: skip
 def test_onnx_streamer_refuses_bad_files(F, key, needles):
