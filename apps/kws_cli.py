@@ -437,6 +437,8 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
     except ValueError as e:
         raise click.ClickException(str(e)) from e
     source = _open_wav(stream_path, chunk_ms, realtime=False)
+    if len(source.samples) == 0:
+        raise click.ClickException(f"{source.name}: the WAV holds no samples: nothing to score")
     worker = KwsWorker(spotter, source, record_trace=True)
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     worker.run()  # in this thread: nothing to display
@@ -585,6 +587,8 @@ def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, out_pa
     try:
         truth = read_label_csv(labels_path)
         audio, rate, _ = read_wav(stream_path)
+        if len(audio) == 0:
+            raise ValueError(f"{stream_path}: the WAV holds no samples: nothing to tune on")
         res = tune_thresholds(model, audio, truth, max_fa_per_hour, sample_rate=rate)
     except (ValueError, KwsModelError, AudioError) as e:
         raise click.ClickException(str(e)) from e

@@ -3,16 +3,19 @@
     liquid-stream kws-stream val.wav --labels val.csv --split validation
     liquid-stream kws-tune kws.onnx --stream val.wav --labels val.csv --max-fa-per-hour 2
 
-The model runs once over the stream (the app's own code path: :class:`KeywordSpotter` in
-``chunk_ms`` frames). Its keyword posteriors are kept every ``step_ms`` (10 ms: a log-mel
-model's output changes once per 10 ms hop, so nothing is lost for it), and for every
-smoothing window in ``smooth_grid`` and threshold in ``threshold_grid`` the detection rule
-of the app (:func:`~liquid_stream.apps.kws.detect_events`: threshold, re-arm, refractory)
-is replayed and scored with :func:`~liquid_stream.apps.kws.evaluate_detections`. The
-chosen pair has the highest detection rate with false accepts ≤ ``max_fa_per_hour``
-(ties: the higher threshold, then the shorter window). With ``write=True`` the pair is
-stored in the ONNX metadata (``kws_threshold``, ``kws_smooth_ms``, ``kws_tuning``), so
-``kws`` and ``kws-eval`` use it by default. The test stream is never used for this.
+The model runs once over the stream (the app's own code path: :class:`KeywordSpotter`
+in ``chunk_ms`` frames). Its keyword posteriors are kept every ``step_ms`` (10 ms: a
+log-mel model's output changes once per 10 ms hop, so nothing is lost for it), and for
+every smoothing window in ``smooth_grid`` and threshold in ``threshold_grid`` the
+detection rule of the app (:func:`~liquid_stream.apps.kws.detect_events`: threshold,
+re-arm, refractory) is replayed and scored with
+:func:`~liquid_stream.apps.kws.evaluate_detections`. The chosen pair has the highest
+detection rate with false accepts ≤ ``max_fa_per_hour`` (ties: the higher threshold, then
+the shorter window). With ``write=True`` the pair is stored in the ONNX metadata
+(``kws_threshold``, ``kws_smooth_ms``, ``kws_tuning``), so ``kws`` and ``kws-eval`` use it
+by default. The test stream is never used for this. A stream with no samples, or labels
+with no event of one of the model's keywords, is refused (ValueError): nothing is chosen
+or written from a stream that cannot score a threshold.
 Torch-free.
 """
 
@@ -50,12 +53,25 @@ def posterior_trace(
 ) -> tuple[np.ndarray, float, list[str]]:
     """Keyword posteriors ``(n, K)`` every ``step_ms`` (the value at the last sample of each
     step), the step in seconds, and the keywords, from one pass of the model."""
+    return _trace(_trace_spotter(model, chunk_ms, sample_rate), audio, step_ms)
+
+
+def _trace_spotter(
+    model: str | os.PathLike, chunk_ms: float, sample_rate: float | None
+) -> KeywordSpotter:
+    """The spotter of :func:`posterior_trace` (the raw posteriors: no smoothing)."""
     spotter = KeywordSpotter(model, threshold=1.0, smooth_ms=0.0, chunk_ms=chunk_ms)
     if sample_rate is not None and int(round(sample_rate)) != spotter.sample_rate:
         raise ValueError(
             f"the stream is at {sample_rate:g} Hz, the model at {spotter.sample_rate} Hz: "
             "tune on a stream at the model's rate (kws-stream writes 16 kHz)"
         )
+    return spotter
+
+
+def _trace(
+    spotter: KeywordSpotter, audio: np.ndarray, step_ms: float
+) -> tuple[np.ndarray, float, list[str]]:
     step = max(1, int(round(step_ms * spotter.sample_rate / 1000)))
     rows = [np.zeros((0, len(spotter.keywords)))]
     for pos in range(0, len(audio), spotter.chunk):
@@ -88,8 +104,18 @@ def tune_thresholds(
     sample_rate: float | None = None,
 ) -> TuneResult:
     """Grid search of (smoothing, threshold) on a labelled stream (module docstring);
-    ``audio`` must be at the model's sample rate (checked when ``sample_rate`` is given)."""
-    p, dt, keywords = posterior_trace(model, audio, chunk_ms, step_ms, sample_rate)
+    ``audio`` must be at the model's sample rate (checked when ``sample_rate`` is given).
+    Raises ValueError for a stream with no samples or labels with no event of one of the
+    model's keywords (nothing to tune on)."""
+    spotter = _trace_spotter(model, chunk_ms, sample_rate)
+    if len(audio) == 0:
+        raise ValueError("the stream holds no samples: nothing to tune on")
+    if not any(e.is_keyword and e.word in spotter.keywords for e in truth):
+        raise ValueError(
+            "the labels hold no keyword event of the model's keywords "
+            f"({', '.join(spotter.keywords)}): nothing to tune on"
+        )
+    p, dt, keywords = _trace(spotter, audio, step_ms)
     duration = len(p) * dt
     table = []
     for sm in smooth_grid:
