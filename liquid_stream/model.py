@@ -23,6 +23,8 @@ are updated once per step, as without checkpointing); dropout masks are replayed
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -173,6 +175,32 @@ def checkpointed(block: nn.Module, x: Tensor, rate: float) -> Tensor:
     return checkpoint(run, x, use_reentrant=False)
 
 
+SIZE_ARGS = ("d_input", "d_output", "d_model", "n_layers", "d_state", "decoder_window")
+
+
+def _check_sizes(config: dict) -> None:
+    """ValueError naming the argument unless every size of ``config`` is an int >= 1 and
+    ``frontend`` None or a dict (the rest is checked where it is used)."""
+    for name in SIZE_ARGS:
+        v = config[name]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    frontend = config["frontend"]
+    if frontend is not None and not isinstance(frontend, dict):
+        raise ValueError(f"frontend must be None or a dict of front-end settings, got {frontend!r}")
+
+
+def check_rate(rate) -> float:
+    """``rate`` as a float; ValueError unless it is a finite number > 0."""
+    if (
+        isinstance(rate, bool)
+        or not isinstance(rate, numbers.Real)
+        or not (math.isfinite(rate) and rate > 0)
+    ):
+        raise ValueError(f"rate must be a finite number > 0, got {rate!r}")
+    return float(rate)
+
+
 class LiquidS4Model(nn.Module):
     """Encoder → stacked Liquid-S4 blocks → decoder.
 
@@ -180,6 +208,9 @@ class LiquidS4Model(nn.Module):
     and ``(B, L, d_output)`` for ``window``; ``pair`` takes ``x (B, 2, L, d_input)`` and
     returns ``(B, d_output)``. Every constructor argument is kept in
     :attr:`config`, so ``LiquidS4Model(**model.config)`` rebuilds the architecture.
+    Bad arguments raise a ValueError naming them (the sizes d_input, d_output, d_model,
+    n_layers, d_state and decoder_window must be ints >= 1, ``frontend`` None or a dict;
+    ``rate`` a finite number > 0).
     """
 
     def __init__(
@@ -210,6 +241,7 @@ class LiquidS4Model(nn.Module):
     ):
         super().__init__()
         self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        _check_sizes(self.config)
         kind = (frontend or {}).get("kind", "raw")
         if kind not in FRONTENDS:
             raise ValueError(f"frontend.kind must be one of {FRONTENDS}, got {kind!r}")
@@ -221,8 +253,6 @@ class LiquidS4Model(nn.Module):
                 raise ValueError("a log-mel front end is for streaming models, not decoder pair")
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
-        if decoder_window < 1:
-            raise ValueError(f"decoder_window must be >= 1, got {decoder_window}")
         self.d_input, self.d_output, self.decoder = d_input, d_output, decoder
         self.decoder_window, self.prenorm = decoder_window, prenorm
         d_features = d_input if self.frontend is None else self.frontend.n_mels
@@ -267,6 +297,7 @@ class LiquidS4Model(nn.Module):
         """The sequence of features before the decoder, ``(B, L, H)``; with a front end
         ``(B, ⌊L/R⌋, H)``, one step per completed frame."""
         check_input(x, self.d_input, "x")
+        check_rate(rate)
         if self.frontend is not None:
             if rate != 1.0:
                 raise ValueError(
@@ -369,9 +400,11 @@ class StreamingModel(nn.Module):
     ``(B, T ≥ 1, d_input)`` tensor of the model's dtype with B the state's batch, that
     holds NaN, ±inf or a sample with ``|x| > 1e6`` (10⁶ standard deviations of the
     standardised input this model takes), or whose outputs or new state would not be
-    finite, raises :class:`~liquid_stream.validate.StreamInputError` (a ``ValueError``).
-    The state passed in is never modified, so after a refusal the caller's state is the
-    one to continue from.
+    finite, raises :class:`~liquid_stream.validate.StreamInputError` (a ``ValueError``);
+    so does a state that is not one of this model's (its keys, and each entry's dtype and
+    shape, the batch size excepted, must be those of :meth:`init_state`). The state passed
+    in is never modified, so after a refusal the caller's state is the one to continue
+    from. ``rate`` must be a finite number > 0 (ValueError).
     """
 
     def __init__(
@@ -390,6 +423,7 @@ class StreamingModel(nn.Module):
                 "this model has bidirectional (non-causal) layers and cannot be streamed; "
                 "train it with bidirectional=False"
             )
+        rate = check_rate(rate)
         model = model.eval()
         self.config = dict(model.config)
         self.decoder, self.window = model.decoder, model.decoder_window
@@ -424,6 +458,11 @@ class StreamingModel(nn.Module):
         self._state_keys = frozenset(one)
         # the batch-first state entries (others, e.g. ``ssm.fill``, are shared by the batch)
         self._batch_keys = [k for k, v in one.items() if v.dim() and two[k].shape[0] == 2]
+        # what each entry must be: (shape, with None for the batch dimension; dtype)
+        self._state_spec = {
+            k: ((None, *v.shape[1:]) if k in self._batch_keys else tuple(v.shape), v.dtype)
+            for k, v in one.items()
+        }
         # the input is already standardised: accepted |x| <= MAX_STD (mean 0, std 1)
         self._input_range = input_range(0.0, 1.0, self.d_input)
 
@@ -475,7 +514,7 @@ class StreamingModel(nn.Module):
                 f"state does not belong to this model (missing {missing}, unexpected {extra});"
                 " start a stream with init_state(batch)"
             )
-        batch = int(state[self._batch_keys[0]].shape[0]) if self._batch_keys else x.shape[0]
+        batch = self._check_state(state, x.shape[0])
         check_shape(tuple(x.shape), self.d_input, batch)
         if x.shape[1] == 0:
             raise StreamInputError(
@@ -488,6 +527,28 @@ class StreamingModel(nn.Module):
             )
         if not bool((x.abs() <= MAX_STD).all()):  # NaN compares False
             check_values(x.detach().to("cpu", torch.float64).numpy(), *self._input_range)
+
+    def _check_state(self, state: dict[str, Tensor], default_batch: int) -> int:
+        """Refuse a state entry whose dtype or shape is not init_state's (the batch size
+        excepted, which must be the same in every batch-first entry); return the batch."""
+        batch = None
+        for k, (shape, dtype) in self._state_spec.items():
+            v = state[k]
+            if not isinstance(v, Tensor):
+                raise StreamInputError(
+                    f"state does not belong to this model: {k!r} is a {type(v).__name__}, "
+                    "not a tensor; start a stream with init_state(batch)"
+                )
+            got = tuple(v.shape)
+            if shape[:1] == (None,):  # batch-first: the first one sets the batch
+                batch = got[0] if batch is None and got else batch
+                shape = (batch, *shape[1:])
+            if v.dtype != dtype or got != shape:
+                raise StreamInputError(
+                    f"state does not belong to this model: {k!r} is {v.dtype} of shape {got}, "
+                    f"expected {dtype} of shape {shape}; start a stream with init_state(batch)"
+                )
+        return default_batch if batch is None else int(batch)
 
     @staticmethod
     def _check_result(y: Tensor, new: dict[str, Tensor]) -> None:
