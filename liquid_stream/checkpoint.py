@@ -112,12 +112,50 @@ def load_checkpoint(path) -> dict:
 
 
 def model_from_checkpoint(ckpt: dict | str | os.PathLike) -> tuple[LiquidS4Model, dict]:
-    """Rebuild the model (eval mode) and return it with the checkpoint's ``meta``."""
+    """Rebuild the model (eval mode) and return it with the checkpoint's ``meta``.
+
+    Raises :class:`CheckpointError` (one line) when the config does not build a model or
+    the weights do not fit it (counts of missing / unexpected / mis-sized tensors, and the
+    first of them)."""
+    where = ""
     if not isinstance(ckpt, dict):
+        where = f"{ckpt}: "
         ckpt = load_checkpoint(ckpt)
+    head = f"{where}checkpoint does not match its model config"
+    config, weights = ckpt["model_config"], ckpt["model"]
+    if not isinstance(config, dict) or not isinstance(weights, dict):
+        raise CheckpointError(f"{head}: 'model_config' and 'model' must be dicts")
     try:
-        model = LiquidS4Model(**ckpt["model_config"])
-        model.load_state_dict(ckpt["model"])
+        model = LiquidS4Model(**config)
     except (TypeError, RuntimeError, ValueError) as e:
-        raise CheckpointError(f"checkpoint does not match its model config: {e}") from e
+        raise CheckpointError(f"{head}: {' '.join(str(e).split())}") from e
+    problem = _weights_misfit(model.state_dict(), weights)
+    if problem:
+        raise CheckpointError(f"{head}: the weights do not fit it: {problem}")
+    try:
+        model.load_state_dict(weights)
+    except (TypeError, RuntimeError, ValueError) as e:
+        raise CheckpointError(f"{head}: {' '.join(str(e).split())}") from e
     return model.eval(), dict(ckpt.get("meta", {}))
+
+
+def _weights_misfit(expected: dict, given: dict) -> str:
+    """'' when ``given`` has exactly the keys and shapes of ``expected``, else one line:
+    ``2 missing, 1 unexpected, 1 size mismatch (first: ...)``."""
+    missing = [k for k in expected if k not in given]
+    unexpected = [k for k in given if k not in expected]
+    sized = [
+        k for k in expected
+        if k in given and (not torch.is_tensor(given[k]) or given[k].shape != expected[k].shape)
+    ]  # fmt: skip
+    parts = [f"{len(v)} {what}" for v, what in ((missing, "missing"), (unexpected, "unexpected"),
+             (sized, "size mismatch")) if v]  # fmt: skip
+    if not parts:
+        return ""
+    if sized:
+        k = sized[0]
+        got = tuple(given[k].shape) if torch.is_tensor(given[k]) else type(given[k]).__name__
+        first = f"{k} is {got} in the checkpoint, {tuple(expected[k].shape)} in the model"
+    else:
+        first = f"{(missing or unexpected)[0]} {'missing' if missing else 'unexpected'}"
+    return f"{', '.join(parts)} (first: {first})"

@@ -363,10 +363,6 @@ VITALS_ATOMIC = xfail("VitalsMonitor.push is not atomic: samples_in is counted b
                       "lanes run, and a lane fed before the refusing one keeps the chunk, so "
                       "after a refused chunk the hr estimates run one chunk ahead (silently "
                       "different values) of a stream that never had it")
-MISMATCH = xfail("model_from_checkpoint puts torch's load_state_dict error into the "
-                 "CheckpointError verbatim: one line per mismatched tensor (tab-indented), so "
-                 "`liquid-stream export` of a checkpoint whose weights do not fit its config "
-                 "prints a multi-line error")
 
 
 # ================================================================== CLI: refusals
@@ -473,7 +469,7 @@ CLI_ERRORS = [
     case("export / checkpoint without weights", _export("nomodel_ckpt"),
          ["no_model.pt", "'model'"]),
     case("export / weights of another size", _export("mismatch_ckpt"),
-         ["mismatch.pt", "does not match its model config"], marks=MISMATCH),
+         ["mismatch.pt", "does not match its model config"]),
     case("export / negative d_model in the checkpoint config", _export("negdim_ckpt"),
          ["d_model"]),
     case("export / directory", _export("empty_dir"), ["is a directory"]),
@@ -968,7 +964,7 @@ def test_load_checkpoint_refuses(F, key, needles):
     "key, needles",
     [
         case("model_from_checkpoint / weights of another size", "mismatch_ckpt",
-             ["does not match its model config", "size mismatch"], marks=MISMATCH),
+             ["does not match its model config", "size mismatch"]),
         case("model_from_checkpoint / negative d_model", "negdim_ckpt", ["d_model"]),
     ],
 )  # fmt: skip
