@@ -32,6 +32,16 @@ Signal problems, per model (its own channels):
   window holds W samples fed after the gap). Each gap is judged on its own, sample by
   sample (one right after a long gap follows the same rule), so the chunking of the
   stream changes nothing.
+- **out-of-range sample** (finite, but beyond the model's input bound: more than 10⁶
+  input standard deviations from its input mean, :mod:`liquid_stream.validate`; a corrupt
+  value such as a 1e6 in a PLETH channel, never a real signal): the models would refuse
+  it. ``VitalsMonitor`` refuses the chunk by default (``out_of_range="refuse"``:
+  :class:`VitalsInputError`, the monitor unchanged); a record (:func:`open_record`, the
+  ``vitals`` command) uses ``out_of_range="gap"``: the sample is invalid for that model,
+  exactly like a NaN (a short gap is bridged, a long one resets), and counted
+  (:meth:`VitalsMonitor.out_of_range_counts`), so a long record survives a glitch. Any
+  other refusal (a model overflow) stops :func:`run_record` at that chunk, keeping the
+  estimates before it (``RunResult.error``).
 - **other sampling rate**: the record is resampled to the models' rate by a causal,
   stateful polyphase FIR (:mod:`liquid_stream.apps.resample`: the filter of
   ``scipy.signal.resample_poly``, without its delay compensation: chunked output equals
@@ -58,6 +68,7 @@ import numpy as np
 
 from liquid_stream.apps.alarms import UNITS, VITALS, Alarm, AlarmRule, parse_alarms
 from liquid_stream.apps.resample import StreamResampler
+from liquid_stream.validate import MAX_STD, StreamInputError
 
 TASK = "bidmc"
 # target -> numerics channel of the BIDMC ``<record>n`` record
@@ -65,8 +76,22 @@ NUMERICS_CHANNEL = {"hr": "HR", "rr": "RESP", "spo2": "SpO2"}
 DEFAULT_MAX_GAP_S = 2.0
 
 
+OUT_OF_RANGE = ("refuse", "gap")
+
+
 class VitalsError(ValueError):
     """A model, record or setting the monitor cannot use (message says what and why)."""
+
+
+class VitalsInputError(ValueError):
+    """A chunk refused by :meth:`VitalsMonitor.push` (a sample beyond a model's input
+    bound, or a model overflow); ``time_s`` is the stream time of the first bad sample,
+    ``reason`` what is wrong. The monitor is exactly as before the chunk."""
+
+    def __init__(self, reason: str, time_s: float):
+        self.reason = reason
+        self.time_s = float(time_s)
+        super().__init__(f"input refused at {self.time_s:.3f} s: {reason}; monitor unchanged")
 
 
 def strip_name(name: str) -> str:
@@ -163,6 +188,14 @@ class Estimate:
         return {t: s == "ok" for t, s in self.status.items()}
 
 
+class _LaneRefusal(Exception):
+    """A lane's model refused its input at model-rate sample ``index`` (push converts it)."""
+
+    def __init__(self, reason: str, index: int):
+        super().__init__(reason)
+        self.reason, self.index = reason, index
+
+
 class _Lane:
     """One model fed with its own channels: NaN-gap bridging, resets, per-second output.
 
@@ -196,6 +229,8 @@ class _Lane:
         self.out: dict[int, tuple[float, str]] = {}
         self.short_gaps = self.short_gap_samples = 0
         self.long_gaps = self.long_gap_samples = 0
+        self.out_of_range = 0  # samples beyond the input bound made gaps (out_of_range="gap")
+        self.out_of_range_first: int | None = None  # the first one's index
 
     @property
     def n_resolved(self) -> int:
@@ -210,7 +245,10 @@ class _Lane:
         return np.arange(first, g0 + n, self.sps)
 
     def _feed(self, rows: np.ndarray, g0: int) -> None:
-        y = self.model.streamer.process(rows.astype(np.float32))[:, 0]
+        try:
+            y = self.model.streamer.process(rows.astype(np.float32))[:, 0]
+        except StreamInputError as e:  # e.g. an overflow inside the model
+            raise _LaneRefusal(f"{self.model.path.name}: {e.reason}", g0 + (e.index or 0)) from e
         if self.first_fed is None:
             self.first_fed = g0
         for i in self._boundaries(g0, len(rows)):
@@ -231,6 +269,28 @@ class _Lane:
     def _reset(self) -> None:
         self.model.streamer.reset()
         self.anchor, self.first_fed = None, None
+
+    _STATE = ("n_in", "gap_start", "gap_long", "held", "anchor", "first_fed", "last_bridged",
+              "short_gaps", "short_gap_samples", "long_gaps", "long_gap_samples",
+              "out_of_range", "out_of_range_first")  # fmt: skip
+
+    def snapshot(self) -> tuple:
+        """Everything :meth:`push` changes (arrays are replaced, never written in place)."""
+        fields = {k: getattr(self, k) for k in self._STATE}
+        return fields, dict(self.out), self.model.streamer.state
+
+    def restore(self, snap: tuple) -> None:
+        fields, out, state = snap
+        for k, v in fields.items():
+            setattr(self, k, v)
+        self.out, self.model.streamer.state = out, state
+
+    def beyond_bound(self, x: np.ndarray) -> np.ndarray:
+        """``(T, C)`` mask of the finite samples of ``x`` (this lane's columns) beyond the
+        model's input bound (input mean ± MAX_STD input standard deviations)."""
+        s = self.model.streamer
+        with np.errstate(invalid="ignore"):
+            return np.isfinite(x) & ~(np.abs(x - s.input_center) <= s.input_half_width)
 
     def push(self, x: np.ndarray) -> None:
         bad = ~np.isfinite(x).all(1)
@@ -305,6 +365,17 @@ class VitalsMonitor:
             resampled (:class:`StreamResampler`).
         max_gap_s: longest NaN gap that is interpolated; longer gaps reset the model.
         threads: onnxruntime intra-op threads per model.
+        out_of_range: what a finite sample beyond a model's input bound (its input mean ±
+            10⁶ input standard deviations, :mod:`liquid_stream.validate`; a corrupt value,
+            never a real signal) does: ``"refuse"`` (default) the chunk, with
+            :class:`VitalsInputError`; ``"gap"``: the sample is invalid for that model,
+            like a NaN (bridged or reset by the gap rules, counted in
+            :meth:`out_of_range_counts`), so a long record survives a glitch.
+
+    :meth:`push` is all-or-nothing: a refused chunk (an out-of-range sample with
+    ``out_of_range="refuse"``, a model overflow, a malformed chunk) raises a ValueError
+    and leaves every model, gap state and counter as before it, so the stream goes on
+    as if the chunk had never been pushed.
     """
 
     def __init__(
@@ -315,9 +386,13 @@ class VitalsMonitor:
         input_rate: float | None = None,
         max_gap_s: float = DEFAULT_MAX_GAP_S,
         threads: int | None = 1,
+        out_of_range: str = "refuse",
     ):
         if not models:
             raise VitalsError("give at least one model")
+        if out_of_range not in OUT_OF_RANGE:
+            raise VitalsError(f"out_of_range must be one of {OUT_OF_RANGE}, got {out_of_range!r}")
+        self.out_of_range = out_of_range
         if len(models) > len(VITALS):
             raise VitalsError(f"at most {len(VITALS)} models (one each for {', '.join(VITALS)})")
         self.models = [load_model(p, threads) for p in models]
@@ -388,13 +463,59 @@ class VitalsMonitor:
         x = np.asarray(chunk, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != len(self.channels):
             raise ValueError(f"expected (T, {len(self.channels)}) samples, got {x.shape}")
-        self.samples_in += len(x)
-        if self.resampler is not None:
-            x = self.resampler.process(x)
-        if len(x):
-            for lane in self._lanes:
-                lane.push(x[:, lane.cols])
+        n = len(x)
+        snap = (
+            self.samples_in,
+            None if self.resampler is None else dict(self.resampler.__dict__),
+            [lane.snapshot() for lane in self._lanes],
+        )
+        try:
+            if self.resampler is not None:
+                x = self.resampler.process(x)
+            lanes = [self._lane_input(lane, x) for lane in self._lanes]  # all checked first
+            for lane, xl in zip(self._lanes, lanes, strict=True):
+                if len(xl):
+                    lane.push(xl)
+            self.samples_in += n
+        except BaseException as e:  # all or nothing: back to the state before the chunk
+            self.samples_in = snap[0]
+            if snap[1] is not None:
+                self.resampler.__dict__.update(snap[1])
+            for lane, lane_snap in zip(self._lanes, snap[2], strict=True):
+                lane.restore(lane_snap)
+            if isinstance(e, _LaneRefusal):
+                raise VitalsInputError(e.reason, self._stream_time(e.index)) from None
+            raise
         return self._emit()
+
+    def _lane_input(self, lane: _Lane, x: np.ndarray) -> np.ndarray:
+        """The lane's columns of the (resampled) chunk ``x``; a finite sample beyond its
+        model's input bound refuses the chunk (``out_of_range="refuse"``) or is made NaN,
+        i.e. a gap (``"gap"``, counted)."""
+        xl = x[:, lane.cols]
+        beyond = lane.beyond_bound(xl)
+        if not beyond.any():
+            return xl
+        t, c = (int(i) for i in np.argwhere(beyond)[0])
+        if self.out_of_range == "gap":
+            xl = np.where(beyond, np.nan, xl)
+            lane.out_of_range += int(beyond.any(1).sum())
+            if lane.out_of_range_first is None:
+                lane.out_of_range_first = lane.n_in + t
+            return xl
+        center, half = lane.model.streamer.input_center[c], lane.model.streamer.input_half_width[c]
+        lo, hi = center - half, center + half
+        raise VitalsInputError(
+            f"{lane.model.channels[c]} sample value {xl[t, c]:.4g} is outside the accepted range "
+            f"{lo:.4g} … {hi:.4g} of {lane.model.path.name} (input mean ± {MAX_STD:.0e} input "
+            "standard deviations)",
+            self._stream_time(lane.n_in + t),
+        )
+
+    def _stream_time(self, index: int) -> float:
+        """Input-stream seconds of model-rate sample ``index`` (less the resampler's delay)."""
+        delay = 0.0 if self.resampler is None else self.resampler.delay_s
+        return max(0.0, index / self.sample_rate - delay)
 
     def flush(self) -> list[Estimate]:
         """End of stream: resolve open gaps, emit what is left (an incomplete last second
@@ -420,6 +541,19 @@ class VitalsMonitor:
             out.append(est)
         self._next_second = max(self._next_second, upto + 1)
         return out
+
+    def out_of_range_counts(self) -> dict[str, dict[str, float | None]]:
+        """Per target: samples beyond the model's input bound made gaps
+        (``out_of_range="gap"``) and the input-stream time of the first (None: none)."""
+        return {
+            lane.model.target: {
+                "samples": lane.out_of_range,
+                "first_s": None
+                if lane.out_of_range_first is None
+                else round(self._stream_time(lane.out_of_range_first), 3),
+            }
+            for lane in self._lanes
+        }
 
     def gap_counts(self) -> dict[str, dict[str, float]]:
         """Per target: short (bridged) and long (reset) gaps and their seconds."""
@@ -621,6 +755,8 @@ class RunResult:
     gaps: dict[str, dict[str, float]]
     has_reference: bool
     interrupted: bool = False
+    out_of_range: dict[str, dict] = field(default_factory=dict)  # out_of_range_counts()
+    error: str | None = None  # the refusal that stopped the run early (None: ran to the end)
 
     @property
     def real_time_factor(self) -> float:
@@ -725,9 +861,13 @@ def open_record(
     alarms=None,
     max_gap_s: float = DEFAULT_MAX_GAP_S,
     threads: int | None = 1,
+    out_of_range: str = "gap",
 ) -> tuple[VitalsMonitor, RecordSource]:
-    """Load the models, then the record's channels they need (resampled if needed)."""
-    monitor = VitalsMonitor(models, alarms, max_gap_s=max_gap_s, threads=threads)
+    """Load the models, then the record's channels they need (resampled if needed).
+    ``out_of_range``: see :class:`VitalsMonitor` (default ``"gap"`` for a record)."""
+    monitor = VitalsMonitor(
+        models, alarms, max_gap_s=max_gap_s, threads=threads, out_of_range=out_of_range
+    )
     source = RecordSource(record, monitor.channels, monitor.channel_users)
     monitor.set_input_rate(source.fs)
     return monitor, source
@@ -741,7 +881,9 @@ def run_record(
 ) -> RunResult:
     """Stream ``source`` through ``monitor`` (paced at ``speed``; None = unpaced), attach
     the references, time every chunk. Ctrl-C stops early (``interrupted``), keeping what
-    was done. ``on_estimate(estimate)`` is called for each second as it is emitted."""
+    was done; so does a chunk the monitor refuses (:class:`VitalsInputError`, ``error``:
+    the seconds before it are emitted). ``on_estimate(estimate)`` is called for each
+    second as it is emitted."""
     estimates: list[Estimate] = []
     latencies: list[float] = []
     t_start = time.perf_counter()
@@ -754,11 +896,15 @@ def run_record(
             if on_estimate is not None:
                 on_estimate(e)
 
-    interrupted = False
+    interrupted, error = False, None
     try:
         for chunk in source.chunks(speed):
             t0 = time.perf_counter()
-            ests = monitor.push(chunk)
+            try:
+                ests = monitor.push(chunk)
+            except VitalsInputError as e:  # the monitor is as before the chunk: end there
+                error = str(e)
+                break
             latencies.append(time.perf_counter() - t0)
             take(ests)
         t0 = time.perf_counter()
@@ -780,4 +926,6 @@ def run_record(
         gaps=monitor.gap_counts(),
         has_reference=bool(source.numerics),
         interrupted=interrupted,
+        out_of_range=monitor.out_of_range_counts(),
+        error=error,
     )

@@ -173,8 +173,10 @@ def vitals_cmd(models, record, speed, alarms, alarm_hold, max_gap, out_dir, no_u
     Emits HR/RR/SpO2 once per second from the models' causal outputs, raises alarms with
     hysteresis, compares with the record's numerics (RMSE/MAE), and writes a CSV and a
     PNG. NaN gaps up to --max-gap seconds are interpolated (estimates flagged invalid while
-    the window covers them); longer gaps reset the models, which then re-warm. A record at
-    another sampling rate is resampled (causal polyphase FIR) to the models' rate.
+    the window covers them); longer gaps reset the models, which then re-warm. A sample
+    beyond a model's input bound (10^6 input standard deviations: a corrupt value) counts
+    as a NaN. A record at another sampling rate is resampled (causal polyphase FIR) to the
+    models' rate.
     """
     from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
     from liquid_stream.apps.vitals import VitalsError, open_record, run_record
@@ -238,6 +240,8 @@ def vitals_cmd(models, record, speed, alarms, alarm_hold, max_gap, out_dir, no_u
         result = run_record(monitor, source, speed, on_estimate)
     if result.interrupted:
         echo("interrupted: writing what was streamed so far", err=True)
+    if result.error:
+        echo("stopped at a refused sample: writing what was streamed before it", err=True)
 
     out = Path(out_dir) if out_dir else Path("runs") / "vitals" / source.name
     try:
@@ -250,6 +254,8 @@ def vitals_cmd(models, record, speed, alarms, alarm_hold, max_gap, out_dir, no_u
         raise click.ClickException(f"cannot write results to {out}: {e}") from None
     _print_summary(summary, echo)
     echo(f"wrote {csv_path}, {png_path}, {json_path}")
+    if result.error:
+        raise click.ClickException(f"record {source.name}: {result.error}")
 
 
 def _run_with_ui(monitor, source, speed, run_record):
@@ -286,6 +292,7 @@ def _summary(result, source, monitor, speed) -> dict:
         "seconds": len(result.estimates),
         "metrics": result.metrics(),
         "gaps": result.gaps,
+        "out_of_range": result.out_of_range,
         "alarms": {
             a.rule.name: {"episodes": a.episodes, "active_s": a.active_s, "events": a.events}
             for a in result.alarms
@@ -299,6 +306,7 @@ def _summary(result, source, monitor, speed) -> dict:
         "latency_ms_max": float(lat.max() * 1000) if len(lat) else None,
         "warnings": source.warnings,
         "interrupted": result.interrupted,
+        "error": result.error,
     }
 
 
@@ -339,6 +347,12 @@ def _print_summary(s: dict, echo) -> None:
             echo(
                 f"  gaps {t}: {g['short_gaps']} short, interpolated ({g['short_gap_s']:.1f} s); "
                 f"{g['long_gaps']} long, model reset ({g['long_gap_s']:.1f} s)"
+            )
+    for t, o in s["out_of_range"].items():
+        if o["samples"]:
+            echo(
+                f"  out of range {t}: {o['samples']} sample(s) beyond the model's input bound "
+                f"(first at {o['first_s']:.3f} s), treated as gaps"
             )
     for name, a in s["alarms"].items():
         echo(f"  alarm {name}: {a['episodes']} episode(s), active {a['active_s']} s")
