@@ -424,6 +424,8 @@ CLI_ERRORS = [
          ["'model.d_model'", "section.key=value"]),
     case("train / bad frontend", _toy_set("model.frontend={kind: logmel, n_mels: -1}"),
          ["frontend.n_mels", "-1"]),
+    case("train / d_model 1e9 (2e18 parameters)", _toy_set("model.d_model=1e9"),
+         ["model.d_model=1000000000", "parameters", "limit of 1e+09"]),
     case("train / unknown task", _train("nosuchtask"), ["nosuchtask", "available"]),
     case("train / unknown preset", _train("toy", "--preset", "nosuch"),
          ["unknown preset 'nosuch'"]),

@@ -18,7 +18,10 @@ parsed as YAML: ``--set optim.lr=1e-3``, ``--set model.liquid=null``,
 :class:`ConfigError` naming the key and the closest valid ones. Every value is then
 checked (:func:`validate`: type, range, the choices the consuming code accepts, rules
 between fields, split sizes that follow from the config), so a bad value is one error
-naming its field before any data is loaded, model built or run folder written.
+naming its field before any data is loaded, model built or run folder written. The model
+sizes are bounded by :data:`MAX_MODEL_PARAMETERS` (10⁹ parameters, counted by
+:func:`model_parameters`): ``--set model.d_model=1e9`` is a config error, not an
+out-of-memory kill.
 
 This module does not import torch at import time (fast CLI ``--help``).
 """
@@ -432,6 +435,22 @@ def model_fields() -> dict[str, Spec]:
     }
 
 
+# A sanity bound on the model's size (the presets have at most ~1.1·10⁷ parameters): 10⁹
+# parameters are 4 GB of float32 weights, ~16 GB with gradients and AdamW's moments.
+MAX_MODEL_PARAMETERS = 10**9
+
+
+def model_parameters(m: dict) -> int:
+    """The parameter count of a LiquidS4Model with the (complete) arguments ``m``, less its
+    encoder and head (d_input / d_output come from the task): per block 2H² + 6H (GLU
+    output, norm, D, Δ) + H·N·(2 + C + P) (Λ and B, C per direction C, P for dplr), a
+    final norm, and the pair decoder's 4H² + H; H = d_model, N = d_state."""
+    H, N, L = m["d_model"], m["d_state"], m["n_layers"]
+    per_block = 2 * H * H + 6 * H + H * N * (2 + (2 if m["bidirectional"] else 1)
+                                             + (m["mode"] == "dplr"))  # fmt: skip
+    return L * per_block + 2 * H + (4 * H * H + H if m["decoder"] == "pair" else 0)
+
+
 def _check_model(m: dict) -> None:
     """The rules between model fields (those LiquidS4 enforces when it is built), then a
     tiny model built with the other fields as given, so that whatever the model itself
@@ -443,6 +462,13 @@ def _check_model(m: dict) -> None:
     params = inspect.signature(LiquidS4Model.__init__).parameters.items()
     defaults = {k: p.default for k, p in params if p.default is not inspect.Parameter.empty}
     v = {**defaults, **m}
+    n = model_parameters(v)
+    if n > MAX_MODEL_PARAMETERS:
+        raise ConfigError(
+            f"model: {n:.2g} parameters (model.d_model={v['d_model']}, model.n_layers="
+            f"{v['n_layers']}, model.d_state={v['d_state']}) exceed the limit of "
+            f"{MAX_MODEL_PARAMETERS:.0e} (MAX_MODEL_PARAMETERS in training/config.py)"
+        )
     if v["dt_min"] > v["dt_max"]:
         raise ConfigError(
             f"model.dt_min must be <= model.dt_max, got {v['dt_min']!r} > {v['dt_max']!r}"
