@@ -60,7 +60,7 @@ def _trace_spotter(
     model: str | os.PathLike, chunk_ms: float, sample_rate: float | None
 ) -> KeywordSpotter:
     """The spotter of :func:`posterior_trace` (the raw posteriors: no smoothing)."""
-    spotter = KeywordSpotter(model, threshold=1.0, smooth_ms=0.0, chunk_ms=chunk_ms)
+    spotter = KeywordSpotter(model, threshold=1.0, smooth_ms=0.0, chunk_ms=chunk_ms, threads=1)
     if sample_rate is not None and int(round(sample_rate)) != spotter.sample_rate:
         raise ValueError(
             f"the stream is at {sample_rate:g} Hz, the model at {spotter.sample_rate} Hz: "

@@ -63,7 +63,7 @@ class Settings:
             speech=["--per-word", "60"],
             kws_train=["--preset", "cpu"],
             kws_stream=["--minutes", "20", "--seed", "2"],
-            kws_val_stream=["--minutes", "10", "--seed", "1"],
+            kws_val_stream=["--minutes", "30", "--seed", "1"],
             bidmc_train=["--preset", "cpu"],
             sim=["--records", "24", "--minutes", "8"],
         )
