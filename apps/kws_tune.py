@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from liquid_stream.atomic import atomic_write_bytes
 
 from .kws import Detection, KeywordSpotter, TrueEvent, detect_events, evaluate_detections
 
@@ -159,11 +160,4 @@ def write_tuning(model: str | os.PathLike, result: TuneResult, source: str) -> N
     proto.metadata_props.extend(kept)
     for k, v in entries.items():
         proto.metadata_props.add(key=k, value=v)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(proto.SerializeToString())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, proto.SerializeToString())

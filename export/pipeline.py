@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 import onnx
 import torch
 
+from liquid_stream.atomic import atomic_write_bytes
 from liquid_stream.checkpoint import model_from_checkpoint
 from liquid_stream.model import LiquidS4Model
 
@@ -56,15 +56,7 @@ def export_model(
         model_proto.metadata_props.add(key=key, value=value)
     onnx.checker.check_model(model_proto)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model_proto.SerializeToString())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(out, model_proto.SerializeToString())
     info = dict(info, path=str(out), nodes=len(model_proto.graph.node))
     info["bytes"] = out.stat().st_size
     return info
