@@ -9,6 +9,7 @@ writes a WAV with tone "keywords" at known times.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -117,3 +118,19 @@ def write_labels_csv(path: str | Path, events=EVENTS) -> Path:
     rows += [f"{s:.3f},{s + d:.3f},{w},1" for s, d, w in events]
     Path(path).write_text("\n".join(rows) + "\n")
     return Path(path)
+
+
+# One printed detection of `liquid-stream kws`: "HH:MM:SS.mmm  keyword  score".
+DETECTION_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3})  (.+?)  ([0-9.]+)$")
+
+
+def parse_detections(out: str, with_score: bool = True) -> list[tuple]:
+    """The detections printed by ``kws``: ``(time_s, keyword, score)`` (or without score)."""
+    dets = []
+    for line in out.splitlines():
+        m = DETECTION_LINE.match(line.strip())
+        if m:
+            h, mi, s, ms = (int(v) for v in m.groups()[:4])
+            t = 3600 * h + 60 * mi + s + ms / 1000
+            dets.append((t, m.group(5), float(m.group(6))) if with_score else (t, m.group(5)))
+    return dets

@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import os
 import pickle
-import re
 import struct
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from fixtures_kws import (
     EVENTS,
     SR,
     export_regression_model,
+    parse_detections,
     tone_signal,
     train_tone_spotter,
     write_labels_csv,
@@ -66,7 +66,6 @@ from liquid_stream.cli import main
 from liquid_stream.onnx_streamer import OnnxModelError
 from liquid_stream.validate import StreamInputError
 
-LINE = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3})  (.+?)  ([0-9.]+)$")
 TOL = 0.25  # a tone keyword is detected within [start, start + TOL] s
 BAD_S = 5.5  # the NaN / 1e30 sample of the bad WAVs: after three keywords (<= 4.9 s)
 MARKER = "PWNED"  # what the malicious pickles would create
@@ -313,14 +312,6 @@ def assert_nothing_written(work: Path, f: SimpleNamespace) -> None:
     assert not f.marker.exists(), "the malicious pickle ran"
 
 
-def parse_detections(out: str) -> list[tuple[float, str]]:
-    dets = []
-    for line in out.splitlines():
-        m = LINE.match(line.strip())
-        if m:
-            h, mi, s, ms = (int(v) for v in m.groups()[:4])
-            dets.append((3600 * h + 60 * mi + s + ms / 1000, m.group(5)))
-    return dets
 
 
 def assert_tone_keywords(dets, events=EVENTS) -> None:
@@ -590,7 +581,7 @@ def test_cli_refuses(F, work, argv, needles):
 def test_cli_kws_decodes_odd_wavs(F, work, wav_key, note):
     r = invoke(_kws("tone", wav_key)(F, work))
     assert r.exit_code == 0 and r.exception is None, r.output
-    assert_tone_keywords(parse_detections(r.output))
+    assert_tone_keywords(parse_detections(r.output, with_score=False))
     if note:
         assert note in r.output
     assert "5 detection(s) in 9.5 s of audio" in r.output
@@ -601,7 +592,7 @@ def test_cli_kws_wav_without_samples_is_no_audio(F, work):
     """A header-only WAV: 0 detections in 0.0 s, or a one-line error naming the file."""
     r = invoke(_kws("tone", "wav_zero")(F, work))
     if r.exit_code == 0:
-        assert r.exception is None and parse_detections(r.output) == [], r.output
+        assert r.exception is None and parse_detections(r.output, with_score=False) == [], r.output
         assert "0 detection(s) in 0.0 s of audio" in r.output
     else:
         assert_one_line_error(r, ["no_samples.wav"])
@@ -612,7 +603,7 @@ def test_cli_kws_refused_sample_keeps_what_came_before(F, work):
     r = invoke(_kws("tone", "wav_nan")(F, work))
     assert_one_line_error(r, ["nan.wav", f"input refused at {BAD_S:.3f} s"])
     before = [e for e in EVENTS if e[0] + e[1] < BAD_S]
-    assert_tone_keywords(parse_detections(r.output), before)
+    assert_tone_keywords(parse_detections(r.output, with_score=False), before)
     assert "stopped at a refused sample: 3 detection(s) in 5.5 s of audio" in r.output
 
 

@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from fixtures_kws import (
     EVENTS,
     export_regression_model,
+    parse_detections,
     train_tone_spotter,
     write_labels_csv,
     write_tone_wav,
@@ -37,7 +38,6 @@ from liquid_stream.apps.kws_cli import kws_cmd, kws_eval_cmd, kws_stream_cmd
 from liquid_stream.apps.kws_stream import speech_span
 
 ROOT = Path(__file__).resolve().parents[1]
-LINE = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3})  (.+?)  ([0-9.]+)$")
 TOL = 0.25  # detection must land in [start, start + TOL] s of its tone
 
 
@@ -68,14 +68,6 @@ def tone_wavs(tmp_path_factory):
     }
 
 
-def parse_detections(out: str) -> list[tuple[float, str, float]]:
-    dets = []
-    for line in out.splitlines():
-        m = LINE.match(line.strip())
-        if m:
-            h, mi, s, ms = (int(v) for v in m.groups()[:4])
-            dets.append((3600 * h + 60 * mi + s + ms / 1000, m.group(5), float(m.group(6))))
-    return dets
 
 
 def assert_matches_events(dets, events=EVENTS, offset: float = 0.0, tol: float = TOL):
