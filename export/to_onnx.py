@@ -449,21 +449,18 @@ class _Emitter:
     def logmel(self, seg: str) -> str:
         """:class:`~liquid_stream.frontend.LogMel` frames of ``seg (B, (F−1)·R + W)``
         → channel-first features ``(n_mels, B, F)``: the DFT as a stride-R Conv."""
-        from liquid_stream.frontend import dft_basis, mel_filterbank
-
         g, cfg = self.g, self.sm.frontend.cfg
         nf = cfg.n_freq
+        # the front end's own float64 tables: basis (2·nf, 1, W), mel (nf, M), μ, σ (M,)
+        basis, mel, mean, std = self.sm.frontend.f.tables(torch.float64, torch.device("cpu"))
         spec = g.op(
-            "Conv", g.op("Unsqueeze", seg, g.const([1])), g.const(_f32(dft_basis(cfg))),
+            "Conv", g.op("Unsqueeze", seg, g.const([1])), g.const(_f32(basis)),
             strides=[cfg.hop],
         )  # (B, 2·nf, F)  # fmt: skip
         re, im = g.slice(spec, 0, nf, axis=1), g.slice(spec, nf, 2 * nf, axis=1)
         power = g.op("Add", g.op("Mul", re, re), g.op("Mul", im, im))  # (B, nf, F)
-        mel = mel_filterbank(cfg.n_fft, cfg.n_mels, cfg.sample_rate, cfg.fmin, cfg.fmax)
-        energy = g.op("MatMul", g.const(_f32(mel)), power)  # (B, M, F)
+        energy = g.op("MatMul", g.const(_f32(mel.T)), power)  # (B, M, F)
         z = g.op("Log", g.op("Add", energy, g.const(float(cfg.log_floor))))
-        mean = torch.zeros(cfg.n_mels) if cfg.mean is None else torch.tensor(cfg.mean)
-        std = torch.ones(cfg.n_mels) if cfg.std is None else torch.tensor(cfg.std)
         z = g.op("Div", g.op("Sub", z, g.const(_f32(mean)[:, None])), g.const(_f32(std)[:, None]))
         return g.op("Transpose", z, perm=[1, 0, 2])
 

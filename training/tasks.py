@@ -154,6 +154,7 @@ def build_toy(cfg: dict, stats=None):
 
 SPEECH_MODULE = "liquid_stream.training.data.speech"
 SYNTH_MODULE = "liquid_stream.training.data.speech_synth"
+AUGMENT_MODULE = "liquid_stream.training.data.augment"
 
 
 def _import(name: str):
@@ -298,9 +299,7 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
         hop = 1
     aug = None
     if d["augment"] is not None:  # {} = every default of AugmentConfig
-        aug = _import(SPEECH_MODULE.rsplit(".", 1)[0] + ".augment").AugmentConfig.from_dict(
-            d["augment"]
-        )
+        aug = _import(AUGMENT_MODULE).AugmentConfig.from_dict(d["augment"])
     gap = tuple(float(v) for v in d["gap_ms"])
     if len(gap) != 2 or gap[0] < 0 or gap[1] < gap[0]:
         raise ValueError(f"data.gap_ms must be [lo, hi] with 0 <= lo <= hi, got {d['gap_ms']!r}")
