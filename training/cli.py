@@ -128,6 +128,14 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
         )  # fmt: skip
     except (ValueError, RuntimeError) as e:  # e.g. output_scale of the wrong length
         raise click.ClickException(f"model: {_one_line(e)}") from e
+    init = cfg["train"].get("init")
+    if init and not resume:  # warm start: the weights only; optimizer and schedule start afresh
+        from liquid_stream.checkpoint import load_checkpoint
+
+        try:
+            model.load_state_dict(load_checkpoint(init)["model"])
+        except (CheckpointError, RuntimeError, KeyError) as e:
+            raise click.ClickException(f"train.init {init}: {_one_line(e)}") from e
     if main:
         out.mkdir(parents=True, exist_ok=True)
         dump_config(cfg, out / "config.yaml")

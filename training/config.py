@@ -68,6 +68,7 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "plot_every_s": 30.0,  # redraw curves.png at most this often (and at the end)
     "threads": None,  # torch.set_num_threads on CPU (None = leave as is)
     "checkpoint_blocks": False,  # recompute block activations in backward (long L: Path-X)
+    "init": None,  # warm start: model weights from this checkpoint (fresh optimizer, schedule)
 }
 SCHEDULES = ("cosine", "multistep")
 DEVICES = ("auto", "cpu", "cuda")
@@ -396,6 +397,7 @@ TRAIN_FIELDS: dict[str, Spec] = {
     "plot_every_s": number(0),
     "threads": integer(1, null=True),
     "checkpoint_blocks": boolean(),
+    "init": path(null=True),
 }
 # LiquidS4 (liquid_stream/layer.py) takes these; it names no constant for them.
 SSM_MODES = ("dplr", "diag")
