@@ -5,10 +5,10 @@
         for block in src.blocks():                # float32 mono blocks at src.rate
             ...
 
-- :func:`read_wav` reads RIFF/WAVE files itself (PCM 8/16/24/32-bit, IEEE float 32/64,
-  WAVE_FORMAT_EXTENSIBLE), so a missing file, a non-WAV file or a truncated WAV (fewer
-  data bytes than the header says) each get a clear :class:`AudioError`. Multichannel
-  files are reduced to channel 0 (the caller gets a note to show).
+- :func:`read_wav` / :func:`write_wav` are those of :mod:`liquid_stream.wav` (RIFF/WAVE
+  PCM 8/16/24/32-bit, IEEE float 32/64, WAVE_FORMAT_EXTENSIBLE), with a missing file, a
+  non-WAV file or a truncated WAV each raised as a clear :class:`AudioError`.
+  Multichannel files are reduced to channel 0 (the caller gets a note to show).
 - :class:`WavSource` yields a file in blocks, paced to real time (as a microphone would)
   or as fast as the consumer takes them (``realtime=False``).
 - :class:`MicSource` wraps ``sounddevice.InputStream``; its callback only copies the block
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import queue
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -33,7 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
+from liquid_stream import wav
+from liquid_stream.wav import write_wav
+
 from .resample import StreamResampler
+
+__all__ = ["AudioError", "MicSource", "WavSource", "read_wav", "stream_resampler", "write_wav"]
 
 
 class AudioError(ValueError):
@@ -42,95 +46,14 @@ class AudioError(ValueError):
 
 # ------------------------------------------------------------------------------ WAV
 
-_PCM, _FLOAT, _EXTENSIBLE = 0x0001, 0x0003, 0xFFFE
-
 
 def read_wav(path: str | os.PathLike) -> tuple[np.ndarray, int, list[str]]:
-    """Read a WAV file as float32 mono in [-1, 1]: ``(samples, rate, notes)``.
-
-    ``notes`` lists what was changed (e.g. "3 channels: using channel 0"). Raises
-    :class:`AudioError` for a missing or unreadable file, a file that is not RIFF/WAVE,
-    an unsupported encoding, or a truncated data chunk.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise AudioError(f"audio file not found: {path}")
-    if not path.is_file():
-        raise AudioError(f"not a file: {path}")
+    """:func:`liquid_stream.wav.read_wav` (float32 mono in [-1, 1]: ``(samples, rate,
+    notes)``), its errors raised as :class:`AudioError` with the same message."""
     try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise AudioError(f"cannot read {path}: {e}") from e
-    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise AudioError(f"{path} is not a WAV file (no RIFF/WAVE header)")
-    fmt = None
-    pos = 12
-    while pos + 8 <= len(data):
-        cid, size = data[pos : pos + 4], struct.unpack("<I", data[pos + 4 : pos + 8])[0]
-        body = pos + 8
-        if cid == b"fmt ":
-            if size < 16 or body + 16 > len(data):
-                raise AudioError(f"{path}: truncated WAV (fmt chunk cut short)")
-            tag, ch, rate, _, _, bits = struct.unpack("<HHIIHH", data[body : body + 16])
-            if tag == _EXTENSIBLE and size >= 40 and body + 26 <= len(data):
-                tag = struct.unpack("<H", data[body + 24 : body + 26])[0]  # sub-format GUID
-            fmt = (tag, ch, rate, bits)
-        elif cid == b"data":
-            if fmt is None:
-                raise AudioError(f"{path}: malformed WAV (data chunk before fmt chunk)")
-            raw = data[body : body + size]
-            if len(raw) < size:
-                raise AudioError(
-                    f"{path}: truncated WAV (header says {size} data bytes, file holds {len(raw)})"
-                )
-            return _decode(path, raw, *fmt)
-        pos = body + size + (size & 1)
-    if fmt is None:
-        raise AudioError(f"{path}: truncated or malformed WAV (no fmt chunk)")
-    raise AudioError(f"{path}: truncated or malformed WAV (no data chunk)")
-
-
-def _decode(path: Path, raw: bytes, tag: int, ch: int, rate: int, bits: int):
-    if ch < 1 or rate < 1:
-        raise AudioError(f"{path}: malformed WAV ({ch} channels, {rate} Hz)")
-    width = bits // 8
-    if tag == _PCM and bits in (8, 16, 24, 32):
-        n = len(raw) // (width * ch)
-        raw = raw[: n * width * ch]
-        if bits == 8:
-            x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
-        elif bits == 24:
-            b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
-            v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
-            x = (np.where(v >= 1 << 23, v - (1 << 24), v) / float(1 << 23)).astype(np.float32)
-        else:
-            x = np.frombuffer(raw, f"<i{width}").astype(np.float32) / float(1 << (bits - 1))
-    elif tag == _FLOAT and bits in (32, 64):
-        n = len(raw) // (width * ch)
-        x = np.frombuffer(raw[: n * width * ch], f"<f{width}").astype(np.float32)
-    else:
-        kind = {_PCM: "PCM", _FLOAT: "float"}.get(tag, f"format tag 0x{tag:04x}")
-        raise AudioError(
-            f"{path}: unsupported WAV encoding ({kind}, {bits}-bit); use 8/16/24/32-bit PCM "
-            "or 32/64-bit float"
-        )
-    notes = []
-    x = x.reshape(-1, ch)
-    if ch > 1:
-        notes.append(f"{path.name}: {ch} channels, using channel 0")
-    return np.ascontiguousarray(x[:, 0]), int(rate), notes
-
-
-def write_wav(path: str | os.PathLike, x: np.ndarray, rate: int) -> None:
-    """Write float samples in [-1, 1] (clipped) as a 16-bit PCM mono WAV."""
-    import wave
-
-    pcm = np.round(np.clip(np.asarray(x, np.float64), -1.0, 32767 / 32768) * 32768)
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(int(rate))
-        w.writeframes(pcm.astype("<i2").tobytes())
+        return wav.read_wav(path)
+    except wav.WavError as e:
+        raise AudioError(str(e)) from None
 
 
 # ------------------------------------------------------------------------- resampling

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import wave
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset
+
+from liquid_stream.wav import read_pcm16
 
 from .augment import AugmentConfig, speed_perturb
 from .augment import augment as augment_audio
@@ -55,41 +56,14 @@ LIST_FILES = {"val": "validation_list.txt", "test": "testing_list.txt"}
 
 
 def read_wav(path: str | os.PathLike, max_samples: int | None = SR) -> np.ndarray:
-    """Read a 16 kHz mono 16-bit PCM WAV as int16, with errors that name the file.
+    """Read a 16 kHz mono 16-bit PCM WAV as int16, with errors that name the file
+    (:func:`liquid_stream.wav.read_pcm16` at 16 kHz).
 
     Raises ``FileNotFoundError`` if it is missing, ``ValueError`` if it is unreadable,
     truncated (fewer data bytes than its header says), not 16 kHz, not mono, not
     16-bit, or longer than ``max_samples``.
     """
-    path = str(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"WAV file not found: {path}")
-    try:
-        with wave.open(path, "rb") as w:
-            rate, ch, width, n = (
-                w.getframerate(),
-                w.getnchannels(),
-                w.getsampwidth(),
-                w.getnframes(),
-            )
-            if rate != SR:
-                raise ValueError(
-                    f"{path}: sample rate {rate} Hz, expected {SR} Hz (Speech Commands is 16 kHz)"
-                )
-            if ch != 1:
-                raise ValueError(f"{path}: {ch} channels, expected mono (1 channel)")
-            if width != 2:
-                raise ValueError(f"{path}: {8 * width}-bit samples, expected 16-bit PCM")
-            raw = w.readframes(n)
-    except (wave.Error, EOFError) as e:
-        raise ValueError(f"{path}: unreadable WAV ({e})") from e
-    if len(raw) < 2 * n:
-        raise ValueError(
-            f"{path}: truncated WAV (header says {n} samples, file holds {len(raw) // 2})"
-        )
-    if max_samples is not None and n > max_samples:
-        raise ValueError(f"{path}: {n} samples ({n / SR:.3f} s), longer than {max_samples}")
-    return np.frombuffer(raw, dtype="<i2").astype(np.int16)
+    return read_pcm16(path, rate=SR, max_samples=max_samples)
 
 
 # ---------------------------------------------------------------------------- layout

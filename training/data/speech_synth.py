@@ -51,6 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
+from liquid_stream.wav import write_pcm16
+
 from . import cache, piper_voice
 from .speech import SC35_WORDS, SR
 
@@ -563,15 +565,8 @@ def render_clip(
 
 
 def write_wav(path: str | os.PathLike, x: np.ndarray, rate: int = SR) -> None:
-    """Write int16 mono WAV."""
-    x = np.asarray(x)
-    if x.dtype != np.int16:
-        raise TypeError(f"write_wav expects int16 samples, got {x.dtype}")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(x.astype("<i2").tobytes())
+    """Write int16 mono WAV (:func:`liquid_stream.wav.write_pcm16`, 16 kHz by default)."""
+    write_pcm16(path, x, rate)
 
 
 def _render_batch(args: tuple[list[ClipJob], str]) -> list[bool]:
