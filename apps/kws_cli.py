@@ -1,10 +1,13 @@
-"""``liquid-stream kws`` / ``kws-eval`` / ``data kws-stream``: the keyword-spotting app.
+"""``liquid-stream kws`` / ``kws-eval`` / ``kws-tune``: the keyword-spotting app.
 
     liquid-stream kws kws.onnx                          # default microphone, live view
     liquid-stream kws kws.onnx --device pulse --no-ui   # a named input, plain output
     liquid-stream kws kws.onnx --input talk.wav --fast  # a file, as fast as possible
     liquid-stream kws-eval kws.onnx --stream long.wav --labels long.csv --out eval.json
-    liquid-stream data kws-stream long.wav --labels long.csv --minutes 5
+    liquid-stream kws-tune kws.onnx --stream val.wav --labels val.csv
+
+The labelled streams come from ``liquid-stream data kws-stream`` (a data tool:
+:mod:`liquid_stream.training.data.kws_stream`).
 
 How ``kws`` runs: an audio source (:class:`~.audio.MicSource`, whose PortAudio callback
 only enqueues blocks, or :class:`~.audio.WavSource`, paced to real time unless
@@ -522,44 +525,6 @@ def _plot_eval(path, source, trace, spotter, truth, dets, until_s=None) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-@click.command("kws-stream")
-@click.argument("out_wav", type=click.Path(dir_okay=False))
-@click.option("--labels", "labels_path", required=True, type=click.Path(dir_okay=False),
-              help="Output CSV start_s,end_s,word,is_keyword.")  # fmt: skip
-@click.option("--data", "root", default=None, type=click.Path(file_okay=False),
-              help="Speech Commands v0.02 root [default: the cached synthetic set].")  # fmt: skip
-@click.option("--minutes", default=2.0, show_default=True, type=click.FloatRange(0.05))
-@click.option("--keywords", default=None, help="Comma-separated keywords [default: SC10].")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--noise-gain", default=0.02, show_default=True, type=click.FloatRange(0))
-@click.option("--synth-per-word", default=30, show_default=True, type=click.IntRange(3),
-              help="Clips per word of the synthetic set when --data is not given.")  # fmt: skip
-@click.option("--split", default="testing", show_default=True,
-              type=click.Choice(["testing", "validation"]),
-              help="Clips of this split: 'validation' for a stream to tune thresholds on.")
-def kws_stream_cmd(out_wav, labels_path, root, minutes, keywords, seed, noise_gain,
-                   synth_per_word, split):  # fmt: skip
-    """Build a long 16 kHz test stream OUT_WAV of Speech Commands TEST clips (or VALIDATION
-    clips, --split validation; keywords at known times, other words and background noise
-    between) and its labels CSV."""
-    from .audio import AudioError
-    from .kws_stream import SC10, build_kws_stream, write_kws_stream
-
-    if root is None:
-        from liquid_stream.training.data.speech_synth import ensure_synth
-
-        root = ensure_synth(synth_per_word)
-    kw = [k.strip() for k in keywords.split(",") if k.strip()] if keywords else list(SC10)
-    try:
-        x, rows = build_kws_stream(root, minutes, kw, seed, noise_gain=noise_gain, split=split)
-    except (OSError, ValueError, AudioError) as e:
-        raise click.ClickException(str(e)) from e
-    write_kws_stream(out_wav, labels_path, x, rows)
-    n_kw = sum(r.is_keyword for r in rows)
-    click.echo(f"wrote {out_wav} ({len(x) / 16000:.1f} s, {n_kw} keywords, "
-               f"{len(rows) - n_kw} other words) and {labels_path}")  # fmt: skip
 
 
 @click.command("kws-tune")

@@ -80,8 +80,7 @@ def _register_training_commands() -> None:
 # The live apps (liquid_stream.apps): (module, commands for `liquid-stream`, commands for
 # `liquid-stream data`). Each module keeps onnxruntime/torch imports inside its commands.
 APP_COMMANDS = [
-    ("liquid_stream.apps.kws_cli", ("kws_cmd", "kws_eval_cmd", "kws_tune_cmd"),
-     ("kws_stream_cmd",)),
+    ("liquid_stream.apps.kws_cli", ("kws_cmd", "kws_eval_cmd", "kws_tune_cmd"), ()),
     ("liquid_stream.apps.vitals_cli", ("vitals_cmd",), ()),
 ]
 

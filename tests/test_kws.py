@@ -1,4 +1,5 @@
-"""Keyword-spotting app (liquid_stream.apps: kws, audio, kws_cli, kws_stream) end to end.
+"""Keyword-spotting app (liquid_stream.apps: kws, audio, kws_cli; its test streams from
+liquid_stream.training.data.kws_stream) end to end.
 
 A real model: a small tone spotter (the toy task: 8 kHz, silence / 440 Hz / 880 Hz)
 trained once per session in a few seconds (tests/fixtures_kws.py), exported to ONNX with
@@ -34,8 +35,9 @@ from fixtures_kws import (
 
 from liquid_stream.apps.audio import AudioError, read_wav, write_wav
 from liquid_stream.apps.kws import KeywordSpotter, KwsModelError, evaluate_detections
-from liquid_stream.apps.kws_cli import kws_cmd, kws_eval_cmd, kws_stream_cmd
-from liquid_stream.apps.kws_stream import speech_span
+from liquid_stream.apps.kws_cli import kws_cmd, kws_eval_cmd
+from liquid_stream.training.data.cli import kws_stream_cmd
+from liquid_stream.training.data.kws_stream import speech_span
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 0.25  # detection must land in [start, start + TOL] s of its tone
@@ -163,7 +165,7 @@ def test_bad_inputs_give_clear_errors(tone_model, tmp_path):
 def test_apps_import_without_torch():
     code = (
         "import liquid_stream.apps.kws, liquid_stream.apps.audio, liquid_stream.apps.kws_cli, "
-        "liquid_stream.apps.kws_stream; import sys; assert 'torch' not in sys.modules"
+        "liquid_stream.training.data.kws_stream; import sys; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 

@@ -10,11 +10,17 @@ The stream is a sequence of clips separated by random gaps (``gap_s``); each cli
 keyword (one of ``keywords``) with probability ``keyword_prob``, else a non-keyword (any
 other word of the split; none present → keywords only). A crop of the
 ``_background_noise_`` recordings (concatenated and looped) is added under everything at
-``noise_gain``. ``rows`` hold one :class:`~liquid_stream.apps.kws.TrueEvent` per clip:
+``noise_gain``. ``rows`` hold one :class:`~liquid_stream.labels.TrueEvent` per clip:
 ``start_s`` / ``end_s`` are the first / one-past-last sample of the clip's speech (10 ms
 blocks within 40 dB of its loudest block, as the ``speech-stream`` task's ``speech_end``),
 ``is_keyword`` says whether the word is a keyword. Everything is a function of ``seed``.
 Torch-free.
+
+The streams are evaluation data of the keyword-spotting app (``kws-eval``, ``kws-tune``
+read them through :mod:`liquid_stream.labels`); the builder lives with the data tools
+because, without a Speech Commands root, ``liquid-stream data kws-stream`` uses the
+cached synthetic set (:func:`.speech_synth.ensure_synth`), and the apps import no training
+code (tests/test_layering.py).
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .audio import AudioError, read_wav, write_wav
-from .kws import TrueEvent
+from liquid_stream.labels import TrueEvent, write_label_csv
+from liquid_stream.wav import WavError, read_wav, write_wav
 
 SR = 16000
 SC10 = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
@@ -76,7 +82,7 @@ def clips_of_test_split(root: str | os.PathLike, split: str = "testing") -> dict
 def _load(path: Path) -> np.ndarray:
     x, rate, _ = read_wav(path)
     if rate != SR:
-        raise AudioError(f"{path}: {rate} Hz, expected {SR} Hz (Speech Commands)")
+        raise WavError(f"{path}: {rate} Hz, expected {SR} Hz (Speech Commands)")
     return x
 
 
@@ -148,6 +154,4 @@ def write_kws_stream(
     Path(out_wav).parent.mkdir(parents=True, exist_ok=True)
     Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
     write_wav(out_wav, x, SR)
-    lines = ["start_s,end_s,word,is_keyword"]
-    lines += [f"{r.start_s:.6f},{r.end_s:.6f},{r.word},{int(r.is_keyword)}" for r in rows]
-    Path(out_csv).write_text("\n".join(lines) + "\n")
+    write_label_csv(out_csv, rows)

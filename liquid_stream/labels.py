@@ -1,0 +1,36 @@
+"""Labelled streams: the true events of a long audio stream and their CSV file (no torch).
+
+    start_s,end_s,word,is_keyword
+    1.234000,1.789000,yes,1
+
+One row per spoken word: ``[start_s, end_s]`` is the word's speech in seconds of the
+stream, ``is_keyword`` (0/1) whether the word is one of the keywords. The data tools write
+it (``liquid-stream data kws-stream``, :mod:`liquid_stream.training.data.kws_stream`); the
+keyword-spotting app reads it (``kws-eval``, ``kws-tune``). It lives in the core so that
+both layers share one definition.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+LABEL_COLUMNS = ("start_s", "end_s", "word", "is_keyword")
+
+
+@dataclass(frozen=True)
+class TrueEvent:
+    """A spoken word of a labelled stream: ``[start_s, end_s]`` (end = end of speech)."""
+
+    start_s: float
+    end_s: float
+    word: str
+    is_keyword: bool
+
+
+def write_label_csv(path: str | os.PathLike, rows: list[TrueEvent]) -> None:
+    """Write ``rows`` as ``start_s,end_s,word,is_keyword`` (times to the microsecond)."""
+    lines = [",".join(LABEL_COLUMNS)]
+    lines += [f"{r.start_s:.6f},{r.end_s:.6f},{r.word},{int(r.is_keyword)}" for r in rows]
+    Path(path).write_text("\n".join(lines) + "\n")
