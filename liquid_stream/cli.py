@@ -1,110 +1,70 @@
 """Command-line entry point: ``liquid-stream``.
 
-Subcommands (``train``, ``export``, ``data``, ``evaluate``, ...) are added to the
-``main`` group as they are implemented. Keep heavy imports (torch, onnx, ...)
-inside the command functions so that ``liquid-stream --help`` stays fast.
+This module only wires commands: each lives in its own package's CLI module
+(``liquid_stream.training.cli``, ``.training.data.cli``, ``.export.cli``, ``.apps.*_cli``)
+and is named in :data:`COMMANDS`. The ``main`` group imports a command's module only
+when that command is run or listed (``liquid-stream --help``), and those modules import
+only click at module level (torch, onnx, ... inside the command functions), so
+``import liquid_stream.cli`` and ``liquid-stream --help`` stay fast and torch-free.
+
+This is an entry point of the layering rule (docs: tests/test_layering.py): it may name
+commands of every layer; the core package never imports training, export or apps.
 """
 
 from __future__ import annotations
+
+import importlib
 
 import click
 
 from liquid_stream import __version__
 
+# command name → "module:attribute" of its click command. A module that is not present in
+# this checkout (an app left out) drops its commands.
+COMMANDS = {
+    "train": "liquid_stream.training.cli:train_cmd",
+    "evaluate": "liquid_stream.training.cli:evaluate_cmd",
+    "data": "liquid_stream.training.data.cli:data",
+    "export": "liquid_stream.export.cli:export_cmd",
+    "kws": "liquid_stream.apps.kws_cli:kws_cmd",
+    "kws-eval": "liquid_stream.apps.kws_cli:kws_eval_cmd",
+    "kws-tune": "liquid_stream.apps.kws_cli:kws_tune_cmd",
+    "vitals": "liquid_stream.apps.vitals_cli:vitals_cmd",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+class LazyGroup(click.Group):
+    """A click group whose ``lazy`` commands (name → ``"module:attribute"``) are imported
+    the first time they are looked up (run, or listed by ``--help``)."""
+
+    def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in self.lazy:
+            module_name, attr = self.lazy[name].split(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as e:
+                if e.name != module_name:  # a broken import inside the module: surface it
+                    raise
+                return None  # the module is not in this checkout
+            self.add_command(getattr(module, attr), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings=CONTEXT)
 @click.version_option(__version__, "--version", "-V", prog_name="liquid-stream")
 def main() -> None:
     """liquid-stream: train causal Liquid-S4 models, export them step-wise to ONNX,
     and run them on live streams."""
-
-
-@main.command("export")
-@click.argument("checkpoint", type=click.Path(dir_okay=False))
-@click.option(
-    "--onnx",
-    "onnx_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="Output .onnx file (streaming graph with explicit state).",
-)
-@click.option(
-    "--chunk",
-    default=160,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Chunk length T the graph is tuned for; longest single call.",
-)
-@click.option(
-    "--opset", default=17, show_default=True, type=click.IntRange(17), help="ONNX opset (17+)."
-)
-@click.option(
-    "--sub-block",
-    default=None,
-    type=click.IntRange(1),
-    help="Sub-block S (power of two); default min(32, largest power of two ≤ chunk).",
-)
-@click.option(
-    "--verify/--no-verify",
-    default=False,
-    show_default=True,
-    help="Stream random input in random chunk sizes through onnxruntime and check "
-    "against the torch convolutional forward (fails the export if off-contract).",
-)
-@click.option("--verify-length", default=16000, show_default=True, type=click.IntRange(1))
-def export_cmd(checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_length):
-    """Convert a trained CHECKPOINT to its exact step-wise form and write it as ONNX."""
-    from liquid_stream.checkpoint import CheckpointError
-    from liquid_stream.export.pipeline import describe, export_checkpoint
-
-    try:
-        info, report = export_checkpoint(
-            checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_length
-        )
-    except (CheckpointError, ValueError, RuntimeError) as e:
-        raise click.ClickException(str(e)) from e
-    click.echo(f"wrote {describe(info)}")
-    if report is not None:
-        click.echo(str(report))
-
-
-def _register_training_commands() -> None:
-    """train / evaluate / data live in liquid_stream.training (imported lazily inside)."""
-    from liquid_stream.training.cli import evaluate_cmd, train_cmd
-    from liquid_stream.training.data.cli import data
-
-    for command in (train_cmd, evaluate_cmd, data):
-        main.add_command(command)
-
-
-# The live apps (liquid_stream.apps): (module, commands for `liquid-stream`, commands for
-# `liquid-stream data`). Each module keeps onnxruntime/torch imports inside its commands.
-APP_COMMANDS = [
-    ("liquid_stream.apps.kws_cli", ("kws_cmd", "kws_eval_cmd", "kws_tune_cmd"), ()),
-    ("liquid_stream.apps.vitals_cli", ("vitals_cmd",), ()),
-]
-
-
-def _register_app_commands() -> None:
-    import importlib
-
-    from liquid_stream.training.data.cli import data
-
-    for module_name, top, under_data in APP_COMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name == module_name:  # app not present in this checkout
-                continue
-            raise
-        for name in top:
-            main.add_command(getattr(module, name))
-        for name in under_data:
-            data.add_command(getattr(module, name))
-
-
-_register_training_commands()
-_register_app_commands()
 
 
 if __name__ == "__main__":  # pragma: no cover
