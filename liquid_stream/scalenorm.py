@@ -1,0 +1,212 @@
+"""Streaming-exact scale normalisation front end: the model's answer in any signal units.
+
+With ``frontend = {"kind": "scalenorm", ...}`` a :class:`~liquid_stream.model.LiquidS4Model`
+takes raw biosignal samples ``x (B, L, C)`` in whatever units the sensor writes (ADC counts,
+mV, "NU") and each channel is first standardised by its own causal running mean and
+running RMS, then average-pooled by R samples, so the stack runs at ``sample_rate / R``.
+Why: a fixed input standardisation learnt from the training set makes the model depend on
+the units of the signal (measured: the same PPG in raw ADC units read ~91 bpm whatever its
+rate); a running normalisation makes the input exactly invariant to ``x → a·x + b``
+(a > 0), and the pooling makes CPU training affordable (125 Hz → 25 Hz with R = 5).
+
+Per channel, with β = exp(−1/(τ·fs)) (time constant τ seconds) and the stream's first
+sample x₀ as the origin (so large offsets cost no float32 precision):
+
+    w_t = 1 − β^{t+1}                                   total weight of the samples so far
+    m_t = β·m_{t−1} + (1−β)·(x_t − x₀),   m_{−1} = 0
+    μ_t = x₀ + m_t / w_t                                exponentially weighted mean
+    d_t = x_t − μ_t
+    v_t = β·v_{t−1} + (1−β)·d_t²,          v_{−1} = 0
+    σ²_t = v_t / w_t                                    exponentially weighted variance
+    z_t = clip(d_t / sqrt(σ²_t + ε), −c, c)
+    f_k = (1/R)·Σ_{t=kR}^{kR+R−1} z_t                   frame k, complete at sample kR+R−1
+
+Under x → a·x + b (a > 0): x₀, μ move with the map, d and sqrt(σ²) scale by a, so z is
+unchanged up to ε (ε = 1e-12 in squared signal units: invisible for any real sensor's
+scale). d₀ = 0, so z₀ = 0. A flat stretch (sensor off) makes σ² decay; the clip at ±c
+bounds what the stack sees when the signal comes back (and keeps every state finite).
+
+A sequence of L samples gives ⌊L/R⌋ frames (the last L mod R samples wait for the next).
+The training forward computes m and v blockwise (:func:`ema`: a Toeplitz product within
+blocks of 64 samples, a scan across them); the step form runs the recurrence literally.
+
+Streaming (:class:`ScaleNormStep`): state ``frontend.origin`` (B, C) x₀,
+``frontend.mean`` (B, C) m, ``frontend.var`` (B, C) v, ``frontend.weight`` (1,) w,
+``frontend.acc`` (B, C) the sum of z over the samples of the frame in progress, and
+``frontend.phase`` (1,) int64 samples seen mod R (shared by the batch, like the log-mel
+front end's).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class ScaleNormConfig:
+    """Scale normalisation parameters; each default defined here once.
+
+    τ = 8 s: a few breaths and many heart beats, short enough to follow a change of sensor
+    gain within ~30 s (4τ); R = 5 turns BIDMC's 125 Hz into 25 Hz, which keeps HR up to
+    180 bpm (3 Hz) and its harmonics far below the 12.5 Hz Nyquist rate."""
+
+    sample_rate: float = 125.0
+    channels: int = 1
+    tau_s: float = 8.0
+    hop: int = 5
+    clip: float = 8.0
+    eps: float = 1e-12
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"frontend.{name} {why}, got {getattr(self, name)!r}")
+
+        for name in ("channels", "hop"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise bad(name, "must be a positive integer")
+        for name in ("sample_rate", "tau_s", "clip", "eps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise bad(name, "must be a finite number")
+            if v <= 0:
+                raise bad(name, "must be positive")
+
+    @property
+    def beta(self) -> float:
+        """The per-sample decay β = exp(−1/(τ·fs))."""
+        return math.exp(-1.0 / (self.tau_s * self.sample_rate))
+
+    @property
+    def n_features(self) -> int:
+        return self.channels
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> ScaleNormConfig:
+        """From a model config's ``frontend`` dict (``kind`` dropped); unknown keys refused."""
+        d = {k: v for k, v in (d or {}).items() if k != "kind"}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"frontend: unknown field(s) {unknown}; known: {sorted(known)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return {"kind": "scalenorm", **asdict(self)}
+
+
+def ema(x: Tensor, beta: float, block: int = 64) -> Tensor:
+    """``x (B, L, C)`` → ``s (B, L, C)``, s_t = β·s_{t−1} + (1−β)·x_t, s_{−1} = 0.
+
+    Blocks of S samples: within a block, s = T·x with the Toeplitz T[i, j] = (1−β)·β^{i−j}
+    (i ≥ j); across blocks, s_{kS+i} += β^{i+1}·s_{kS−1}, a scan of ⌈L/S⌉ steps. Every sum
+    is over the samples it describes (no FFT), so small early values keep their own
+    relative precision — the step form agrees to float64 rounding."""
+    B, L, C = x.shape
+    S = min(block, L)
+    n = -(-L // S)
+    xb = torch.nn.functional.pad(x, (0, 0, 0, n * S - L)).reshape(B, n, S, C)
+    i = torch.arange(S, dtype=x.dtype, device=x.device)
+    lag = i[:, None] - i[None, :]  # (S, S)
+    T = torch.where(lag >= 0, (1 - beta) * torch.exp(lag.clamp_min(0) * math.log(beta)), 0)
+    local = torch.einsum("ij,bnjc->bnic", T, xb)  # (B, n, S, C)
+    decay = torch.exp((i + 1) * math.log(beta))[:, None]  # (S, 1): β^{i+1}
+    out, carry = [], x.new_zeros(B, C)
+    for k in range(n):
+        blk = local[:, k] + decay * carry[:, None]  # (B, S, C)
+        out.append(blk)
+        carry = blk[:, -1]
+    return torch.stack(out, 1).reshape(B, n * S, C)[:, :L]
+
+
+class ScaleNorm(nn.Module):
+    """``x (B, L, C)`` → frames ``(B, ⌊L/R⌋, C)`` (see the module docstring). No parameters."""
+
+    def __init__(self, cfg: ScaleNormConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.hop, self.n_features = cfg.hop, cfg.channels
+
+    def n_frames(self, length: int) -> int:
+        return length // self.hop
+
+    def normalise(self, x: Tensor) -> Tensor:
+        """Per-sample ``z (B, L, C)`` before pooling."""
+        c = self.cfg
+        L = x.shape[1]
+        t = torch.arange(L, dtype=x.dtype, device=x.device)
+        w = (1 - torch.exp((t + 1) * math.log(c.beta)))[:, None]  # (L, 1)
+        origin = x[:, :1]  # (B, 1, C)
+        d = x - (origin + ema(x - origin, c.beta) / w)
+        var = ema(d * d, c.beta) / w
+        return torch.clamp(d / torch.sqrt(var + c.eps), -c.clip, c.clip)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, L, C = x.shape
+        n = self.n_frames(L)
+        if n == 0:
+            return x.new_zeros(B, 0, C)
+        z = self.normalise(x)[:, : n * self.hop]
+        return z.reshape(B, n, self.hop, C).mean(2)
+
+
+class ScaleNormStep(nn.Module):
+    """Step form of :class:`ScaleNorm`: ``x (B, T, C)`` any T ≥ 1 → the frames it completes,
+    the recurrence of the module docstring run sample by sample."""
+
+    def __init__(self, frontend: ScaleNorm, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.cfg, self.dtype, self.hop = frontend.cfg, dtype, frontend.hop
+        self.n_features = frontend.n_features
+
+    def init_state(self, batch: int, device: torch.device | None = None) -> dict[str, Tensor]:
+        C = self.cfg.channels
+
+        def zeros(*shape):
+            return torch.zeros(*shape, dtype=self.dtype, device=device)
+
+        return {
+            "frontend.origin": zeros(batch, C),
+            "frontend.mean": zeros(batch, C),
+            "frontend.var": zeros(batch, C),
+            "frontend.weight": zeros(1),
+            "frontend.acc": zeros(batch, C),
+            "frontend.phase": torch.zeros(1, dtype=torch.int64, device=device),
+        }
+
+    def forward(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """``x (B, T, C)`` → frames ``(B, F, C)``, F = ⌊(p + T)/R⌋, and the new state."""
+        c, R = self.cfg, self.hop
+        beta = c.beta
+        origin, m, v = state["frontend.origin"], state["frontend.mean"], state["frontend.var"]
+        w, acc = state["frontend.weight"], state["frontend.acc"]
+        p = int(state["frontend.phase"][0])
+        if float(w[0]) == 0.0:  # the stream's first sample is the origin
+            origin = x[:, 0]
+        frames = []
+        for t in range(x.shape[1]):
+            xt = x[:, t]
+            w = beta * w + (1 - beta)
+            m = beta * m + (1 - beta) * (xt - origin)
+            d = xt - (origin + m / w)
+            v = beta * v + (1 - beta) * d * d
+            acc = acc + torch.clamp(d / torch.sqrt(v / w + c.eps), -c.clip, c.clip)
+            p += 1
+            if p == R:
+                frames.append(acc / R)
+                acc, p = torch.zeros_like(acc), 0
+        new = {
+            "frontend.origin": origin,
+            "frontend.mean": m,
+            "frontend.var": v,
+            "frontend.weight": w,
+            "frontend.acc": acc,
+            "frontend.phase": torch.full_like(state["frontend.phase"], p),
+        }
+        if not frames:
+            return x.new_zeros(x.shape[0], 0, c.channels), new
+        return torch.stack(frames, 1), new
