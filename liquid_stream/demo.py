@@ -10,6 +10,10 @@ against the convolutional forward (design §5 contract), and then run through
 :class:`~liquid_stream.OnnxStreamer` in 10 ms chunks as if live. Prints accuracy,
 the exactness check and the real-time factor; writes a checkpoint, the ONNX file and
 a PNG of a streamed stretch.
+
+An entry point of the layering rule (tests/test_layering.py): the tour runs every layer —
+the signal of :mod:`liquid_stream.training.data.tones`, the exporter of
+:mod:`liquid_stream.export.pipeline` — so it may import them; the core never does.
 """
 
 from __future__ import annotations
@@ -25,28 +29,18 @@ import torch.nn.functional as F
 from liquid_stream import LiquidS4Model, OnnxStreamer, make_optimizer
 from liquid_stream.checkpoint import save_checkpoint
 from liquid_stream.export.pipeline import export_model, verify_onnx
+from liquid_stream.training.data.tones import TONE_LABELS, tone_bursts
 
 SR = 8000
-LABELS = ["silence", "440 Hz", "880 Hz"]
+LABELS = list(TONE_LABELS)
 
 
 def make_batch(rng: np.random.Generator, batch: int, length: int) -> tuple[np.ndarray, np.ndarray]:
-    """Noise with non-overlapping tone bursts; per-sample labels (0 = none, 1/2 = tone)."""
-    x = 0.3 * rng.standard_normal((batch, length))
-    y = np.zeros((batch, length), np.int64)
-    t = np.arange(length) / SR
-    for b in range(batch):
-        pos = int(rng.integers(0, 400))
-        while pos < length:
-            dur = int(rng.integers(300, 1200))
-            cls = int(rng.integers(1, 3))
-            end = min(pos + dur, length)
-            amp = rng.uniform(0.3, 1.0)
-            freq = 440.0 * cls
-            x[b, pos:end] += amp * np.sin(2 * np.pi * freq * t[pos:end] + rng.uniform(0, 6.3))
-            y[b, pos:end] = cls
-            pos = end + int(rng.integers(300, 1500))
-    return x.astype(np.float32)[..., None], y
+    """Noise with non-overlapping tone bursts; per-sample labels (0 = none, 1/2 = tone):
+    :func:`~liquid_stream.training.data.tones.tone_bursts` with the tour's fixed lengths
+    (first burst within 50 ms, bursts 37.5-150 ms, gaps 37.5-187.5 ms at 8 kHz)."""
+    return tone_bursts(rng, batch, length, SR, 0.3, start=(0, 400), dur=(300, 1200),
+                       gap=(300, 1500))  # fmt: skip
 
 
 def per_step_accuracy(pred: np.ndarray, y: np.ndarray, skip: int = 120) -> float:
