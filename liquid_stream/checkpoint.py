@@ -21,11 +21,11 @@ No pickled code is ever stored or loaded.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 
+from .atomic import atomic_open
 from .model import LiquidS4Model
 
 FORMAT = "liquid-stream/checkpoint"
@@ -38,19 +38,10 @@ class CheckpointError(ValueError):
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    """torch.save to a temporary file in the same folder, fsync, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """torch.save to a temporary file in the same folder, fsync, then rename over ``path``
+    (:func:`liquid_stream.atomic.atomic_open`)."""
+    with atomic_open(path, fsync=True) as f:
+        torch.save(obj, f)
 
 
 def checkpoint_dict(model: LiquidS4Model, meta: dict | None = None, **extra) -> dict:

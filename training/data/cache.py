@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+
+from liquid_stream.atomic import atomic_path
 
 
 def cache_dir() -> Path:
@@ -71,33 +72,23 @@ def check_replaceable(out: Path, stamp_name: str, overwrite: bool, what: str) ->
 def atomic_dir(out: Path) -> Iterator[Path]:
     """Yield a new hidden sibling folder of ``out`` (mode 755); when the block ends
     normally it replaces ``out`` (an old ``out`` is removed first), on any exception it is
-    removed. So ``out`` is always complete or absent."""
+    removed. So ``out`` is always complete or absent (:func:`liquid_stream.atomic.atomic_path`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is an ordinary folder
-    try:
+    with atomic_path(out, tmp) as tmp:
         yield tmp
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 @contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     """Yield the hidden sibling ``.<name>.tmp`` of ``path`` to write; when the block ends
     normally it replaces ``path``, on any exception it is removed. So ``path`` is always
-    complete (the old or the new content)."""
+    complete (the old or the new content; :func:`liquid_stream.atomic.atomic_path`, with the
+    file mode of an ordinary file)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
+    with atomic_path(path, path.with_name(f".{path.name}.tmp")) as tmp:
         yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def map_jobs(
