@@ -22,6 +22,10 @@ with the matrices of :meth:`LiquidS4.ssm_matrices`, to float64 precision. With
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -57,11 +61,22 @@ def check_input(u: Tensor, width: int, name: str = "u") -> None:
         raise ValueError(f"{name} contains NaN or infinite values")
 
 
-class LiquidS4(nn.Module):
-    """Liquid-S4 SSM layer, ``(B, L, H) → (B, L, H)`` (before the activation).
+SSM_MODES = ("dplr", "diag")
+NOT_STREAMABLE = (
+    "a bidirectional (non-causal) layer has no step form: the model cannot be streamed; "
+    "train it with bidirectional=False"
+)
 
-    Args:
-        d_model: H, the number of independent channels.
+
+@dataclass(frozen=True)
+class SSMConfig:
+    """The arguments of one :class:`LiquidS4` layer but its width H, defined once: the
+    layer, the block and :class:`~liquid_stream.model.LiquidS4Model` take this object.
+    Checkpoints and YAML configs hold its fields flat (``d_state: 64``, ``mode: dplr``, …):
+    ``SSMConfig(**flat)`` / :meth:`from_dict` and :meth:`as_dict` convert; the model and the
+    layer also take the flat keywords (:func:`ssm_keywords`).
+
+    Attributes:
         d_state: N; the state has N // 2 conjugate pairs (N odd drops the real mode).
         mode: ``"dplr"`` (S4-LegS, Cauchy + Woodbury) or ``"diag"`` (S4D, Vandermonde).
         liquid: ``None``, ``"pb"`` (powers of B), ``"kb"`` (kernel × B) or ``"ltc"`` (the exact
@@ -74,59 +89,135 @@ class LiquidS4(nn.Module):
         init: diagonal init for ``mode="diag"``: ``legs``, ``lin`` or ``inv``.
         disc: ``bilinear`` (default) or ``zoh`` (diag only).
         backend: Cauchy backend for dplr: ``auto``, ``torch`` or ``keops``.
+
+    Invalid combinations raise a ValueError naming the argument when the object is made.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        d_state: int = 64,
-        mode: str = "dplr",
-        liquid: str | None = None,
-        liquid_order: int = 2,
-        liquid_len: int = 1,
-        dt_min: float = 0.001,
-        dt_max: float = 0.1,
-        bidirectional: bool = False,
-        init: str = "legs",
-        disc: str = "bilinear",
-        backend: str = "auto",
-    ):
+    d_state: int = 64
+    mode: str = "dplr"
+    liquid: str | None = None
+    liquid_order: int = 2
+    liquid_len: int = 1
+    dt_min: float = 0.001
+    dt_max: float = 0.1
+    bidirectional: bool = False
+    init: str = "legs"
+    disc: str = "bilinear"
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        liquid, mode = self.liquid, self.mode
+        if liquid not in LIQUID_KINDS:
+            raise ValueError(f"liquid must be None, 'pb', 'kb' or 'ltc', got {liquid!r}")
+        if liquid == "ltc" and (mode != "diag" or self.bidirectional):
+            raise ValueError(
+                "liquid='ltc' is the causal diagonal recurrence: it needs mode='diag' and "
+                f"bidirectional=False (got mode={mode!r}, bidirectional={self.bidirectional})"
+            )
+        order, length = self.liquid_order, self.liquid_len
+        if not isinstance(order, int) or not 2 <= order <= MAX_LIQUID_ORDER:
+            raise ValueError(f"liquid_order must be an int in 2…{MAX_LIQUID_ORDER}, got {order!r}")
+        if not isinstance(length, int) or length < 1:
+            raise ValueError(f"liquid_len must be a positive int, got {length!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if mode not in SSM_MODES:
+            raise ValueError(f"mode must be 'dplr' or 'diag', got {mode!r}")
+        if mode == "dplr" and self.init != "legs":
+            raise ValueError("mode='dplr' is initialised with S4-LegS only (init='legs')")
+
+    @classmethod
+    def from_dict(cls, flat: dict) -> SSMConfig:
+        """The SSM fields of a flat dict (e.g. a model's ``config``; other keys ignored)."""
+        return cls(**{k: flat[k] for k in SSM_FIELDS if k in flat})
+
+    def as_dict(self) -> dict:
+        """The fields as a flat dict (what checkpoints and YAML configs hold)."""
+        return dataclasses.asdict(self)
+
+    @property
+    def is_causal(self) -> bool:
+        """True when the layer's y[t] depends only on u[≤ t] (it has a step form)."""
+        return not self.bidirectional
+
+    def check_streamable(self) -> None:
+        """ValueError (:data:`NOT_STREAMABLE`) unless the layer has a step form: the one
+        place that refuses to stream a bidirectional layer or a model holding one."""
+        if not self.is_causal:
+            raise ValueError(NOT_STREAMABLE)
+
+
+SSM_FIELDS = tuple(f.name for f in dataclasses.fields(SSMConfig))
+
+
+def ssm_keywords(init: Callable) -> Callable:
+    """Decorator for an ``__init__`` that takes :class:`SSMConfig`'s fields as ``**ssm``: its
+    published signature (``inspect.signature``, ``help``) lists them as keyword-only
+    parameters with SSMConfig's defaults, in SSMConfig's order, before its own keyword-only
+    ones. These are the flat keywords of checkpoints and YAML configs (training/config.py
+    reads the model's keys and defaults from this signature); the defaults stay defined
+    once, in :class:`SSMConfig`. The function itself is unchanged."""
+    sig = inspect.signature(init)
+    own = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    at = next((i for i, p in enumerate(own) if p.kind is p.KEYWORD_ONLY), len(own))
+    fields = [
+        inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
+        )
+        for f in dataclasses.fields(SSMConfig)
+    ]
+    init.__signature__ = sig.replace(parameters=[*own[:at], *fields, *own[at:]])
+    return init
+
+
+def call_arguments(init: Callable, args: dict, ssm: dict) -> dict:
+    """The arguments of a call of ``init`` (decorated with :func:`ssm_keywords`) as one flat
+    dict in its published order, defaults filled in: ``args`` its named arguments (e.g. its
+    ``locals()``), ``ssm`` its ``**ssm``. TypeError for a keyword it does not take."""
+    for k in ssm:
+        if k not in SSM_FIELDS:
+            raise TypeError(f"{init.__qualname__}() got an unexpected keyword argument {k!r}")
+    defaults = {f.name: f.default for f in dataclasses.fields(SSMConfig)}
+    values = {**defaults, **ssm, **args}
+    return {k: values[k] for k in inspect.signature(init).parameters if k != "self"}
+
+
+class LiquidS4(nn.Module):
+    """Liquid-S4 SSM layer, ``(B, L, H) → (B, L, H)`` (before the activation).
+
+    Args:
+        d_model: H, the number of independent channels.
+        config: the layer's :class:`SSMConfig` (d_state, mode, liquid, liquid_order,
+            liquid_len, dt_min, dt_max, bidirectional, init, disc, backend); keyword
+            arguments of the same names make it, or replace its fields.
+    """
+
+    @ssm_keywords
+    def __init__(self, d_model: int, config: SSMConfig | None = None, **ssm):
         super().__init__()
         if not isinstance(d_model, int) or d_model < 1:
             raise ValueError(f"d_model must be a positive int, got {d_model!r}")
-        if liquid not in LIQUID_KINDS:
-            raise ValueError(f"liquid must be None, 'pb', 'kb' or 'ltc', got {liquid!r}")
-        if liquid == "ltc" and (mode != "diag" or bidirectional):
-            raise ValueError(
-                "liquid='ltc' is the causal diagonal recurrence: it needs mode='diag' and "
-                f"bidirectional=False (got mode={mode!r}, bidirectional={bidirectional})"
-            )
-        if not isinstance(liquid_order, int) or not 2 <= liquid_order <= MAX_LIQUID_ORDER:
-            raise ValueError(
-                f"liquid_order must be an int in 2…{MAX_LIQUID_ORDER}, got {liquid_order!r}"
-            )
-        if not isinstance(liquid_len, int) or liquid_len < 1:
-            raise ValueError(f"liquid_len must be a positive int, got {liquid_len!r}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        channels = 2 if bidirectional else 1
-        if mode == "dplr":
-            if init != "legs":
-                raise ValueError("mode='dplr' is initialised with S4-LegS only (init='legs')")
-            self.kernel = DPLRKernel(d_model, d_state, channels, dt_min, dt_max, disc, backend)
-        elif mode == "diag":
-            self.kernel = DiagKernel(d_model, d_state, channels, dt_min, dt_max, disc, init)
+        cfg = SSMConfig(**ssm) if config is None else dataclasses.replace(config, **ssm)
+        channels = 2 if cfg.bidirectional else 1
+        args = (d_model, cfg.d_state, channels, cfg.dt_min, cfg.dt_max, cfg.disc)
+        if cfg.mode == "dplr":
+            self.kernel = DPLRKernel(*args, cfg.backend)
         else:
-            raise ValueError(f"mode must be 'dplr' or 'diag', got {mode!r}")
-        self.d_model, self.d_state, self.mode = d_model, d_state, mode
-        self.liquid, self.liquid_order, self.liquid_len = liquid, liquid_order, liquid_len
-        self.bidirectional = bidirectional
+            self.kernel = DiagKernel(*args, cfg.init)
+        self.config = cfg
+        self.d_model, self.d_state, self.mode = d_model, cfg.d_state, cfg.mode
+        self.liquid, self.liquid_order, self.liquid_len = (
+            cfg.liquid,
+            cfg.liquid_order,
+            cfg.liquid_len,
+        )
+        self.bidirectional = cfg.bidirectional
         self.D = nn.Parameter(torch.randn(d_model))
 
     @property
     def is_causal(self) -> bool:
         """True when y[t] depends only on u[≤ t] (i.e. the layer can stream)."""
-        return not self.bidirectional
+        return self.config.is_causal
 
     def forward(self, u: Tensor, rate: float = 1.0) -> Tensor:
         """``u (B, L, H)`` → ``(B, L, H)``; ``rate`` scales Δ (2.0 for half-rate input)."""
@@ -262,10 +353,7 @@ class LiquidS4Step(nn.Module):
         cond_max: float = 1e3,
     ):
         super().__init__()
-        if not layer.is_causal:
-            raise ValueError(
-                "this LiquidS4 layer is bidirectional (non-causal): it has no streaming form"
-            )
+        layer.config.check_streamable()
         from .chunked import ChunkedSSM, diag_to_real
 
         # Tables are built on the CPU in float64, then moved to the layer's device.

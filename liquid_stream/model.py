@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from .frontend import FRONTENDS, LogMel, LogMelConfig, LogMelStep, hold
 from .kernel_base import SSM_PARAMETER_NAMES, SSMKernel
-from .layer import LiquidS4, LiquidS4Step, check_input
+from .layer import LiquidS4, LiquidS4Step, SSMConfig, call_arguments, check_input, ssm_keywords
 from .liquid import causal_window_sum
 from .validate import (
     MAX_STD,
@@ -94,20 +94,21 @@ class _Affine(nn.Module):
 
 
 class LiquidS4Block(nn.Module):
-    """One residual block around a :class:`LiquidS4` layer, ``(B, L, H) → (B, L, H)``."""
+    """One residual block around a :class:`LiquidS4` layer of config ``ssm``,
+    ``(B, L, H) → (B, L, H)``."""
 
     def __init__(
         self,
         d_model: int,
+        ssm: SSMConfig | None = None,
         norm: str = "batch",
         prenorm: bool = True,
         dropout: float = 0.0,
-        **ssm_kwargs,
     ):
         super().__init__()
         self.prenorm = prenorm
         self.norm = Norm(d_model, norm)
-        self.ssm = LiquidS4(d_model, **ssm_kwargs)
+        self.ssm = LiquidS4(d_model, ssm)
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(d_model, 2 * d_model)
 
@@ -206,30 +207,24 @@ class LiquidS4Model(nn.Module):
 
     ``forward(x (B, L, d_input), rate=1.0)`` returns ``(B, d_output)`` for ``pool``/``last``
     and ``(B, L, d_output)`` for ``window``; ``pair`` takes ``x (B, 2, L, d_input)`` and
-    returns ``(B, d_output)``. Every constructor argument is kept in
-    :attr:`config`, so ``LiquidS4Model(**model.config)`` rebuilds the architecture.
+    returns ``(B, d_output)``. The layers' arguments (d_state, mode, liquid, …) are the
+    fields of :class:`~liquid_stream.layer.SSMConfig`, taken as flat keywords (the form of
+    checkpoints and YAML configs) and given to every block as one SSMConfig. Every
+    constructor argument is kept in :attr:`config` (a flat dict), so
+    ``LiquidS4Model(**model.config)`` rebuilds the architecture.
     Bad arguments raise a ValueError naming them (the sizes d_input, d_output, d_model,
     n_layers, d_state and decoder_window must be ints >= 1, ``frontend`` None or a dict;
     ``rate`` a finite number > 0).
     """
 
+    @ssm_keywords  # the SSMConfig fields d_state … backend, after n_layers
     def __init__(
         self,
         d_input: int,
         d_output: int,
         d_model: int = 128,
         n_layers: int = 4,
-        d_state: int = 64,
-        mode: str = "dplr",
-        liquid: str | None = None,
-        liquid_order: int = 2,
-        liquid_len: int = 1,
-        dt_min: float = 0.001,
-        dt_max: float = 0.1,
-        bidirectional: bool = False,
-        init: str = "legs",
-        disc: str = "bilinear",
-        backend: str = "auto",
+        *,
         norm: str = "batch",
         prenorm: bool = True,
         dropout: float = 0.0,
@@ -238,9 +233,11 @@ class LiquidS4Model(nn.Module):
         output_scale: float | list[float] = 1.0,
         output_shift: float | list[float] = 0.0,
         frontend: dict | None = None,
+        **ssm,
     ):
         super().__init__()
-        self.config = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        args = {k: v for k, v in locals().items() if k not in ("self", "__class__", "ssm")}
+        self.config = call_arguments(LiquidS4Model.__init__, args, ssm)
         _check_sizes(self.config)
         kind = (frontend or {}).get("kind", "raw")
         if kind not in FRONTENDS:
@@ -257,13 +254,9 @@ class LiquidS4Model(nn.Module):
         self.decoder_window, self.prenorm = decoder_window, prenorm
         d_features = d_input if self.frontend is None else self.frontend.n_mels
         self.encoder = nn.Linear(d_features, d_model)
-        ssm_kwargs = dict(
-            d_state=d_state, mode=mode, liquid=liquid, liquid_order=liquid_order,
-            liquid_len=liquid_len, dt_min=dt_min, dt_max=dt_max, bidirectional=bidirectional,
-            init=init, disc=disc, backend=backend,
-        )  # fmt: skip
+        layer = SSMConfig.from_dict(self.config)
         self.blocks = nn.ModuleList(
-            LiquidS4Block(d_model, norm, prenorm, dropout, **ssm_kwargs) for _ in range(n_layers)
+            LiquidS4Block(d_model, layer, norm, prenorm, dropout) for _ in range(n_layers)
         )
         self.final_norm = Norm(d_model, norm) if prenorm else nn.Identity()
         if decoder == "pair":  # [a, b, a·b, a − b] → H, then the head
@@ -287,6 +280,13 @@ class LiquidS4Model(nn.Module):
     def is_causal(self) -> bool:
         """True when the whole model can run step by step (no bidirectional layer)."""
         return all(b.ssm.is_causal for b in self.blocks)
+
+    def check_streamable(self) -> None:
+        """ValueError unless this model has a step form (:meth:`streaming`)."""
+        if self.decoder == "pair":
+            raise ValueError("a pair (two-sequence retrieval) model cannot be streamed")
+        for block in self.blocks:
+            block.ssm.config.check_streamable()
 
     @property
     def hop(self) -> int:
@@ -416,13 +416,7 @@ class StreamingModel(nn.Module):
         rate: float = 1.0,
     ):
         super().__init__()
-        if model.decoder == "pair":
-            raise ValueError("a pair (two-sequence retrieval) model cannot be streamed")
-        if not model.is_causal:
-            raise ValueError(
-                "this model has bidirectional (non-causal) layers and cannot be streamed; "
-                "train it with bidirectional=False"
-            )
+        model.check_streamable()
         rate = check_rate(rate)
         model = model.eval()
         self.config = dict(model.config)
