@@ -12,8 +12,9 @@ from liquid_stream.checkpoint import CheckpointError, load_checkpoint
 from liquid_stream.model import LiquidS4Model
 from liquid_stream.training.cli import evaluate_cmd, train_cmd
 from liquid_stream.training.config import ConfigError, load_config
+from liquid_stream.training.rng import seed_everything
 from liquid_stream.training.tasks import build_task
-from liquid_stream.training.trainer import NonFiniteLossError, Trainer, seed_everything
+from liquid_stream.training.trainer import NonFiniteLossError, Trainer
 
 SMALL = [
     "data.n_train=16", "data.n_val=8", "data.n_test=8", "data.length=192",
@@ -194,7 +195,7 @@ def test_class_weights_and_balanced_accuracy():
     import numpy as np
     from torch.utils.data import TensorDataset
 
-    from liquid_stream.training.trainer import compute_loss, evaluate_model
+    from liquid_stream.training.metrics import compute_loss, evaluate_model
 
     torch.manual_seed(0)
     logits = torch.randn(2, 7, 3, dtype=torch.float64)

@@ -47,25 +47,59 @@ def _fmt(metrics: dict) -> str:
 @click.command("train")
 @click.argument("task")
 @click.option("--preset", default=None, help="Config preset (e.g. paper, cpu).")
-@click.option("--data", "data_root", default=None, type=click.Path(file_okay=False),
-              help="Dataset root (sets data.root); default: the task's built-in data.")
-@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
-              help="Output folder (default runs/<task>[-<preset>]).")
+@click.option(
+    "--data",
+    "data_root",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Dataset root (sets data.root); default: the task's built-in data.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Output folder (default runs/<task>[-<preset>]).",
+)
 @click.option("--device", default=None, type=DEVICE_CHOICE, help="Overrides train.device.")
-@click.option("--resume", default=None, type=click.Path(dir_okay=False),
-              help="Continue exactly from a last.pt / best.pt written by the trainer.")
-@click.option("--max-steps", default=None, type=click.IntRange(1),
-              help="Stop after K optimizer steps (sets train.max_steps).")
-@click.option("--target", default=None,
-              help="Regression target of a vital-sign task (bidmc: hr, rr or spo2; sets "
-                   "data.target).")
-@click.option("--grad-accum", default=None, type=click.IntRange(1),
-              help="Micro-batches per optimizer step (sets optim.grad_accum).")
-@click.option("--nproc", default=1, type=click.IntRange(1), show_default=True,
-              help="Data-parallel processes on this machine (relaunches under torchrun; "
-                   "global batch = batch_size × nproc × grad_accum).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a config field, e.g. --set optim.lr=1e-3 (repeatable).")
+@click.option(
+    "--resume",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Continue exactly from a last.pt / best.pt written by the trainer.",
+)
+@click.option(
+    "--max-steps",
+    default=None,
+    type=click.IntRange(1),
+    help="Stop after K optimizer steps (sets train.max_steps).",
+)
+@click.option(
+    "--target",
+    default=None,
+    help="Regression target of a vital-sign task (bidmc: hr, rr or spo2; sets data.target).",
+)
+@click.option(
+    "--grad-accum",
+    default=None,
+    type=click.IntRange(1),
+    help="Micro-batches per optimizer step (sets optim.grad_accum).",
+)
+@click.option(
+    "--nproc",
+    default=1,
+    type=click.IntRange(1),
+    show_default=True,
+    help="Data-parallel processes on this machine (relaunches under torchrun; "
+    "global batch = batch_size × nproc × grad_accum).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config field, e.g. --set optim.lr=1e-3 (repeatable).",
+)
 def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, target, grad_accum,
               nproc, overrides):  # fmt: skip
     """Train TASK (a name from training/configs/, or a .yaml path) and print the final
@@ -114,8 +148,9 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
     from liquid_stream.checkpoint import CheckpointError
     from liquid_stream.model import LiquidS4Model
 
+    from .rng import seed_everything
     from .tasks import build_task
-    from .trainer import NonFiniteLossError, Trainer, seed_everything
+    from .trainer import NonFiniteLossError, Trainer
 
     seed_everything(cfg["train"]["seed"])
     try:  # the data, every split checked non-empty, before the run folder is made
@@ -205,17 +240,29 @@ def output_affine(meta: dict) -> dict:
 
 @click.command("evaluate")
 @click.argument("checkpoints", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--data", "data_root", default=None, type=click.Path(file_okay=False),
-              help="Dataset root (default: the one recorded in the checkpoint's config).")
-@click.option("--split", default="test", type=click.Choice(["val", "test"]),
-              show_default=True)
+@click.option(
+    "--data",
+    "data_root",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Dataset root (default: the one recorded in the checkpoint's config).",
+)
+@click.option("--split", default="test", type=click.Choice(["val", "test"]), show_default=True)
 @click.option("--device", default="auto", type=DEVICE_CHOICE, show_default=True)
 @click.option("--batch-size", default=32, type=click.IntRange(1), show_default=True)
-@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
-              help="Where to write the PNGs (default: next to each checkpoint).")
-@click.option("--baseline", is_flag=True,
-              help="Vital signs: also run NeuroKit2's peak-detection HR / RR on the same "
-                   "windows and print its RMSE next to the model's.")
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Where to write the PNGs (default: next to each checkpoint).",
+)
+@click.option(
+    "--baseline",
+    is_flag=True,
+    help="Vital signs: also run NeuroKit2's peak-detection HR / RR on the same "
+    "windows and print its RMSE next to the model's.",
+)
 def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, baseline):
     """Evaluate CHECKPOINTS on their task's SPLIT. Classifiers: accuracy, per-class
     accuracy and a confusion-matrix PNG (speech: at 16 kHz and zero-shot at 8 kHz with Δ
@@ -237,8 +284,9 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
 
     from liquid_stream.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint
 
+    from .metrics import evaluate_model
+    from .rng import resolve_device
     from .tasks import build_task
-    from .trainer import evaluate_model, resolve_device
 
     try:
         ckpt = load_checkpoint(checkpoint)

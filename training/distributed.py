@@ -7,7 +7,7 @@
 
 Every process (rank) holds a replica of the model; each global batch of
 ``batch_size × world_size`` examples is cut into ``world_size`` contiguous per-rank
-slices (:class:`ShardedEpochSampler`: the epoch's permutation is the single-process one,
+slices (:class:`~.sampler.EpochSampler`: the epoch's permutation is the single-process one,
 seeded by (seed, epoch)), DDP averages the gradients, so an update equals the
 single-process update on the whole global batch: **global batch = per-rank batch ×
 world size × grad_accum**, and the learning rate applies to that global batch (scale it
@@ -131,8 +131,10 @@ class SyncBatchNorm1d(nn.BatchNorm1d):
         if self.track_running_stats:
             with torch.no_grad():
                 self.num_batches_tracked += 1
-                m = self.momentum if self.momentum is not None else 1 / float(
-                    self.num_batches_tracked
+                m = (
+                    self.momentum
+                    if self.momentum is not None
+                    else 1 / float(self.num_batches_tracked)
                 )
                 self.running_mean.mul_(1 - m).add_(m * mean.to(self.running_mean.dtype))
                 unbiased = var * n / (n - 1).clamp_min(1)

@@ -1,0 +1,139 @@
+"""Losses and metrics: the training loss of a batch, epoch metrics from running sums, and
+the evaluation of a model on a dataset (accuracy, balanced accuracy, confusion matrix,
+RMSE / MAE)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
+
+LOSSES = ("ce", "mse", "ce_per_step")
+
+
+def sums_zero() -> dict:
+    """The running sums of an epoch (what :func:`compute_loss` returns, all zero)."""
+    return {"n": 0.0, "loss": 0.0, "correct": 0.0, "count": 0.0, "se": 0.0, "ae": 0.0}
+
+
+def compute_loss(
+    out: torch.Tensor,
+    y: torch.Tensor,
+    kind: str,
+    scale: torch.Tensor | None = None,
+    class_weight: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """Mean loss and the (detached) sums for the epoch metrics.
+
+    ``mse``: per-step outputs ``(B, L, d)`` (a ``window`` decoder) are scored at the last
+    step; ``scale`` (the model's ``output_scale``, the targets' std) makes the loss
+    ``mean(((out − y) / scale)²)`` while RMSE / MAE stay in the targets' physical units.
+    ``ce`` / ``ce_per_step``: ``class_weight`` (C,) weights the cross-entropy per class
+    (e.g. a small weight on the ``_silence_`` steps that dominate streaming labels).
+    """
+    out = out.float()
+    if kind in ("ce", "ce_per_step"):
+        if kind == "ce_per_step" and out.dim() != 3:
+            raise ValueError(
+                f"ce_per_step needs per-step logits (B, L, C) (a window/last decoder with "
+                f"forward_steps), got {tuple(out.shape)}"
+            )
+        logits, target = out.reshape(-1, out.shape[-1]), y.reshape(-1).long()
+        w = None if class_weight is None else class_weight.float().to(logits.device)
+        loss = F.cross_entropy(logits, target, weight=w)
+        with torch.no_grad():
+            correct = (logits.argmax(-1) == target).sum().item()
+        count = target.numel()
+        sums = {"correct": float(correct), "count": float(count), "se": 0.0, "ae": 0.0}
+    elif kind == "mse":
+        if out.dim() == 3:
+            out = out[:, -1]
+        target = y.float().reshape(out.shape)
+        unit = 1.0 if scale is None else scale.float().to(out.device)
+        loss = F.mse_loss(out / unit, target / unit)
+        with torch.no_grad():
+            d = out - target
+            sums = {"correct": 0.0, "count": float(d.numel()),
+                    "se": d.pow(2).sum().item(), "ae": d.abs().sum().item()}  # fmt: skip
+    else:
+        raise ValueError(f"loss must be one of {LOSSES}, got {kind!r}")
+    n = float(y.shape[0])
+    return loss, {"n": n, "loss": loss.item() * n, **sums}
+
+
+def summarize(sums: dict, kind: str) -> dict:
+    """Epoch metrics from accumulated sums: loss + accuracy, or loss + RMSE / MAE."""
+    out = {"loss": sums["loss"] / max(sums["n"], 1.0)}
+    if kind == "mse":
+        out["rmse"] = math.sqrt(sums["se"] / max(sums["count"], 1.0))
+        out["mae"] = sums["ae"] / max(sums["count"], 1.0)
+    else:
+        out["acc"] = sums["correct"] / max(sums["count"], 1.0)
+    return out
+
+
+def forward_for_loss(model, x: torch.Tensor, kind: str, rate: float = 1.0) -> torch.Tensor:
+    """``model(x)``; per-step outputs (``forward_steps``) for ``ce_per_step`` with a
+    ``pool``/``last`` decoder."""
+    inner = getattr(model, "module", model)  # DistributedDataParallel wraps the model
+    if kind == "ce_per_step" and getattr(inner, "decoder", "window") != "window":
+        return model(x, rate=rate, steps=True)
+    return model(x, rate=rate)
+
+
+def evaluate_model(
+    model: torch.nn.Module,
+    dataset: Dataset,
+    loss: str,
+    device: torch.device | str = "cpu",
+    batch_size: int = 32,
+    rate: float = 1.0,
+    n_classes: int | None = None,
+    num_workers: int = 0,
+    autocast: contextlib.AbstractContextManager | None = None,
+    progress: bool = False,
+    class_weight: torch.Tensor | None = None,
+) -> dict:
+    """Loss and accuracy (with a confusion matrix when ``n_classes`` is given) or
+    RMSE / MAE of ``model`` on ``dataset``; restores the model's train/eval mode."""
+    device = torch.device(device)
+    loader = DataLoader(
+        dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+        generator=torch.Generator().manual_seed(0), pin_memory=device.type == "cuda",
+    )  # fmt: skip
+    was_training = model.training
+    model.eval()
+    sums = sums_zero()
+    confusion = np.zeros((n_classes, n_classes), np.int64) if n_classes else None
+    it = tqdm(loader, desc="eval", leave=False, disable=None if progress else True)
+    with torch.no_grad():
+        for x, y in it:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with autocast or contextlib.nullcontext():
+                out = forward_for_loss(model, x, loss, rate)
+            _, s = compute_loss(out, y, loss, getattr(model, "output_scale", None), class_weight)
+            for k in sums:
+                sums[k] += s[k]
+            if confusion is not None:
+                pred = out.float().argmax(-1).reshape(-1).cpu().numpy()
+                true = y.reshape(-1).long().cpu().numpy()
+                confusion += np.bincount(
+                    true * n_classes + pred, minlength=n_classes * n_classes
+                ).reshape(n_classes, n_classes)
+    model.train(was_training)
+    result = summarize(sums, loss)
+    if confusion is not None:
+        result["confusion"] = confusion
+        totals = confusion.sum(1)
+        result["per_class_acc"] = [
+            float(confusion[i, i] / totals[i]) if totals[i] else float("nan")
+            for i in range(n_classes)
+        ]
+        present = [a for a, t in zip(result["per_class_acc"], totals, strict=True) if t]
+        result["bacc"] = float(np.mean(present)) if present else float("nan")
+    return result
