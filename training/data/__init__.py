@@ -1,7 +1,8 @@
-"""Datasets: Speech Commands v0.02 (real layout) and its synthetic generator; BIDMC vital
-signs (PhysioNet WFDB / Monash .ts loaders, simulator, NeuroKit2 baseline); Long Range
-Arena (ListOps and Pathfinder generators + loaders, IMDB / AAN byte-level text) and the
-image sequences (CIFAR-10 python batches, Fashion-MNIST IDX).
+"""Datasets: Speech Commands v0.02 (real layout), its synthetic generator and the labelled
+keyword-spotting streams built from it (``kws_stream``); the toy task's tone bursts
+(``tones``); BIDMC vital signs (PhysioNet WFDB / Monash .ts loaders, simulator, NeuroKit2
+baseline); Long Range Arena (ListOps and Pathfinder generators + loaders, IMDB / AAN
+byte-level text) and the image sequences (CIFAR-10 python batches, Fashion-MNIST IDX).
 
 Names load lazily: ``speech`` imports torch, ``speech_synth`` does not, so the CLI's
 ``data`` commands and ``liquid-stream --help`` stay torch-free.
@@ -23,6 +24,9 @@ _EXPORTS = {
     "default_synth_root": "speech_synth",
     "ensure_synth": "speech_synth",
     "generate_speech_synth": "speech_synth",
+    "build_kws_stream": "kws_stream",
+    "write_kws_stream": "kws_stream",
+    "tone_bursts": "tones",
     "BidmcDataError": "bidmc",
     "load_wfdb_windows": "bidmc",
     "load_ts_windows": "bidmc",

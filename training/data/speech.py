@@ -32,6 +32,7 @@ from liquid_stream.wav import read_pcm16
 
 from .augment import AugmentConfig, speed_perturb
 from .augment import augment as augment_audio
+from .kws_stream import speech_span
 
 SR = 16000
 
@@ -300,15 +301,9 @@ def compute_normalizer(train_set: SpeechCommands) -> tuple[float, float]:
 
 def speech_end(x: np.ndarray, rel_db: float = -40.0, frame: int = 160) -> int:
     """One past the last sample of the last ``frame``-sample block whose RMS is within
-    ``rel_db`` dB of the loudest block (``len(x)`` if every block is silent or x is short)."""
-    n = len(x) // frame
-    if n == 0:
-        return len(x)
-    rms = np.sqrt(np.mean(np.asarray(x[: n * frame], np.float64).reshape(n, frame) ** 2, axis=1))
-    if rms.max() == 0:
-        return len(x)
-    active = np.flatnonzero(rms >= rms.max() * 10 ** (rel_db / 20))
-    return int((active[-1] + 1) * frame)
+    ``rel_db`` dB of the loudest block (``len(x)`` if every block is silent or x is short):
+    the end of :func:`~.kws_stream.speech_span`."""
+    return speech_span(x, rel_db, frame)[1]
 
 
 def make_step_labels(
