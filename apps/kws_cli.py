@@ -310,42 +310,19 @@ def run_kws(spotter, source, *, mic: bool, ui: bool, echo=click.echo) -> dict:
 
 _SPOTTER_OPTIONS = [
     click.option("--keywords", default=None, help="Comma-separated keywords [default: all]."),
-    click.option(
-        "--threshold",
-        default=None,
-        type=click.FloatRange(0, 1, min_open=True),
-        help="Smoothed-score threshold of a detection [default: the model's tuned "
-        "threshold (kws-tune), else 0.8].",
-    ),
-    click.option(
-        "--refractory",
-        default=1.0,
-        show_default=True,
-        type=click.FloatRange(0),
-        help="Seconds after a detection during which nothing fires.",
-    ),
-    click.option(
-        "--smooth-ms",
-        default=None,
-        type=click.FloatRange(0),
-        help="Moving-average window of the posteriors [default: the model's tuned window "
-        "(kws-tune), else 100 ms].",
-    ),
-    click.option(
-        "--chunk-ms",
-        default=10.0,
-        show_default=True,
-        type=click.FloatRange(0.1),
-        help="Audio per model call.",
-    ),
-    click.option(
-        "--threads",
-        default=1,
-        show_default=True,
-        type=click.IntRange(1),
-        help="onnxruntime intra-op threads.",
-    ),
-]
+    click.option("--threshold", default=None, type=click.FloatRange(0, 1, min_open=True),
+                 help="Smoothed-score threshold of a detection [default: the model's tuned "
+                      "threshold (kws-tune), else 0.8]."),
+    click.option("--refractory", default=1.0, show_default=True, type=click.FloatRange(0),
+                 help="Seconds after a detection during which nothing fires."),
+    click.option("--smooth-ms", default=None, type=click.FloatRange(0),
+                 help="Moving-average window of the posteriors [default: the model's tuned "
+                      "window (kws-tune), else 100 ms]."),
+    click.option("--chunk-ms", default=10.0, show_default=True, type=click.FloatRange(0.1),
+                 help="Audio per model call."),
+    click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
+                 help="onnxruntime intra-op threads."),
+]  # fmt: skip
 
 
 def _spotter_options(fn):
@@ -530,15 +507,15 @@ def _plot_eval(path, source, trace, spotter, truth, dets, until_s=None) -> None:
 @click.command("kws-tune")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--stream", "stream_path", required=True, type=click.Path(dir_okay=False),
-              help="A labelled VALIDATION stream (kws-stream --split validation).")
+              help="A labelled VALIDATION stream (kws-stream --split validation).")  # fmt: skip
 @click.option("--labels", "labels_path", required=True, type=click.Path(dir_okay=False),
-              help="Its CSV start_s,end_s,word,is_keyword.")
+              help="Its CSV start_s,end_s,word,is_keyword.")  # fmt: skip
 @click.option("--max-fa-per-hour", default=2.0, show_default=True, type=click.FloatRange(0),
-              help="False accepts per hour allowed on the stream.")
+              help="False accepts per hour allowed on the stream.")  # fmt: skip
 @click.option("--write/--no-write", default=True, show_default=True,
-              help="Store the chosen threshold and smoothing in MODEL's metadata.")
+              help="Store the chosen threshold and smoothing in MODEL's metadata.")  # fmt: skip
 @click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
-              help="Write the whole grid (JSON) here.")
+              help="Write the whole grid (JSON) here.")  # fmt: skip
 def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, out_path):
     """Choose MODEL's detection threshold and smoothing on a labelled validation stream:
     the highest detection rate with at most --max-fa-per-hour false accepts."""

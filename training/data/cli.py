@@ -15,35 +15,19 @@ def data() -> None:
 
 @data.command("speech-synth")
 @click.argument("out", type=click.Path(file_okay=False))
-@click.option(
-    "--per-word", required=True, type=click.IntRange(1), help="Clips per word (35 words)."
-)
+@click.option("--per-word", required=True, type=click.IntRange(1),
+              help="Clips per word (35 words).")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1))
-@click.option(
-    "--speakers",
-    default=None,
-    type=click.IntRange(3),
-    help="Number of synthetic speakers [default: max(10, 2 * per-word)].",
-)
-@click.option(
-    "--noise-seconds",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(1.0),
-    help="Length of each _background_noise_ file (white, pink, brown).",
-)
-@click.option(
-    "--words",
-    default=None,
-    help="Comma-separated subset of the 35 words (e.g. the SC10 ones) [default: all 35].",
-)
-@click.option(
-    "--engines",
-    default=None,
-    help="Comma-separated TTS engines of the speakers, of espeak-ng, flite, festival, piper "
-    "[default: all; piper is left out with a note where it is not installed].",
-)
+@click.option("--speakers", default=None, type=click.IntRange(3),
+              help="Number of synthetic speakers [default: max(10, 2 * per-word)].")  # fmt: skip
+@click.option("--noise-seconds", default=30.0, show_default=True, type=click.FloatRange(1.0),
+              help="Length of each _background_noise_ file (white, pink, brown).")  # fmt: skip
+@click.option("--words", default=None, help="Comma-separated subset of the 35 words (e.g. the "
+              "SC10 ones) [default: all 35].")  # fmt: skip
+@click.option("--engines", default=None, help="Comma-separated TTS engines of the speakers, of "
+              "espeak-ng, flite, festival, piper [default: all; piper is left out with a note "
+              "where it is not installed].")  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace OUT if it is a previous synthetic set.")
 def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, words, engines,
                      force):  # fmt: skip
