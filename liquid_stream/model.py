@@ -11,7 +11,8 @@ Decoders (``(B, L, H)`` → logits):
               (at t < W the mean is over the t + 1 steps seen)     → ``(B, L, d_output)``
 - ``pair``:   two sequences per example, ``x (B, 2, L, d_input)`` (LRA retrieval): both
               encoded by the same blocks and mean-pooled to a, b, then
-              Linear(4H→H) → GELU → Linear(H→d_output) on [a, b, a·b, a − b] → ``(B, d_output)``
+              Linear(4H→H) → GELU → Linear(H→d_output) on [a, b, a·b, a − b] → ``(B, d_output)``;
+              offline only (:mod:`liquid_stream.pair`): no per-step output, no step form.
 
 Activation checkpointing (``model.checkpoint_blocks = True``, e.g. ``train.checkpoint_blocks``
 for Path-X at L = 16384): in training each block keeps only its input and recomputes its
@@ -36,6 +37,7 @@ from .frontend import FRONTENDS, LogMel, LogMelConfig, LogMelStep, hold
 from .kernel_base import SSM_PARAMETER_NAMES, SSMKernel
 from .layer import LiquidS4, LiquidS4Step, SSMConfig, call_arguments, check_input, ssm_keywords
 from .liquid import causal_window_sum
+from .pair import NO_STEPS, NOT_STREAMABLE, PairDecoder
 from .validate import (
     MAX_STD,
     StreamInputError,
@@ -45,7 +47,8 @@ from .validate import (
     input_range,
 )
 
-DECODERS = ("pool", "last", "window", "pair")
+STEP_DECODERS = ("pool", "last", "window")  # those with a per-step output and a step form
+DECODERS = (*STEP_DECODERS, "pair")
 NORMS = ("batch", "layer")
 
 
@@ -259,8 +262,8 @@ class LiquidS4Model(nn.Module):
             LiquidS4Block(d_model, layer, norm, prenorm, dropout) for _ in range(n_layers)
         )
         self.final_norm = Norm(d_model, norm) if prenorm else nn.Identity()
-        if decoder == "pair":  # [a, b, a·b, a − b] → H, then the head
-            self.pair_mlp = nn.Sequential(nn.Linear(4 * d_model, d_model), nn.GELU())
+        # [a, b, a·b, a − b] → H, then the head (liquid_stream.pair); offline only
+        self.pair_mlp = PairDecoder(d_model) if decoder == "pair" else None
         self.head = nn.Linear(d_model, d_output)
         self.checkpoint_blocks = False  # a training-time switch, not part of the config
         # Fixed output affine y = scale · head(·) + shift (regression targets in physical
@@ -284,7 +287,7 @@ class LiquidS4Model(nn.Module):
     def check_streamable(self) -> None:
         """ValueError unless this model has a step form (:meth:`streaming`)."""
         if self.decoder == "pair":
-            raise ValueError("a pair (two-sequence retrieval) model cannot be streamed")
+            raise ValueError(NOT_STREAMABLE)
         for block in self.blocks:
             block.ssm.config.check_streamable()
 
@@ -311,25 +314,14 @@ class LiquidS4Model(nn.Module):
             h = checkpointed(block, h, rate) if recompute else block(h, rate)
         return self.final_norm(h)
 
-    def _pair(self, x: Tensor, rate: float) -> Tensor:
-        """``x (B, 2, L, d_input)`` → logits ``(B, d_output)`` (see the module docstring)."""
-        if x.dim() != 4 or x.shape[1] != 2:
-            raise ValueError(
-                f"the pair decoder takes x of shape (B, 2, L, d_input), got {tuple(x.shape)}"
-            )
-        B = x.shape[0]
-        pooled = self.features(x.flatten(0, 1), rate).mean(1)  # (2B, H), rows a0 b0 a1 b1 …
-        a, b = pooled.view(B, 2, -1).unbind(1)
-        return self.decode(self.pair_mlp(torch.cat([a, b, a * b, a - b], -1)))
-
     def forward(self, x: Tensor, rate: float = 1.0, steps: bool = False) -> Tensor:
         """``x (B, L, d_input)`` → the decoder's output (``window``: one row per step of the
         stack, i.e. per frame with a front end). ``steps=True`` is :meth:`frame_steps`,
         one row per step of the stack (what a per-step loss is computed on)."""
         if steps:
             return self.frame_steps(x, rate)
-        if self.decoder == "pair":
-            return self._pair(x, rate)
+        if self.pair_mlp is not None:  # x (B, 2, L, d_input): liquid_stream.pair
+            return self.decode(self.pair_mlp(x, lambda seqs: self.features(seqs, rate)))
         h = self.features(x, rate)
         if self.decoder == "pool":
             return self.decode(h.mean(1))
@@ -359,7 +351,7 @@ class LiquidS4Model(nn.Module):
         """Per-step outputs of the stack ``(B, ⌊L/R⌋, d_output)`` (= :meth:`forward_steps`
         without a front end); what a per-step loss is computed on."""
         if self.decoder == "pair":
-            raise ValueError("the pair decoder compares two whole sequences: no per-step output")
+            raise ValueError(NO_STEPS)
         if self.decoder == "window":
             return self.forward(x, rate)
         logits = self.decode(self.features(x, rate))
