@@ -115,6 +115,45 @@ def test_beats_are_the_r_peaks_of_the_clean_ecg(family: str) -> None:
 
 
 @pytest.mark.parametrize("family", vs.FAMILIES)
+def test_pulses_follow_the_beats_after_the_transit_time(family: str) -> None:
+    """Clean PLETH: param family, one systolic peak per beat at t_j + PTT + mu IBI_j; nk2
+    family, the pulse foot (template minimum) at t_j + PTT."""
+    force = {**QUIET, "ppg_am": 0.0, "ppg_bw": 0.0, "perfusion": 1.0, "af_episodes": [],
+             "ectopic_prob": 0.05}  # fmt: skip
+    if family == "param":
+        force.update(ppg_refl_ratio=0.0, ppg_late_ratio=0.0, ppg_shape="gauss")
+    rec = sim(21, family=family, scaling=False, force=force)
+    p = rec["params"]
+    beats, pleth = p["beats"], rec["signals"][:, 1]
+    ibi = np.diff(beats)
+    if family == "param":
+        want = beats[:-1] + p["ptt_s"] + p["ppg_sys_mu"] * ibi
+        found, _ = find_peaks(pleth, prominence=0.2 * np.ptp(pleth))
+    else:
+        want = beats[:-1] + p["ptt_s"]
+        found, _ = find_peaks(-pleth, prominence=0.2 * np.ptp(pleth))
+    want = want[(want > 1) & (want < SECS - 1)]
+    found = found[(found > FS) & (found < (SECS - 1) * FS)] / FS
+    assert len(found) == len(want)
+    assert np.abs(found - want).max() <= 2.5 / FS
+
+
+@pytest.mark.parametrize("family", vs.FAMILIES)
+def test_breathing_rate_is_in_the_pleth(family: str) -> None:
+    """Respiratory baseline/amplitude modulation: the beat-averaged PLETH oscillates at RR."""
+    force = {**QUIET, "rr0": 18.0, "rr_sd": 0.0, "rr_changes": [], "breath_cv": 0.02,
+             "ppg_am": 0.2, "ppg_bw": 0.2, "hr0": 75.0, "hr_changes": []}  # fmt: skip
+    rec = vs.simulate_randomised(np.random.default_rng([22, 0]), 2.0, family=family, force=force)
+    x = rec["signals"][:, 1]
+    x = np.convolve(x - x.mean(), np.ones(FS) / FS, mode="same")  # 1 s mean: the pulses go
+    f = np.fft.rfftfreq(len(x), 1 / FS)
+    spec = np.abs(np.fft.rfft(x * np.hanning(len(x))))
+    band = (f > 0.05) & (f < 1.0)
+    peak_per_min = 60 * f[band][np.argmax(spec[band])]
+    assert peak_per_min == pytest.approx(np.mean(rec["numerics"][:, 2]), abs=1.5)
+
+
+@pytest.mark.parametrize("family", vs.FAMILIES)
 def test_rr_labels_and_breaths(family: str) -> None:
     rec = sim(5, family=family, scaling=False, force={**QUIET, "breath_depth_cv": 0.02})
     p, num = rec["params"], rec["numerics"]
