@@ -47,8 +47,9 @@ HR baseline, trajectory        U(45, 170) bpm; smoothed noise SD U(1, 8)    AHA:
                                                                             >100; max ~220-age
 HR abrupt changes              step p=0.5, +-U(10, 40) bpm over U(1, 10) s; chosen
                                ramp p=0.3, +-U(10, 50) bpm over U(30, 180) s
-RR baseline, trajectory        U(8, 35) /min; SD U(0.5, 3), U(20, 90) s;    adult normal 12-20,
-                               clipped 6-40                                 brady/tachypnoea
+RR baseline, trajectory        U(8, 35) /min; SD U(0.5, 3), U(20, 90) s;    adult normal 12-20
+                               clipped 6-40                                 (vital-sign texts);
+                                                                            6-40 issue 20
 RR abrupt changes              step p=0.3 +-U(3, 12); ramp p=0.2 +-U(3, 12) chosen
 SpO2 baseline, trajectory      U(86, 100) %; SD U(0.2, 1.5); clipped 80-100 normal 95-100;
                                                                             oximeter accuracy
@@ -63,7 +64,9 @@ HRV: RSA (HF)                  IBI x (1 - a r(t)), a U(0.005, 0.05),        HF b
 HRV: white IBI jitter          SD U(0.005, 0.03) of the IBI                 chosen
 Ectopic (premature) beats      p=0.3 per record; per beat U(0.005, 0.1);    chosen; full
                                coupling U(0.55, 0.8) x IBI, compensatory    compensatory pause
-                               pause (2 - c) x IBI; kind pac / pvc          of PVCs (textbook)
+                               pause (2 - c) x IBI; kind pac / pvc          of PVCs (textbook;
+                               (PACs get the full pause too: a simplifi-    real PACs often
+                               cation)                                      reset the sinus)
 AF episode                     p=0.15, U(30, 240) s; IBI x lognormal with   "irregularly
                                CV U(0.1, 0.25); no P wave (param family),   irregular" RR (ESC
                                f-waves U(4, 9) Hz, U(0.02, 0.1) mV          AF guideline); f 4-9
