@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +22,15 @@ from click.testing import CliRunner
 from fixtures_speech import tiny_root
 
 from liquid_stream.cli import main
-from liquid_stream.training.config import ConfigError, config_path, load_config
+from liquid_stream.training.config import (
+    OPTIM_FIELDS,
+    TRAIN_FIELDS,
+    ConfigError,
+    OptimConfig,
+    TrainConfig,
+    config_path,
+    load_config,
+)
 from liquid_stream.training.tasks import TASKS, data_defaults_for
 
 # Small enough that a run which (wrongly) got past the checks ends in seconds.
@@ -162,6 +171,10 @@ def test_every_field_has_a_rule():
     params = set(inspect.signature(LiquidS4Model.__init__).parameters) - {
         "self", "d_input", "d_output"}  # fmt: skip
     assert params <= set(model_fields())
+    for cls, specs in ((OptimConfig, OPTIM_FIELDS), (TrainConfig, TRAIN_FIELDS)):
+        defaults = asdict(cls())  # each default is defined once, in the dataclass
+        assert set(specs) == set(defaults), cls
+        assert all(specs[k].coerce(v) == v for k, v in defaults.items()), cls
     for path in sorted(config_path("toy").parent.glob("*.yaml")):
         presets = yaml.safe_load(path.read_text()).get("presets") or {}
         for preset in [None, *presets]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 from liquid_stream.checkpoint import CheckpointError, load_checkpoint
 from liquid_stream.model import LiquidS4Model
 from liquid_stream.training.cli import evaluate_cmd, train_cmd
-from liquid_stream.training.config import ConfigError, load_config
+from liquid_stream.training.config import ConfigError, OptimConfig, TrainConfig, load_config
 from liquid_stream.training.rng import seed_everything
 from liquid_stream.training.tasks import build_task
 from liquid_stream.training.trainer import NonFiniteLossError, Trainer
@@ -28,7 +29,8 @@ def make(tmp, overrides=(), seed=None):
     seed_everything(cfg["train"]["seed"] if seed is None else seed)
     train, val, test, meta, loss = build_task(cfg)
     model = LiquidS4Model(d_input=meta["d_input"], d_output=meta["d_output"], **cfg["model"])
-    return Trainer(model, train, val, cfg["optim"], cfg["train"], tmp, meta, loss, config=cfg)
+    optim, run = OptimConfig(**cfg["optim"]), TrainConfig(**cfg["train"])
+    return Trainer(model, train, val, optim, run, tmp, meta, loss, config=cfg)
 
 
 def test_training_reduces_loss(tmp_path):
@@ -88,7 +90,7 @@ def test_checkpoints_weights_only_and_corrupt(tmp_path):
 def test_nan_loss_stops_with_clear_message(tmp_path):
     tr = make(tmp_path, ["optim.epochs=1"])
     tr.fit()  # 4 good steps, last.pt at step 4
-    tr.optim_cfg["epochs"] = 2
+    tr.optim_cfg = dataclasses.replace(tr.optim_cfg, epochs=2)
     with torch.no_grad():
         tr.model.encoder.weight[0, 0] = float("nan")
     with pytest.raises(NonFiniteLossError, match=r"non-finite .*nan.* at step 5 \(epoch 2") as e:

@@ -148,6 +148,7 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
     from liquid_stream.checkpoint import CheckpointError
     from liquid_stream.model import LiquidS4Model
 
+    from .config import OptimConfig, TrainConfig
     from .rng import seed_everything
     from .tasks import build_task
     from .trainer import NonFiniteLossError, Trainer
@@ -175,7 +176,8 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
         out.mkdir(parents=True, exist_ok=True)
         dump_config(cfg, out / "config.yaml")
     n_params = sum(p.numel() for p in model.parameters())
-    trainer = Trainer(model, train_set, val_set, cfg["optim"], cfg["train"], out, meta, loss,
+    optim_cfg, train_cfg = OptimConfig(**cfg["optim"]), TrainConfig(**cfg["train"])
+    trainer = Trainer(model, train_set, val_set, optim_cfg, train_cfg, out, meta, loss,
                       config=cfg)  # fmt: skip
     world = trainer.dist.world_size
     echo(

@@ -5,10 +5,8 @@ A task file ``training/configs/<task>.yaml`` has the sections
     task:     the registry name of the data builder (default: the file's stem)
     model:    LiquidS4Model keyword arguments (d_input / d_output come from the task)
     data:     task-specific data options (validated against the task's defaults)
-    optim:    lr, weight_decay, ssm_lr, ssm_weight_decay, schedule (cosine|multistep),
-              warmup_steps, milestones, gamma, grad_clip, epochs, batch_size, grad_accum
-    train:    seed, device (auto|cpu|cuda), amp, amp_dtype, eval_every, max_steps,
-              num_workers, save_every_steps, progress, threads, checkpoint_blocks
+    optim:    the fields of :class:`OptimConfig` (lr, schedule, batch_size, epochs, ...)
+    train:    the fields of :class:`TrainConfig` (seed, device, amp, max_steps, init, ...)
     presets:  {name: {section: {key: value}}} applied over the base values; a preset's
               ``by_target: {t: {section: ...}}`` applies when data.target is t
 
@@ -21,7 +19,9 @@ between fields, split sizes that follow from the config), so a bad value is one 
 naming its field before any data is loaded, model built or run folder written. The model
 sizes are bounded by :data:`MAX_MODEL_PARAMETERS` (10⁹ parameters, counted by
 :func:`model_parameters`): ``--set model.d_model=1e9`` is a config error, not an
-out-of-memory kill.
+out-of-memory kill. The trainer takes the optim and train sections as the dataclasses
+(``OptimConfig(**cfg["optim"])``), where each default is defined once; configs stored in
+checkpoints stay plain dicts.
 
 This module does not import torch at import time (fast CLI ``--help``).
 """
@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,37 +40,49 @@ import yaml
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 SECTIONS = ("task", "description", "model", "data", "optim", "train", "presets")
 
-OPTIM_DEFAULTS: dict[str, Any] = {
-    "lr": 0.001,
-    "weight_decay": 0.01,
-    "ssm_lr": 0.001,
-    "ssm_weight_decay": 0.0,
-    "schedule": "cosine",  # cosine (per optimizer step, linear warmup) | multistep (per epoch)
-    "warmup_steps": 0,
-    "milestones": [],  # epochs, multistep only
-    "gamma": 0.5,  # multistep only
-    "min_lr_ratio": 0.0,  # cosine floor, as a fraction of the peak lr
-    "grad_clip": 0.0,  # max global grad norm; 0 = off
-    "epochs": 1,
-    "batch_size": 8,
-    "eval_batch_size": None,  # default: batch_size
-    "grad_accum": 1,
-}
-TRAIN_DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "device": "auto",  # auto | cpu | cuda
-    "amp": False,  # autocast on CUDA only (ignored on CPU)
-    "amp_dtype": "bf16",  # bf16 | fp16 (fp16 uses a GradScaler)
-    "eval_every": 1,  # epochs between validations (the last epoch is always validated)
-    "max_steps": None,  # cap on optimizer steps (CI); the schedule still spans `epochs`
-    "num_workers": 0,
-    "save_every_steps": 0,  # also write last.pt every K optimizer steps (0 = epochs only)
-    "progress": True,  # tqdm bars (auto-disabled when not a terminal)
-    "plot_every_s": 30.0,  # redraw curves.png at most this often (and at the end)
-    "threads": None,  # torch.set_num_threads on CPU (None = leave as is)
-    "checkpoint_blocks": False,  # recompute block activations in backward (long L: Path-X)
-    "init": None,  # warm start: model weights from this checkpoint (fresh optimizer, schedule)
-}
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """The ``optim:`` section: optimizer, learning-rate schedule, batch, epochs."""
+
+    lr: float = 0.001
+    weight_decay: float = 0.01
+    ssm_lr: float = 0.001
+    ssm_weight_decay: float = 0.0
+    schedule: str = "cosine"  # cosine (per optimizer step, linear warmup) | multistep (per epoch)
+    warmup_steps: int = 0
+    milestones: list[int] = field(default_factory=list)  # epochs, multistep only
+    gamma: float = 0.5  # multistep only
+    min_lr_ratio: float = 0.0  # cosine floor, as a fraction of the peak lr
+    grad_clip: float = 0.0  # max global grad norm; 0 = off
+    epochs: int = 1
+    batch_size: int = 8
+    eval_batch_size: int | None = None  # default: batch_size
+    grad_accum: int = 1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The ``train:`` section: how the run executes, logs and saves."""
+
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    amp: bool = False  # autocast on CUDA only (ignored on CPU)
+    amp_dtype: str = "bf16"  # bf16 | fp16 (fp16 uses a GradScaler)
+    eval_every: int = 1  # epochs between validations (the last epoch is always validated)
+    max_steps: int | None = None  # cap on optimizer steps (CI); the schedule still spans `epochs`
+    num_workers: int = 0
+    save_every_steps: int = 0  # also write last.pt every K optimizer steps (0 = epochs only)
+    progress: bool = True  # tqdm bars (auto-disabled when not a terminal)
+    plot_every_s: float = 30.0  # redraw curves.png at most this often (and at the end)
+    threads: int | None = None  # torch.set_num_threads on CPU (None = leave as is)
+    checkpoint_blocks: bool = False  # recompute block activations in backward (long L: Path-X)
+    init: str | None = None  # warm start: model weights from this checkpoint (fresh optimizer)
+
+
+# The keys and defaults of the two sections as config dicts (what a config file holds).
+OPTIM_DEFAULTS: dict[str, Any] = asdict(OptimConfig())
+TRAIN_DEFAULTS: dict[str, Any] = asdict(TrainConfig())
 SCHEDULES = ("cosine", "multistep")
 DEVICES = ("auto", "cpu", "cuda")
 MODEL_RESERVED = ("d_input", "d_output")
@@ -611,6 +624,8 @@ DATA_FIELDS: dict[str, Spec] = {
     "test_fraction": number(0, 1, lo_open=True, hi_open=True),
 }
 _SPEECH_DATA = {"sample_rate": choice(_speech_rates)}  # Speech Commands is 16 kHz
+
+
 def _augment_settings() -> Spec:
     """``data.augment`` of speech-stream: null, or AugmentConfig fields (checked by it)."""
 

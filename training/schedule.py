@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from .config import OptimConfig
+
 
 class Schedule:
     """Learning-rate factor per optimizer step.
@@ -15,13 +17,13 @@ class Schedule:
     ``multistep``: ×``gamma`` at every epoch in ``milestones`` (applied per epoch).
     """
 
-    def __init__(self, optim_cfg: dict, steps_per_epoch: int):
-        self.kind = optim_cfg["schedule"]
-        self.warmup = int(optim_cfg["warmup_steps"])
-        self.total = int(optim_cfg["epochs"]) * steps_per_epoch
-        self.milestones = sorted(int(m) for m in optim_cfg["milestones"])
-        self.gamma = float(optim_cfg["gamma"])
-        self.min_ratio = float(optim_cfg.get("min_lr_ratio", 0.0))
+    def __init__(self, optim: OptimConfig, steps_per_epoch: int):
+        self.kind = optim.schedule
+        self.warmup = optim.warmup_steps
+        self.total = optim.epochs * steps_per_epoch
+        self.milestones = sorted(optim.milestones)
+        self.gamma = float(optim.gamma)
+        self.min_ratio = float(optim.min_lr_ratio)
         self.last_factor = 1.0
 
     def factor(self, step: int, epoch: int) -> float:

@@ -1,7 +1,8 @@
 """One trainer for every task: AdamW (SSM group), schedules, AMP, checkpoints, exact resume.
 
-    trainer = Trainer(model, train_set, val_set, cfg["optim"], cfg["train"], out_dir,
-                      task_meta, loss="ce")            # or "mse", "ce_per_step"
+    trainer = Trainer(model, train_set, val_set, OptimConfig(**cfg["optim"]),
+                      TrainConfig(**cfg["train"]), out_dir, task_meta,
+                      loss="ce", config=cfg)          # or "mse", "ce_per_step"
     trainer.resume("runs/x/last.pt")                   # optional
     summary = trainer.fit()
     trainer.evaluate(test_set)
@@ -55,6 +56,7 @@ from liquid_stream.checkpoint import (
 )
 from liquid_stream.model import make_optimizer
 
+from .config import OptimConfig, TrainConfig
 from .distributed import DistInfo, SyncBatchNorm1d, all_reduce_sum, barrier, init_from_env
 from .metrics import LOSSES, compute_loss, evaluate_model, forward_for_loss, summarize, sums_zero
 from .rng import mix_seed, resolve_device, rng_state, set_rng_state
@@ -106,8 +108,8 @@ class Trainer:
         model: torch.nn.Module,
         train_set: Dataset,
         val_set: Dataset | None,
-        optim_cfg: dict,
-        train_cfg: dict,
+        optim_cfg: OptimConfig,
+        train_cfg: TrainConfig,
         out_dir,
         task_meta: dict,
         loss: str = "ce",
@@ -115,22 +117,22 @@ class Trainer:
     ):
         if loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
-        self.optim_cfg, self.train_cfg = dict(optim_cfg), dict(train_cfg)
+        self.optim_cfg, self.train_cfg = optim_cfg, train_cfg
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.meta, self.loss_kind, self.config = dict(task_meta), loss, config or {}
         self.device, self.dist = self._place()
         self.model, self.train_model = self._prepare(model)
         self.train_set, self.val_set = train_set, val_set
-        o = self.optim_cfg
+        o, t = optim_cfg, train_cfg
         self.optimizer = make_optimizer(
-            self.model, lr=o["lr"], weight_decay=o["weight_decay"], ssm_lr=o["ssm_lr"],
-            ssm_weight_decay=o["ssm_weight_decay"],
+            self.model, lr=o.lr, weight_decay=o.weight_decay, ssm_lr=o.ssm_lr,
+            ssm_weight_decay=o.ssm_weight_decay,
         )  # fmt: skip
         self.base_lrs = [g["lr"] for g in self.optimizer.param_groups]
-        self.batch_size, self.accum = int(o["batch_size"]), int(o["grad_accum"])
-        self.eval_batch_size = int(o.get("eval_batch_size") or self.batch_size)
-        self.seed = int(self.train_cfg.get("seed", 0))
+        self.batch_size, self.accum = o.batch_size, o.grad_accum
+        self.eval_batch_size = o.eval_batch_size or self.batch_size
+        self.seed = t.seed
         W = self.dist.world_size
         self.global_batch = self.batch_size * W  # examples per micro-batch, all ranks
         self.sampler = EpochSampler(len(train_set), self.seed, rank=self.dist.rank, world=W,
@@ -154,34 +156,32 @@ class Trainer:
         self.last_metrics: dict = {}
         self._t0, self._elapsed0 = time.perf_counter(), 0.0
         # when to stop, validate and save; what to monitor
-        self.max_steps = self.train_cfg.get("max_steps")
-        self.eval_every = max(1, int(self.train_cfg.get("eval_every") or 1))
-        self.save_every = int(self.train_cfg.get("save_every_steps") or 0)
-        self.progress = bool(self.train_cfg.get("progress", True)) and self.dist.is_main
+        self.max_steps = t.max_steps
+        self.eval_every, self.save_every = t.eval_every, t.save_every_steps
+        self.progress = t.progress and self.dist.is_main
         self.higher_is_better = loss != "mse"
         # per-step labels are mostly the no-event class: monitor the balanced accuracy
         # (mean per-class recall), which a model answering "silence" everywhere cannot game
         self.monitor = {"mse": "val_rmse", "ce_per_step": "val_bacc"}.get(loss, "val_acc")
         weights = self.meta.get("class_weights")
         self.class_weight = None if weights is None else torch.tensor(weights, dtype=torch.float32)
-        plot_every = float(self.train_cfg.get("plot_every_s", 30.0) or 0.0)
-        self.log = RunLog(self.out, self.dist.is_main, loss, plot_every)
+        self.log = RunLog(self.out, self.dist.is_main, loss, float(t.plot_every_s))
         self._kill_at = _kill_points(os.environ.get(KILL_ENV))
         self._seed_rank()
 
     def _place(self) -> tuple[torch.device, DistInfo]:
         """The device, and the process group torchrun describes (one GPU per rank)."""
-        device = resolve_device(self.train_cfg.get("device", "auto"))
+        device = resolve_device(self.train_cfg.device)
         dist = init_from_env(device.type)
         if device.type == "cuda" and dist.enabled:
             device = torch.device("cuda", dist.local_rank)
-        if device.type == "cpu" and self.train_cfg.get("threads"):
-            torch.set_num_threads(int(self.train_cfg["threads"]))
+        if device.type == "cpu" and self.train_cfg.threads:
+            torch.set_num_threads(self.train_cfg.threads)
         return device, dist
 
     def _prepare(self, model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
         """The model on the device, and what the training forward runs (DDP when parallel)."""
-        if self.train_cfg.get("checkpoint_blocks"):
+        if self.train_cfg.checkpoint_blocks:
             model.checkpoint_blocks = True  # activation memory of one block (long L)
         if not self.dist.enabled:
             model = model.to(self.device)
@@ -194,12 +194,10 @@ class Trainer:
 
     def _amp_dtype(self) -> torch.dtype | None:
         """Autocast's dtype (CUDA with train.amp only): bf16 where supported, else fp16."""
-        if not (self.train_cfg.get("amp") and self.device.type == "cuda"):
+        if not (self.train_cfg.amp and self.device.type == "cuda"):
             return None
-        want = self.train_cfg.get("amp_dtype", "bf16")
-        return (
-            torch.bfloat16 if want == "bf16" and torch.cuda.is_bf16_supported() else torch.float16
-        )
+        bf16 = self.train_cfg.amp_dtype == "bf16" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if bf16 else torch.float16
 
     def _crash_point(self, name: str) -> None:
         """The crash-test hook (``KILL_ENV``): a real SIGKILL of this process, here."""
@@ -219,9 +217,9 @@ class Trainer:
         return torch.autocast("cuda", dtype=self.amp_dtype)
 
     def _loader(self) -> DataLoader:
-        nw = int(self.train_cfg.get("num_workers") or 0)
         return DataLoader(
-            self.train_set, batch_size=self.batch_size, sampler=self.sampler, num_workers=nw,
+            self.train_set, batch_size=self.batch_size, sampler=self.sampler,
+            num_workers=self.train_cfg.num_workers,
             generator=torch.Generator().manual_seed(mix_seed(self.seed + 1, self.epoch)),
             pin_memory=self.device.type == "cuda", drop_last=False,
             persistent_workers=False,
@@ -240,7 +238,7 @@ class Trainer:
         res = evaluate_model(
             self.model, dataset, self.loss_kind, self.device, self.eval_batch_size, rate,
             n_classes=n_classes if self.loss_kind != "mse" else None,
-            num_workers=int(self.train_cfg.get("num_workers") or 0),
+            num_workers=self.train_cfg.num_workers,
             autocast=self.autocast(), progress=self.progress, class_weight=self.class_weight,
         )  # fmt: skip
         if not confusion:
@@ -380,7 +378,7 @@ class Trainer:
 
     def _optimizer_step(self) -> None:
         self.schedule.apply(self.optimizer, self.base_lrs, self.step, self.epoch)
-        clip = float(self.optim_cfg.get("grad_clip") or 0.0)
+        clip = float(self.optim_cfg.grad_clip)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         if clip > 0:  # after DDP's all-reduce: the same global gradient on every rank
@@ -398,7 +396,7 @@ class Trainer:
 
         Raises :class:`NonFiniteLossError` on a NaN/inf loss (``last.pt`` keeps the last
         good state)."""
-        epochs = int(self.optim_cfg["epochs"])
+        epochs = self.optim_cfg.epochs
         stopped = self.max_steps is not None and self.step >= self.max_steps
         self.log.start()
         self.model.train()
