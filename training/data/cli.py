@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import click
 
+FOLDER = click.Path(file_okay=False)  # an output or dataset folder
+FILE = click.Path(dir_okay=False)  # an output file
+
 
 @click.group("data")
 def data() -> None:
@@ -14,7 +17,7 @@ def data() -> None:
 
 
 @data.command("speech-synth")
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("out", type=FOLDER)
 @click.option("--per-word", required=True, type=click.IntRange(1),
               help="Clips per word (35 words).")  # fmt: skip
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -91,7 +94,7 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
 
 
 @data.command("bidmc-sim")
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("out", type=FOLDER)
 @click.option("--records", default=24, show_default=True, type=click.IntRange(1, 99))
 @click.option(
     "--minutes", default=8.0, show_default=True, type=click.FloatRange(0.6), help="Per record."
@@ -122,7 +125,7 @@ def bidmc_sim_cmd(out, records, minutes, seed, workers, force):
 
 
 @data.command("listops")
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("out", type=FOLDER)
 @click.option("--train", "n_train", default=96000, show_default=True, type=click.IntRange(1))
 @click.option("--val", "n_val", default=2000, show_default=True, type=click.IntRange(1))
 @click.option("--test", "n_test", default=2000, show_default=True, type=click.IntRange(1))
@@ -147,7 +150,7 @@ def listops_cmd(out, n_train, n_val, n_test, min_length, max_length, max_depth, 
 
 
 @data.command("pathfinder")
-@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("out", type=FOLDER)
 @click.option("--images", "n_images", default=200000, show_default=True, type=click.IntRange(2))
 @click.option("--resolution", default=32, show_default=True, type=click.Choice(["32", "128"]),
               help="32: Pathfinder (L = 1024); 128: Path-X (L = 16384).")  # fmt: skip
@@ -172,10 +175,10 @@ def pathfinder_cmd(out, n_images, resolution, difficulty, seed, workers):
 
 
 @data.command("kws-stream")
-@click.argument("out_wav", type=click.Path(dir_okay=False))
-@click.option("--labels", "labels_path", required=True, type=click.Path(dir_okay=False),
+@click.argument("out_wav", type=FILE)
+@click.option("--labels", "labels_path", required=True, type=FILE,
               help="Output CSV start_s,end_s,word,is_keyword.")  # fmt: skip
-@click.option("--data", "root", default=None, type=click.Path(file_okay=False),
+@click.option("--data", "root", default=None, type=FOLDER,
               help="Speech Commands v0.02 root [default: the cached synthetic set].")  # fmt: skip
 @click.option("--minutes", default=2.0, show_default=True, type=click.FloatRange(0.05))
 @click.option("--keywords", default=None, help="Comma-separated keywords [default: SC10].")
