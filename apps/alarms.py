@@ -24,8 +24,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-VITALS = ("hr", "rr", "spo2")
-UNITS = {"hr": "bpm", "rr": "breaths/min", "spo2": "%"}
+from liquid_stream.bidmc_vocab import UNITS, VITALS
+
 DEFAULT_MARGIN = {"hr": 5.0, "rr": 3.0, "spo2": 2.0}
 DEFAULT_HOLD_S = 5
 

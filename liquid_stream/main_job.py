@@ -35,8 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from liquid_stream.bidmc_vocab import VITALS as TARGETS
+
 CLI = [sys.executable, "-m", "liquid_stream.cli"]
-TARGETS = ("hr", "rr", "spo2")
 
 
 @dataclass
@@ -70,20 +71,22 @@ class Settings:
 
     @classmethod
     def smoke(cls) -> Settings:
+        # fmt: off
         return cls(
             speech=["--per-word", "3"],
             kws_train=["--preset", "cpu", "--set", "data.subset=sc10", "--max-steps", "2",
                        "--set", "optim.epochs=1",
                        "--set", "data.length=8000", "--set", "data.n_train=8",
                        "--set", "data.n_val=4", "--set", "data.n_test=4",
-                       "--set", "data.normalizer_per_class=2"],  # fmt: skip
+                       "--set", "data.normalizer_per_class=2"],
             kws_stream=["--minutes", "0.25", "--seed", "2"],
             kws_val_stream=["--minutes", "0.25", "--seed", "1"],
             bidmc_train=["--preset", "cpu", "--max-steps", "2", "--set", "optim.epochs=1",
                          "--set", "optim.eval_batch_size=16",
-                         "--set", "data.hop=2000"],  # fmt: skip
+                         "--set", "data.hop=2000"],
             sim=["--records", "4", "--minutes", "1.5"],
         )
+        # fmt: on
 
 
 def run_step(i: int, n: int, step: Step, force: bool, log) -> float:
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny settings (CI wiring check)")
     ap.add_argument("--force", action="store_true", help="rerun steps whose outputs exist")
     ap.add_argument("--part", choices=("all", "kws", "vitals"), default="all",
-                    help="run only the keyword-spotting or the vital-sign steps")
+                    help="run only the keyword-spotting or the vital-sign steps")  # fmt: skip
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -56,12 +56,9 @@ from pathlib import Path
 
 import numpy as np
 
-# target -> (numerics channel, unit)
-TARGETS: dict[str, tuple[str, str]] = {
-    "hr": ("HR", "bpm"),
-    "rr": ("RESP", "breaths/min"),
-    "spo2": ("SpO2", "%"),
-}
+from liquid_stream.bidmc_vocab import TARGETS, strip_name
+from liquid_stream.bidmc_vocab import channel_key as _clean  # the name bidmc_baseline uses
+
 TS_NAMES = {"hr": "HR", "rr": "RR", "spo2": "SpO2"}  # BIDMC32<name>_TRAIN.ts
 TS_CHANNELS = ("PLETH", "II")  # the .ts dimensions: PPG, ECG
 SAMPLE_RATE = 125
@@ -136,11 +133,6 @@ def _check_target(target: str) -> str:
     if target not in TARGETS:
         raise BidmcDataError(f"unknown BIDMC target {target!r}; expected one of {list(TARGETS)}")
     return target
-
-
-def _clean(name: str) -> str:
-    """'PLETH,' -> 'pleth' (the key used to match channel names)."""
-    return name.strip().rstrip(",").strip().lower()
 
 
 # ---------------------------------------------------------------------------- WFDB
@@ -220,7 +212,7 @@ def read_record(
     if not math.isclose(float(num.fs), NUMERICS_RATE):
         raise BidmcDataError(f"{name}n: numerics sampled at {num.fs:g} Hz, expected 1 Hz")
     numerics = {
-        s.strip().rstrip(",").strip(): np.asarray(num.p_signal[:, i], dtype=np.float64)
+        strip_name(s): np.asarray(num.p_signal[:, i], dtype=np.float64)
         for i, s in enumerate(num.sig_name)
     }
     return signals, fs, numerics
