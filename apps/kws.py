@@ -19,9 +19,10 @@ since the start (or the last ``reset()``), at sample resolution.
 
 Frames are float in [-1, 1] or int16 (scaled by 1/32768), at the model's
 ``sample_rate`` (resample first, see :class:`~liquid_stream.apps.resample.StreamResampler`).
-The no-keyword class is the metadata ``silence_class`` when present, else the label named
+The model's metadata is read through :class:`~liquid_stream.meta.ModelMeta`. The
+no-keyword class is its ``silence_class`` when present, else the label named
 ``_silence_``, ``silence`` or ``_unknown_``. Models that are not per-step audio
-classifiers are refused with :class:`KwsModelError`.
+classifiers, and malformed metadata, are refused with :class:`KwsModelError`.
 
 Bad samples: a frame holding NaN, ±inf or a sample beyond the model's input bound
 (10⁶ input standard deviations from the input mean, e.g. a float WAV holding 1e30; the
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from liquid_stream.meta import MetaError, ModelMeta
 from liquid_stream.onnx_streamer import OnnxModelError, OnnxStreamer, StreamInputError
 
 SILENCE_NAMES = ("_silence_", "silence", "_unknown_")
@@ -72,11 +74,20 @@ class Detection:
     score: float
 
 
-def check_kws_model(streamer: OnnxStreamer) -> int:
-    """Validate an opened model for keyword spotting; return its no-keyword class index."""
+def read_meta(streamer: OnnxStreamer) -> ModelMeta:
+    """The opened model's metadata (:class:`KwsModelError` naming the file if malformed)."""
+    try:
+        return ModelMeta.from_onnx_props(streamer.metadata)
+    except MetaError as e:
+        raise KwsModelError(f"{streamer.path.name}: {e}") from None
+
+
+def check_kws_model(streamer: OnnxStreamer, meta: ModelMeta) -> int:
+    """Validate an opened model (and its ``meta``) for keyword spotting; return its
+    no-keyword class index."""
     name = streamer.path.name
-    task = streamer.task or "?"
-    if any(task.startswith(t) for t in REGRESSION_TASKS) or streamer.metadata.get("loss") == "mse":
+    task = meta.task or "?"
+    if any(task.startswith(t) for t in REGRESSION_TASKS):
         raise KwsModelError(
             f"{name} is a regression model (task {task!r}), not a keyword classifier"
         )
@@ -98,20 +109,12 @@ def check_kws_model(streamer: OnnxStreamer) -> int:
             f"{name}: metadata sample_rate must be a positive number of Hz, got "
             f"{streamer.sample_rate!r}"
         )
-    if streamer.metadata.get("decoder") == "pool":
+    if meta.decoder == "pool":
         raise KwsModelError(
             f"{name} has a 'pool' decoder (a running mean over the whole stream, task "
             f"{task!r}): train a per-step model (e.g. task speech-stream, decoder window)"
         )
-    try:
-        silence = streamer.meta_json("silence_class")
-    except ValueError:
-        silence = streamer.metadata["silence_class"]
-    if silence is not None and (isinstance(silence, bool) or not isinstance(silence, int)):
-        raise KwsModelError(
-            f"{name}: metadata silence_class must be a class index (an integer), got "
-            f"{streamer.metadata['silence_class']!r}"
-        )
+    silence = meta.silence_class
     if silence is None:
         for s in SILENCE_NAMES:
             if s in streamer.labels:
@@ -128,19 +131,6 @@ def check_kws_model(streamer: OnnxStreamer) -> int:
             f"(0 … {streamer.d_output - 1})"
         )
     return silence
-
-
-def _meta_number(streamer: OnnxStreamer, key: str, default: float) -> float:
-    """A finite number stored (JSON) in the model's metadata under ``key``, else ``default``."""
-    try:
-        value = streamer.meta_json(key, default)
-    except ValueError:
-        value = None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-        raise KwsModelError(
-            f"{streamer.path.name}: metadata {key} must be a number, got {streamer.metadata[key]!r}"
-        )
-    return float(value)
 
 
 class KeywordSpotter:
@@ -175,13 +165,15 @@ class KeywordSpotter:
             self.streamer = OnnxStreamer(path, providers=["CPUExecutionProvider"], threads=threads)
         except OnnxModelError as e:
             raise KwsModelError(str(e)) from e
-        self.silence_class = check_kws_model(self.streamer)
+        self.meta = read_meta(self.streamer)
+        self.silence_class = check_kws_model(self.streamer, self.meta)
         # None: the values chosen on a validation stream by ``kws-tune`` (ONNX metadata
         # kws_threshold / kws_smooth_ms), else 0.8 and 100 ms
+        tuned = self.meta.kws_threshold, self.meta.kws_smooth_ms
         if threshold is None:
-            threshold = _meta_number(self.streamer, "kws_threshold", DEFAULT_THRESHOLD)
+            threshold = DEFAULT_THRESHOLD if tuned[0] is None else tuned[0]
         if smooth_ms is None:
-            smooth_ms = _meta_number(self.streamer, "kws_smooth_ms", DEFAULT_SMOOTH_MS)
+            smooth_ms = DEFAULT_SMOOTH_MS if tuned[1] is None else tuned[1]
         self.smooth_ms = float(smooth_ms)
         self.labels = list(self.streamer.labels)
         self.sample_rate = int(round(self.streamer.sample_rate))

@@ -66,13 +66,13 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.alarms import UNITS, VITALS, Alarm, AlarmRule, parse_alarms
+from liquid_stream.apps.alarms import Alarm, AlarmRule, parse_alarms
 from liquid_stream.apps.resample import StreamResampler
+from liquid_stream.bidmc_vocab import NUMERICS_CHANNEL, UNITS, VITALS, strip_name
+from liquid_stream.meta import MetaError, ModelMeta
 from liquid_stream.validate import MAX_STD, StreamInputError
 
 TASK = "bidmc"
-# target -> numerics channel of the BIDMC ``<record>n`` record
-NUMERICS_CHANNEL = {"hr": "HR", "rr": "RESP", "spo2": "SpO2"}
 DEFAULT_MAX_GAP_S = 2.0
 
 
@@ -92,11 +92,6 @@ class VitalsInputError(ValueError):
         self.reason = reason
         self.time_s = float(time_s)
         super().__init__(f"input refused at {self.time_s:.3f} s: {reason}; monitor unchanged")
-
-
-def strip_name(name: str) -> str:
-    """``"PLETH,"`` -> ``"PLETH"`` (BIDMC channel names end with a comma)."""
-    return name.strip().rstrip(",").strip()
 
 
 # ---------------------------------------------------------------------------- models
@@ -128,18 +123,19 @@ def load_model(path: str | Path, threads: int | None = 1) -> VitalModel:
         s = OnnxStreamer(path, threads=threads, providers=["CPUExecutionProvider"])
     except OnnxModelError as e:
         raise VitalsError(str(e)) from None
+    try:
+        meta = ModelMeta.from_onnx_props(s.metadata)
+    except MetaError as e:
+        raise VitalsError(f"{path.name}: {e}") from None
     if s.task != TASK:
         raise VitalsError(
             f"{path.name} is a {s.task or 'task-less'!r} model, not a vital-sign model "
             f"(task {TASK!r}): pass models exported by the bidmc task"
         )
-    target = s.metadata.get("target", "")
+    target = meta.target or ""
     if target not in VITALS:
         raise VitalsError(f"{path.name}: metadata target {target!r} is not one of {VITALS}")
-    try:
-        channels = [strip_name(c) for c in s.meta_json("channels", [])]
-    except (ValueError, TypeError):
-        channels = []
+    channels = [strip_name(c) for c in meta.channels or []]
     if not channels or len(channels) != s.d_input:
         raise VitalsError(
             f"{path.name}: metadata 'channels' must list its {s.d_input} input channel(s), "
@@ -153,19 +149,12 @@ def load_model(path: str | Path, threads: int | None = 1) -> VitalModel:
         raise VitalsError(f"{path.name}: metadata has no sample_rate")
     if abs(s.sample_rate - round(s.sample_rate)) > 1e-9:
         raise VitalsError(f"{path.name}: sample rate {s.sample_rate} Hz is not a whole number")
-    window = s.metadata.get("window") or (s.meta_json("model_config", {}) or {}).get(
-        "decoder_window"
-    )
-    try:
-        window = int(float(window))
-    except (TypeError, ValueError):
-        window = 0
-    if window < 1:
+    window = meta.decoder_window
+    if window is None:
         raise VitalsError(f"{path.name}: metadata has no valid decoder 'window' (samples)")
     return VitalModel(
-        path, s, target, s.metadata.get("units") or UNITS[target], channels,
-        float(s.sample_rate), window,
-    )  # fmt: skip
+        path, s, target, meta.units or UNITS[target], channels, float(s.sample_rate), window
+    )
 
 
 # ---------------------------------------------------------------------------- monitor

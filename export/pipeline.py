@@ -1,6 +1,11 @@
 """Checkpoint → streaming form → ONNX file, and the exactness check of the result.
 
 liquid-stream export run/best.pt --onnx kws.onnx --chunk 160 --verify
+
+The checkpoint's ``meta`` is copied into the graph's metadata through the schema of
+:mod:`liquid_stream.meta`: an unknown (e.g. renamed) key or a malformed value, and for a
+checkpoint of a training task a key it must carry and lacks, is a
+:class:`~liquid_stream.meta.MetaError` here, before any file is written.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch
 
 from liquid_stream.atomic import atomic_write_bytes
 from liquid_stream.checkpoint import model_from_checkpoint
+from liquid_stream.meta import ModelMeta
 from liquid_stream.model import LiquidS4Model
 
 from .to_onnx import build_onnx, default_sub_block, metadata_props
@@ -34,13 +40,15 @@ def export_model(
     meta: dict | None = None,
     rate: float = 1.0,
 ) -> dict:
-    """Write ``model``'s streaming form as ONNX (atomically); returns the export info."""
+    """Write ``model``'s streaming form as ONNX (atomically); returns the export info.
+    ``meta``: a checkpoint's metadata (:class:`ModelMeta` fields; a ``MetaError`` for
+    an unknown key or a malformed value)."""
     if not model.is_causal:
         raise ValueError(
             "this model has bidirectional (non-causal) layers: it cannot be exported for "
             "streaming; train it with bidirectional=False"
         )
-    meta = dict(meta or {})
+    task_meta = ModelMeta.from_dict(meta or {})
     sm = copy.deepcopy(model).float().eval().cpu().streaming(rate=rate)  # caller untouched
     model_proto, info = build_onnx(
         sm,
@@ -48,11 +56,12 @@ def export_model(
         sub_block=sub_block or default_sub_block(max(1, chunk // model.hop)),
         max_chunk=chunk,
         opset=opset,
-        input_mean=meta.get("input_mean", 0.0),
-        input_std=meta.get("input_std", 1.0),
+        input_mean=0.0 if task_meta.input_mean is None else task_meta.input_mean,
+        input_std=1.0 if task_meta.input_std is None else task_meta.input_std,
     )
-    extra = {"chunk": str(chunk), **meta}
-    for key, value in metadata_props(sm, info, extra).items():
+    props = {**metadata_props(sm, info, {"chunk": str(chunk)}), **task_meta.to_onnx_props()}
+    ModelMeta.from_onnx_props(props, strict=True)  # every entry readable by the apps
+    for key, value in props.items():
         model_proto.metadata_props.add(key=key, value=value)
     onnx.checker.check_model(model_proto)
     out = Path(out)
@@ -128,8 +137,10 @@ def export_checkpoint(
     verify: bool = False,
     verify_length: int = 16000,
 ) -> tuple[dict, VerifyReport | None]:
-    """``liquid-stream export``: load, export, and optionally verify (raises if it fails)."""
+    """``liquid-stream export``: load, export, and optionally verify (raises if it fails).
+    The checkpoint's metadata must be complete for its task (else a ``MetaError``)."""
     model, meta = model_from_checkpoint(checkpoint)
+    ModelMeta.from_dict(meta).check_complete()
     info = export_model(model, out, chunk, opset, sub_block, meta)
     report = None
     if verify:

@@ -2,8 +2,9 @@
 
 A builder takes the resolved config (see :mod:`.config`) and returns three map-style
 datasets yielding ``(x (L, d_input) float32, y)``, the task ``meta`` (stored in every
-checkpoint: ``task``, ``labels``, ``sample_rate``, ``input_mean``, ``input_std``,
-``d_input``, ``d_output``, ...) and the loss kind (``"ce"``, ``"mse"`` or
+checkpoint: a :class:`~liquid_stream.meta.ModelMeta` as a plain dict, ``task``,
+``labels``, ``sample_rate``, ``input_mean``, ``input_std``, ``d_input``, ``d_output``,
+...) and the loss kind (``"ce"``, ``"mse"`` or
 ``"ce_per_step"``). Every builder has a ``data_defaults`` dict: the keys allowed in the
 config's ``data:`` section. ``stats=(mean, std)`` (from a checkpoint's meta) makes a
 builder reuse that input standardisation instead of computing it from the train set.
@@ -26,6 +27,9 @@ import importlib
 from collections.abc import Callable
 
 import numpy as np
+
+from liquid_stream.bidmc_vocab import TARGETS as BIDMC_TARGETS
+from liquid_stream.meta import ModelMeta
 
 Builder = Callable[..., tuple]
 TASKS: dict[str, Builder] = {}
@@ -133,16 +137,11 @@ def build_toy(cfg: dict, stats=None):
     sets = [
         TensorDataset(torch.from_numpy((x - mean) / std), torch.from_numpy(y)) for x, y in splits
     ]
-    meta = {
-        "task": "toy",
-        "labels": list(TOY_LABELS),
-        "sample_rate": int(d["sample_rate"]),
-        "input_mean": [mean],
-        "input_std": [std],
-        "d_input": 1,
-        "d_output": len(TOY_LABELS),
-    }
-    return sets[0], sets[1], sets[2], meta, "ce_per_step"
+    meta = ModelMeta(
+        task="toy", labels=list(TOY_LABELS), sample_rate=int(d["sample_rate"]),
+        input_mean=[mean], input_std=[std], d_input=1, d_output=len(TOY_LABELS),
+    )  # fmt: skip
+    return sets[0], sets[1], sets[2], meta.to_dict(), "ce_per_step"
 
 
 # ---------------------------------------------------------------------------- speech
@@ -193,20 +192,17 @@ def per_class_subset(ds, k: int | None, seed: int = 0):
     return sub
 
 
-def _speech_meta(task: str, d: dict, labels: list, normalizer, root, **extra) -> dict:
-    """Checkpoint/ONNX metadata shared by the speech tasks (raw 16 kHz mono input)."""
-    return {
-        "task": task,
-        "subset": d["subset"],
-        "labels": labels,
-        "sample_rate": int(d["sample_rate"]),
-        "input_mean": [normalizer[0]],
-        "input_std": [normalizer[1]],
-        "d_input": 1,
-        "d_output": len(labels),
-        "data_root": str(root),
-        **extra,
-    }
+def _speech_meta(
+    task: str, d: dict, labels: list, normalizer, root, extra: dict | None = None, **fields
+) -> ModelMeta:
+    """Checkpoint/ONNX metadata shared by the speech tasks (raw 16 kHz mono input):
+    ``fields`` are further :class:`ModelMeta` fields, ``extra`` further provenance."""
+    return ModelMeta(
+        task=task, labels=labels, sample_rate=int(d["sample_rate"]),
+        input_mean=[normalizer[0]], input_std=[normalizer[1]], d_input=1,
+        d_output=len(labels), extra={"subset": d["subset"], "data_root": str(root),
+                                     **(extra or {})}, **fields,
+    )  # fmt: skip
 
 
 def _speech_source(sc, d: dict, seed: int, stats, per_class: int | None, task: str):
@@ -245,7 +241,7 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
     val, test = split("val", normalizer, r=rate), split("test", normalizer, r=rate)
     labels = list(getattr(train, "dataset", train).labels)
     meta = _speech_meta("speech", d, labels, normalizer, root)
-    return train, val, test, meta, "ce"
+    return train, val, test, meta.to_dict(), "ce"
 
 
 # --------------------------------------------------------------------- speech-stream
@@ -321,15 +317,15 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
         ds.set_epoch(0)  # fixed crops: the same items on every evaluation
     labels = list(train.labels)
     meta = _speech_meta(
-        "speech-stream", d, labels, normalizer, root,
-        silence_class=int(train.silence), clip_end=d["clip_end"],
-        label_tail_ms=float(d["label_tail_ms"]), label_hold_ms=float(d["label_hold_ms"]),
+        "speech-stream", d, labels, normalizer, root, silence_class=int(train.silence),
+        extra={"clip_end": d["clip_end"], "label_tail_ms": float(d["label_tail_ms"]),
+               "label_hold_ms": float(d["label_hold_ms"])},
     )  # fmt: skip
     if float(d["silence_weight"]) != 1.0:  # the loss weight of the (dominant) _silence_ steps
-        meta["class_weights"] = [1.0] * (len(labels) - 1) + [float(d["silence_weight"])]
+        meta.class_weights = [1.0] * (len(labels) - 1) + [float(d["silence_weight"])]
     if logmel and not (frontend.get("mean") and frontend.get("std")):
-        meta["frontend_stats"] = logmel_stats(train, frontend)
-    return train, val, test, meta, "ce_per_step"
+        meta.frontend_stats = logmel_stats(train, frontend)
+    return train, val, test, meta.to_dict(), "ce_per_step"
 
 
 def logmel_stats(train, frontend: dict, n_items: int = 64) -> dict:
@@ -415,8 +411,8 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     bd = _import(BIDMC_MODULE)
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     target = d["target"]
-    if target not in bd.TARGETS:
-        raise ValueError(f"data.target must be one of {', '.join(bd.TARGETS)}, got {target!r}")
+    if target not in BIDMC_TARGETS:
+        raise ValueError(f"data.target must be one of {', '.join(BIDMC_TARGETS)}, got {target!r}")
     fmt, root, train, val, test = windows or bidmc_windows(d, seed)
     if d["max_train"] is not None and len(train) > int(d["max_train"]):
         train = train.subset(_limit(np.arange(len(train)), d["max_train"], seed))
@@ -428,29 +424,21 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         mean, std = _saved_stats(stats)
     sets = [bd.WindowDataset(w, mean, std) for w in (train, val, test)]
     y = train.y.astype(np.float64)
-    meta = {
-        "task": "bidmc",
-        "target": target,
-        "units": bd.TARGETS[target][1],
-        "labels": [target],
-        "channels": list(train.channels),
-        "sample_rate": int(d["sample_rate"]),
-        "window": int(d["window"]),
-        "input_mean": mean,
-        "input_std": std,
-        "target_mean": float(y.mean()),
-        "target_std": float(max(y.std(), 1e-3)),
-        "d_input": len(train.channels),
-        "d_output": 1,
-        "format": fmt,
-        "protocol": d["protocol"],
-        "data_root": str(root),
+    extra = {
+        "format": fmt, "protocol": d["protocol"], "data_root": str(root),
         "windows": {"train": len(train), "val": len(val), "test": len(test)},
-    }
+    }  # fmt: skip
     if fmt == "wfdb":  # which recordings each split holds (the apps stream held-out ones)
         parts = (("train", train), ("val", val), ("test", test))
-        meta["records"] = {k: sorted({str(r) for r in w.record}) for k, w in parts}
-    return sets[0], sets[1], sets[2], meta, "mse"
+        extra["records"] = {k: sorted({str(r) for r in w.record}) for k, w in parts}
+    meta = ModelMeta(
+        task="bidmc", target=target, units=BIDMC_TARGETS[target][1], labels=[target],
+        channels=list(train.channels), sample_rate=int(d["sample_rate"]),
+        window=int(d["window"]), input_mean=mean, input_std=std,
+        target_mean=float(y.mean()), target_std=float(max(y.std(), 1e-3)),
+        d_input=len(train.channels), d_output=1, extra=extra,
+    )  # fmt: skip
+    return sets[0], sets[1], sets[2], meta.to_dict(), "mse"
 
 
 # --------------------------------------------------------------------------- listops
@@ -479,10 +467,10 @@ def build_listops(cfg: dict, stats=None):
     vocab = len(lo.VOCAB) + 1  # + padding (id 0)
     sets = [_import(TEXT_MODULE).TokenDataset(*data[s], d["max_length"], vocab_size=vocab)
             for s in lo.SPLITS]  # fmt: skip
-    meta = {"task": "listops", "labels": [str(i) for i in range(10)], "d_input": vocab,
-            "d_output": 10, "vocab": list(lo.VOCAB), "max_length": int(d["max_length"]),
-            "data_root": str(root)}  # fmt: skip
-    return sets[0], sets[1], sets[2], meta, "ce"
+    meta = ModelMeta(task="listops", labels=[str(i) for i in range(10)], d_input=vocab,
+                     d_output=10, extra={"vocab": list(lo.VOCAB), "data_root": str(root),
+                                         "max_length": int(d["max_length"])})  # fmt: skip
+    return sets[0], sets[1], sets[2], meta.to_dict(), "ce"
 
 
 # ---------------------------------------------------------------------------- images
@@ -532,11 +520,12 @@ def build_images(cfg: dict, stats=None, task: str = "scifar"):
     sets = [split(x_all, y_all, train_idx), split(x_all, y_all, val_idx),
             split(x_test, y_test, test_idx)]  # fmt: skip
     x0 = sets[0][0][0]
-    meta = {"task": task, "source": d["source"], "mode": d["mode"], "labels": list(data["labels"]),
-            "input_mean": mean, "input_std": std, "d_input": int(x0.shape[-1]),
-            "d_output": len(data["labels"]), "length": int(x0.shape[0]),
-            "image_shape": list(x_all.shape[1:]), "data_root": str(root)}  # fmt: skip
-    return sets[0], sets[1], sets[2], meta, "ce"
+    meta = ModelMeta(task=task, labels=list(data["labels"]), input_mean=mean, input_std=std,
+                     d_input=int(x0.shape[-1]), d_output=len(data["labels"]),
+                     extra={"source": d["source"], "mode": d["mode"], "length": int(x0.shape[0]),
+                            "image_shape": list(x_all.shape[1:]),
+                            "data_root": str(root)})  # fmt: skip
+    return sets[0], sets[1], sets[2], meta.to_dict(), "ce"
 
 
 def _register_image_task(name: str, source: str, mode: str) -> None:
@@ -587,10 +576,10 @@ def build_imdb(cfg: dict, stats=None):
     idx = _limit_splits([np.arange(len(p[-1])) for p in parts], d, seed)
     L = int(d["max_length"])
     sets = [tx.TokenDataset(*_subset(p, i), max_length=L) for p, i in zip(parts, idx, strict=True)]
-    meta = {"task": "imdb", "labels": ["neg", "pos"], "d_input": tx.VOCAB_SIZE, "d_output": 2,
-            "max_length": L, "val_split": "train holdout" if d["val_fraction"] else "test",
-            "data_root": str(d["root"])}  # fmt: skip
-    return sets[0], sets[1], sets[2], meta, "ce"
+    meta = ModelMeta(task="imdb", labels=["neg", "pos"], d_input=tx.VOCAB_SIZE, d_output=2,
+                     extra={"max_length": L, "data_root": str(d["root"]), "val_split":
+                            "train holdout" if d["val_fraction"] else "test"})  # fmt: skip
+    return sets[0], sets[1], sets[2], meta.to_dict(), "ce"
 
 
 @register("aan", {"root": None, "max_length": 4000, "max_train": None, "max_eval": None})
@@ -607,9 +596,9 @@ def build_aan(cfg: dict, stats=None):
     L = int(d["max_length"])
     sets = [tx.PairTokenDataset(*_subset(p, i), max_length=L)
             for p, i in zip(parts, idx, strict=True)]  # fmt: skip
-    meta = {"task": "aan", "labels": ["unrelated", "cited"], "d_input": tx.VOCAB_SIZE,
-            "d_output": 2, "max_length": L, "data_root": str(d["root"])}  # fmt: skip
-    return sets[0], sets[1], sets[2], meta, "ce"
+    meta = ModelMeta(task="aan", labels=["unrelated", "cited"], d_input=tx.VOCAB_SIZE,
+                     d_output=2, extra={"max_length": L, "data_root": str(d["root"])})  # fmt: skip
+    return sets[0], sets[1], sets[2], meta.to_dict(), "ce"
 
 
 # ------------------------------------------------------------------- pathfinder / path-x
@@ -637,10 +626,11 @@ def build_pathfinder(cfg: dict, stats=None, task: str = "pathfinder"):
     mean, std = [pf.PIXEL_MEAN], [pf.PIXEL_STD]  # fixed scaling to [−1, 1], as the S4 code
     sets = [_import(IMAGES_MODULE).SequenceImageDataset(images[i], labels[i], "gray", mean, std)
             for i in idx]  # fmt: skip
-    meta = {"task": task, "labels": ["disconnected", "connected"], "d_input": 1, "d_output": 2,
-            "resolution": R, "length": R * R, "difficulty": d["difficulty"],
-            "input_mean": mean, "input_std": std, "data_root": str(root)}  # fmt: skip
-    return sets[0], sets[1], sets[2], meta, "ce"
+    meta = ModelMeta(task=task, labels=["disconnected", "connected"], d_input=1, d_output=2,
+                     input_mean=mean, input_std=std,
+                     extra={"resolution": R, "length": R * R, "difficulty": d["difficulty"],
+                            "data_root": str(root)})  # fmt: skip
+    return sets[0], sets[1], sets[2], meta.to_dict(), "ce"
 
 
 def _register_pathfinder(name: str, resolution: int) -> None:
