@@ -141,28 +141,60 @@ class ChunkedSSM(nn.Module):
         return (torch.cat(ys, 1) if len(ys) > 1 else ys[0]), state
 
     def _chunk(self, s: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """One pass over ``s (B, T, R, H)``, T ≤ max_chunk, in the named steps below (the
+        exporter, :mod:`liquid_stream.export.to_onnx`, emits the same steps)."""
+        q, T = int(state["fill"][0]), s.shape[1]
+        ext, sp = self.sub_blocks(s, state["buf"], q)
+        ell = self.block_inputs(sp)
+        Z_prev = self.scan(ell, state["z"])
+        y = self.outputs(sp, Z_prev)[:, q : q + T]
+        return y, self.next_state(ext, Z_prev, state)
+
+    def sub_blocks(self, s: Tensor, buf: Tensor, q: int) -> tuple[Tensor, Tensor]:
+        """``ext`` (B, q+T, R, H): the q inputs buffered since the last boundary, then the T
+        new ones; ``sp`` (B, nb, S, R, H): ext zero-padded to nb = ⌈(q+T)/S⌉ sub-blocks (the
+        padding lies in the future, so it changes no output)."""
         S = self.S
         B, T, R, H = s.shape
-        q = int(state["fill"][0])
-        ext = torch.cat([state["buf"][:, S - q :], s], 1)  # (B, q+T, R, H)
+        ext = torch.cat([buf[:, S - q :], s], 1)  # (B, q+T, R, H)
         n = q + T
-        nb, n_full = -(-n // S), n // S
-        sp = F.pad(ext, (0, 0, 0, 0, 0, nb * S - n)).reshape(B, nb, S, R, H)
-        y = torch.einsum("bkjrh,rhij->bkih", sp, self.K_loc)  # local Toeplitz
-        ell = torch.einsum("bkjrh,rhjm->bkhrm", sp, self.G)  # (B, nb, H, R, Mr)
-        # Inclusive scan Z[k] = Ā^S Z[k−1] + ℓ[k] with Z[−1] = z.
-        first = ell[:, :1] + self.apply_power(self.pow[0], state["z"])[:, None]
+        nb = -(-n // S)
+        return ext, F.pad(ext, (0, 0, 0, 0, 0, nb * S - n)).reshape(B, nb, S, R, H)
+
+    def block_inputs(self, sp: Tensor) -> Tensor:
+        """ℓ[k] = Σ_i G_r[i] s_r[kS+i], ``(B, nb, H, R, Mr)``: each sub-block's input to Z."""
+        return torch.einsum("bkjrh,rhjm->bkhrm", sp, self.G)
+
+    def scan(self, ell: Tensor, z: Tensor) -> Tensor:
+        """``Z_prev`` (B, nb+1, H, R, Mr) = Z[k−1], k = 0 … nb, of the inclusive scan
+        Z[k] = Ā^S Z[k−1] + ℓ[k] from Z[−1] = z (the carried state): Hillis–Steele, level j
+        adds Ā^{S·2^j} times the partial sums 2^j sub-blocks earlier."""
+        nb = ell.shape[1]
+        first = ell[:, :1] + self.apply_power(self.pow[0], z)[:, None]
         Z = torch.cat([first, ell[:, 1:]], 1)
         for j in range(self.levels):
             d = 2**j
             shifted = torch.cat([torch.zeros_like(Z[:, :d]), Z], 1)[:, :nb]
             Z = Z + self.apply_power(self.pow[j], shifted)
-        Z_prev = torch.cat([state["z"][:, None], Z], 1)  # Z[k−1], k = 0 … nb
+        return torch.cat([z[:, None], Z], 1)  # Z[k−1], k = 0 … nb
+
+    def outputs(self, sp: Tensor, Z_prev: Tensor) -> Tensor:
+        """y[kS+i] = Σ_r Σ_{j≤i} K_r[i−j] s_r[kS+j] + E[i] · Z[k−1] (the local Toeplitz and
+        the state carried into sub-block k), ``(B, nb·S, H)``."""
+        B, nb, S, R, H = sp.shape
+        y = torch.einsum("bkjrh,rhij->bkih", sp, self.K_loc)  # local Toeplitz
         y = y + torch.einsum("bkhrm,him->bkih", Z_prev[:, :nb], self.E)
-        y = y.reshape(B, nb * S, H)[:, q : q + T]
-        new = {
+        return y.reshape(B, nb * S, H)
+
+    def next_state(
+        self, ext: Tensor, Z_prev: Tensor, state: dict[str, Tensor]
+    ) -> dict[str, Tensor]:
+        """``z`` = Z at the last completed sub-block boundary, ``buf`` = the last S inputs
+        (zeros before the first), ``fill`` = (q+T) mod S of them since that boundary."""
+        S, n = self.S, ext.shape[1]
+        n_full = n // S
+        return {
             "z": Z_prev[:, n_full],
             "buf": torch.cat([torch.zeros_like(state["buf"]), ext], 1)[:, -S:],
             "fill": torch.full_like(state["fill"], n - n_full * S),
         }
-        return y, new

@@ -424,34 +424,51 @@ class LiquidS4Step(nn.Module):
         return state
 
     def forward(self, u: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-        """``u (B, T, H)`` → ``y (B, T, H)`` and the state after the chunk."""
+        """``u (B, T, H)`` → ``y (B, T, H)`` and the state after the chunk.
+
+        Steps: :meth:`correlations` → the chunked SSM on the stacked signals
+        (:meth:`ChunkedSSM._chunk <liquid_stream.chunked.ChunkedSSM._chunk>`) → + D·u →
+        :meth:`pb_term`; the ONNX exporter (:mod:`liquid_stream.export.to_onnx`) emits the
+        same steps under the same names."""
         if self.liquid == "ltc":
             x0 = torch.view_as_complex(state["ltc.x"])
             y, x = ltc_scan(u.transpose(1, 2), self.ltc, x0)
             return (y.transpose(1, 2) + self.D * u), {"ltc.x": torch.view_as_real(x)}
-        T = u.shape[1]
         new: dict[str, Tensor] = {}
-        signals = [u]
+        corr: list[Tensor] = []
         if self.liquid is not None:
-            P = self.P
-            ext = torch.cat([state["u_buf"], u], 1)  # (B, P−1+T, H)
-            v, corr = u, []
-            for i in range(1, P):  # v_p = v_{p−1} · u[t−p+1]
-                v = v * ext[:, P - 1 - i : P - 1 - i + T]
-                corr.append(v)
-            new["u_buf"] = ext[:, -(P - 1) :]
-            if self.liquid == "kb":
-                signals += corr
+            corr, new["u_buf"] = self.correlations(u, state["u_buf"])
+        signals = [u, *corr] if self.liquid == "kb" else [u]  # KB: one transition, R inputs
         ssm_state = {k[4:]: v for k, v in state.items() if k.startswith("ssm.")}
-        y, ssm_state = self.ssm(torch.stack(signals, 2), ssm_state)
+        y, ssm_state = self.ssm(torch.stack(signals, 2), ssm_state)  # (B, T, R, H) → (B, T, H)
         new.update({f"ssm.{k}": v for k, v in ssm_state.items()})
         y = y + self.D * u
         if self.liquid == "pb":
-            mixed = torch.einsum("ph,pbth->bth", self.pb_coef, torch.stack(corr))
-            if self.L_liq > 1:
-                ext_w = torch.cat([state["w_buf"], mixed], 1)  # (B, L̃−1+T, H)
-                new["w_buf"] = ext_w[:, -(self.L_liq - 1) :]
-                mixed = F.conv1d(ext_w.transpose(1, 2), self.window, groups=self.H)
-                mixed = mixed.transpose(1, 2)
+            mixed, w_buf = self.pb_term(corr, state.get("w_buf"))
+            if w_buf is not None:
+                new["w_buf"] = w_buf
             y = y + mixed
         return y, new
+
+    def correlations(self, u: Tensor, u_buf: Tensor) -> tuple[list[Tensor], Tensor]:
+        """The correlation signals v_p[t] = Π_{i<p} u[t−i], p = 2 … P, of the chunk
+        ``u (B, T, H)``, the earlier inputs taken from ``u_buf (B, P−1, H)``; returns
+        [v_2, …, v_P] and the new u_buf."""
+        P, T = self.P, u.shape[1]
+        ext = torch.cat([u_buf, u], 1)  # (B, P−1+T, H)
+        v, corr = u, []
+        for i in range(1, P):  # v_p = v_{p−1} · u[t−p+1]
+            v = v * ext[:, P - 1 - i : P - 1 - i + T]
+            corr.append(v)
+        return corr, ext[:, -(P - 1) :]
+
+    def pb_term(self, corr: list[Tensor], w_buf: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """The PB term (step form of :func:`~liquid_stream.liquid.pb_term`):
+        w[t] = Σ_p pb_coef[p] v_p[t], summed over the last L̃ steps (the earlier L̃−1 values
+        in ``w_buf (B, L̃−1, H)``); returns it (B, T, H) and the new w_buf (None for L̃ = 1)."""
+        mixed = torch.einsum("ph,pbth->bth", self.pb_coef, torch.stack(corr))
+        if self.L_liq == 1:
+            return mixed, None
+        ext_w = torch.cat([w_buf, mixed], 1)  # (B, L̃−1+T, H)
+        mixed = F.conv1d(ext_w.transpose(1, 2), self.window, groups=self.H).transpose(1, 2)
+        return mixed, ext_w[:, -(self.L_liq - 1) :]
