@@ -179,7 +179,8 @@ def vitals_cmd(models, record, speed, alarms, alarm_hold, max_gap, out_dir, no_u
     models' rate.
     """
     from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
-    from liquid_stream.apps.vitals import VitalsError, open_record, run_record
+    from liquid_stream.apps.vitals_model import VitalsError
+    from liquid_stream.apps.vitals_run import open_record, run_record
 
     try:
         rules = parse_alarms(list(alarms), hold_s=alarm_hold)

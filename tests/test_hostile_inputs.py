@@ -999,7 +999,7 @@ def _estimates(ests):
 
 
 def test_vitals_monitor_refuses_an_out_of_range_chunk_and_goes_on(F, vital_chunks):
-    from liquid_stream.apps.vitals import VitalsMonitor
+    from liquid_stream.apps.vitals_monitor import VitalsMonitor
 
     ref = VitalsMonitor([F.hr])
     expected = _estimates([e for c in vital_chunks for e in ref.push(c)])
@@ -1015,7 +1015,7 @@ def test_vitals_monitor_refuses_an_out_of_range_chunk_and_goes_on(F, vital_chunk
 def test_vitals_monitor_refused_chunk_changes_no_lane(F):
     """hr (PLETH, II) and rr (RESP, PLETH): a 1e30 RESP sample is refused by the rr model
     only; the hr model must not have consumed the chunk either."""
-    from liquid_stream.apps.vitals import VitalsMonitor
+    from liquid_stream.apps.vitals_monitor import VitalsMonitor
 
     ref = VitalsMonitor([F.hr, F.rr])
     sig = signals(20)
@@ -1033,7 +1033,7 @@ def test_vitals_monitor_refused_chunk_changes_no_lane(F):
 
 
 def test_vitals_monitor_treats_inf_as_a_short_gap(F, vital_chunks):
-    from liquid_stream.apps.vitals import VitalsMonitor
+    from liquid_stream.apps.vitals_monitor import VitalsMonitor
 
     mon = VitalsMonitor([F.hr])
     chunks = [c.copy() for c in vital_chunks]
@@ -1056,7 +1056,7 @@ def test_vitals_monitor_treats_inf_as_a_short_gap(F, vital_chunks):
     ],
 )  # fmt: skip
 def test_vitals_monitor_refuses_malformed_chunks(F, chunk, types, needles):
-    from liquid_stream.apps.vitals import VitalsMonitor
+    from liquid_stream.apps.vitals_monitor import VitalsMonitor
 
     mon = VitalsMonitor([F.hr])
     expect_refusal(lambda: mon.push(copy.deepcopy(chunk)), types, needles)

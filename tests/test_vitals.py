@@ -19,13 +19,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fixtures_vitals import STATS, export_vital_model, truncate_record, write_record  # noqa: E402
 
 from liquid_stream.apps.alarms import Alarm, AlarmRule, AlarmSyntaxError, parse_alarms  # noqa: E402
-from liquid_stream.apps.vitals import (  # noqa: E402
-    RecordSource,
-    VitalsError,
-    VitalsMonitor,
-    open_record,
-    run_record,
-)
+from liquid_stream.apps.vitals_model import VitalsError  # noqa: E402
+from liquid_stream.apps.vitals_monitor import VitalsMonitor  # noqa: E402
+from liquid_stream.apps.vitals_record import RecordSource  # noqa: E402
+from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
 from liquid_stream.cli import main  # noqa: E402
 
 FS = 125

@@ -1,25 +1,15 @@
-"""Streaming vital-sign monitor: exported ``bidmc`` ONNX models on a WFDB record (no torch).
+"""The streaming vital-sign monitor: 1..3 ``bidmc`` models on a multi-channel stream, one
+:class:`Estimate` per second, with gap handling and alarms (no torch).
 
-    from liquid_stream.apps.vitals import open_record, run_record
-
-    # 1..3 models (one per target); the record's channels they need; its <name>n numerics
-    monitor, source = open_record(["hr.onnx", "rr.onnx"], "bidmc/bidmc01", alarms="hr>120")
-    for chunk in source.chunks(speed=10):      # 1-s chunks (fs, C), paced at 10x real time
+    monitor = VitalsMonitor(["hr.onnx", "rr.onnx"], alarms="hr>120",
+                            channels=["RESP", "PLETH", "II"], input_rate=125)
+    for chunk in chunks:                       # (T, C) raw samples, any T
         for est in monitor.push(chunk):        # one Estimate per completed second
             print(est.time_s, est.values, est.valid, est.alarms)
     monitor.flush()
 
-    # or the same loop with references, latencies and metrics:
-    result = run_record(monitor, source, speed=None)     # None: as fast as possible
-    result.metrics(); result.write_csv("v.csv"); result.plot("v.png")
-
-(``VitalsMonitor(models, alarms, channels, input_rate)`` also takes any ``(T, C)`` stream.)
-
-Each model (``task = "bidmc"``) names its ``target`` (hr / rr / spo2), its input
-``channels`` (record channel names without BIDMC's trailing comma), ``sample_rate`` and
-decoder ``window`` W. Its output at a sample is the estimate over the trailing W samples;
-the monitor reports it at the last sample of every second, flagged *valid* once the
-window holds W real samples since the last reset.
+The monitor reports each model's output at the last sample of every second, flagged
+*valid* once the window holds W real samples since the last reset.
 
 Signal problems, per model (its own channels):
 
@@ -36,31 +26,25 @@ Signal problems, per model (its own channels):
   input standard deviations from its input mean, :mod:`liquid_stream.validate`; a corrupt
   value such as a 1e6 in a PLETH channel, never a real signal): the models would refuse
   it. ``VitalsMonitor`` refuses the chunk by default (``out_of_range="refuse"``:
-  :class:`VitalsInputError`, the monitor unchanged); a record (:func:`open_record`, the
-  ``vitals`` command) uses ``out_of_range="gap"``: the sample is invalid for that model,
-  exactly like a NaN (a short gap is bridged, a long one resets), and counted
+  :class:`VitalsInputError`, the monitor unchanged); a record
+  (:func:`~liquid_stream.apps.vitals_run.open_record`, the ``vitals`` command) uses
+  ``out_of_range="gap"``: the sample is invalid for that model, exactly like a NaN (a
+  short gap is bridged, a long one resets), and counted
   (:meth:`VitalsMonitor.out_of_range_counts`), so a long record survives a glitch. Any
-  other refusal (a model overflow) stops :func:`run_record` at that chunk, keeping the
-  estimates before it (``RunResult.error``).
+  other refusal (a model overflow) stops
+  :func:`~liquid_stream.apps.vitals_run.run_record` at that chunk, keeping the estimates
+  before it (``RunResult.error``).
 - **other sampling rate**: the record is resampled to the models' rate by a causal,
   stateful polyphase FIR (:mod:`liquid_stream.apps.resample`: the filter of
   ``scipy.signal.resample_poly``, without its delay compensation: chunked output equals
   ``upfirdn`` on the whole record; the delay is 10 samples of the slower rate, e.g. 80 ms
   for 250 -> 125 Hz).
-
-References (numerics record ``<record>n``, 1 Hz, reading i describes second [i, i+1)): the
-estimate at time k s (samples up to k*fs) is compared with the *window* reference, the mean
-of the finite readings of the seconds its window covers, floor(k - W/fs) .. k-1 (what the
-bidmc task trains on), and with the *1 Hz* reference, the reading of second k-1. Seconds
-without a finite reference are left out of RMSE/MAE and counted.
 """
 
 from __future__ import annotations
 
-import csv
 import math
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,19 +52,12 @@ import numpy as np
 
 from liquid_stream.apps.alarms import Alarm, AlarmRule, parse_alarms
 from liquid_stream.apps.resample import StreamResampler
-from liquid_stream.bidmc_vocab import NUMERICS_CHANNEL, UNITS, VITALS, strip_name
-from liquid_stream.meta import MetaError, ModelMeta
+from liquid_stream.apps.vitals_model import VitalModel, VitalsError, load_model
+from liquid_stream.bidmc_vocab import VITALS, strip_name
 from liquid_stream.validate import MAX_STD, StreamInputError
 
-TASK = "bidmc"
 DEFAULT_MAX_GAP_S = 2.0
-
-
 OUT_OF_RANGE = ("refuse", "gap")
-
-
-class VitalsError(ValueError):
-    """A model, record or setting the monitor cannot use (message says what and why)."""
 
 
 class VitalsInputError(ValueError):
@@ -92,72 +69,6 @@ class VitalsInputError(ValueError):
         self.reason = reason
         self.time_s = float(time_s)
         super().__init__(f"input refused at {self.time_s:.3f} s: {reason}; monitor unchanged")
-
-
-# ---------------------------------------------------------------------------- models
-
-
-@dataclass
-class VitalModel:
-    """One exported model and what its metadata says."""
-
-    path: Path
-    streamer: object  # OnnxStreamer
-    target: str
-    units: str
-    channels: list[str]
-    sample_rate: float
-    window: int
-
-    @property
-    def window_s(self) -> float:
-        return self.window / self.sample_rate
-
-
-def load_model(path: str | Path, threads: int | None = 1) -> VitalModel:
-    """Open ``path`` with onnxruntime and check it is a vital-sign (``bidmc``) model."""
-    from liquid_stream.onnx_streamer import OnnxModelError, OnnxStreamer
-
-    path = Path(path)
-    try:
-        s = OnnxStreamer(path, threads=threads, providers=["CPUExecutionProvider"])
-    except OnnxModelError as e:
-        raise VitalsError(str(e)) from None
-    try:
-        meta = ModelMeta.from_onnx_props(s.metadata)
-    except MetaError as e:
-        raise VitalsError(f"{path.name}: {e}") from None
-    if s.task != TASK:
-        raise VitalsError(
-            f"{path.name} is a {s.task or 'task-less'!r} model, not a vital-sign model "
-            f"(task {TASK!r}): pass models exported by the bidmc task"
-        )
-    target = meta.target or ""
-    if target not in VITALS:
-        raise VitalsError(f"{path.name}: metadata target {target!r} is not one of {VITALS}")
-    channels = [strip_name(c) for c in meta.channels or []]
-    if not channels or len(channels) != s.d_input:
-        raise VitalsError(
-            f"{path.name}: metadata 'channels' must list its {s.d_input} input channel(s), "
-            f"got {s.metadata.get('channels')!r}"
-        )
-    if s.d_output != 1:
-        raise VitalsError(
-            f"{path.name}: expected 1 output (the {target} estimate), got {s.d_output}"
-        )
-    if not s.sample_rate or s.sample_rate <= 0:
-        raise VitalsError(f"{path.name}: metadata has no sample_rate")
-    if abs(s.sample_rate - round(s.sample_rate)) > 1e-9:
-        raise VitalsError(f"{path.name}: sample rate {s.sample_rate} Hz is not a whole number")
-    window = meta.decoder_window
-    if window is None:
-        raise VitalsError(f"{path.name}: metadata has no valid decoder 'window' (samples)")
-    return VitalModel(
-        path, s, target, meta.units or UNITS[target], channels, float(s.sample_rate), window
-    )
-
-
-# ---------------------------------------------------------------------------- monitor
 
 
 @dataclass
@@ -556,365 +467,3 @@ class VitalsMonitor:
             }
             for lane in self._lanes
         }
-
-
-# ----------------------------------------------------------------------------- record
-
-# bytes per sample of the WFDB formats (to find how much of a truncated .dat is there)
-_FMT_BYTES = {"8": 1, "16": 2, "61": 2, "80": 1, "160": 2, "24": 3, "32": 4, "212": 1.5,
-              "310": 4 / 3, "311": 4 / 3}  # fmt: skip
-
-
-def record_path(record: str | Path) -> Path:
-    """``dir/bidmc01``, ``dir/bidmc01.hea`` or ``dir/bidmc01.dat`` -> ``dir/bidmc01``."""
-    p = Path(record)
-    return p.with_suffix("") if p.suffix in (".hea", ".dat") else p
-
-
-class RecordSource:
-    """A WFDB record (plus its ``<name>n`` numerics record, when present) as a 1-s stream.
-
-    The record is read at open (so problems show before streaming starts) and handed out
-    by :meth:`chunks` one second at a time, paced at ``speed`` times real time.
-
-    Args:
-        record: path without extension (``data/bidmc01``).
-        channels: the channels to stream, in this column order (names without the trailing
-            comma); default all.
-        channel_users: channel -> model names, only to say who needs a missing channel.
-    """
-
-    def __init__(
-        self,
-        record: str | Path,
-        channels: Sequence[str] | None = None,
-        channel_users: dict[str, list[str]] | None = None,
-    ):
-        import wfdb
-
-        self.path = record_path(record)
-        self.name = self.path.name
-        self.warnings: list[str] = []
-        hea = self.path.with_name(self.name + ".hea")
-        if not hea.is_file():
-            raise VitalsError(f"record not found: {hea} does not exist")
-        try:
-            header = wfdb.rdheader(str(self.path))
-        except Exception as e:  # noqa: BLE001 - wfdb raises many kinds on bad headers
-            raise VitalsError(f"cannot read header {hea}: {e}") from None
-        if not header.n_sig or not header.fs:
-            raise VitalsError(f"{hea} describes no signals")
-        self.fs = float(header.fs)
-        names = [strip_name(n) for n in header.sig_name]
-        self.all_channels = names
-        wanted = list(names) if channels is None else [strip_name(c) for c in channels]
-        lower = [n.lower() for n in names]
-        idx = []
-        for c in wanted:  # exact name first, else ignoring case
-            if c in names:
-                idx.append(names.index(c))
-            elif c.lower() in lower:
-                idx.append(lower.index(c.lower()))
-            else:
-                users = (channel_users or {}).get(c)
-                who = f" needed by {', '.join(users)}" if users else ""
-                raise VitalsError(
-                    f"record {self.name} has no channel {c!r}{who} (it has: {', '.join(names)})"
-                )
-        self.channels = wanted
-        self.header_samples = int(header.sig_len or 0)  # 0: the header does not say
-        n = self._available_samples(header)
-        self.truncated = n is not None and 0 < n < self.header_samples
-        if n == 0:
-            raise VitalsError(f"record {self.name}: no complete samples in its signal file(s)")
-        if self.truncated:
-            self.warnings.append(
-                f"record {self.name} is truncated: the header says {self.header_samples} "
-                f"samples ({self.header_samples / self.fs:.1f} s), the signal file holds {n} "
-                f"({n / self.fs:.1f} s); streaming those"
-            )
-        try:
-            rec = wfdb.rdrecord(str(self.path), channels=idx, sampto=n)
-        except Exception as e:  # noqa: BLE001
-            raise VitalsError(f"cannot read record {self.name}: {e}") from None
-        if rec.p_signal is None or len(rec.p_signal) == 0:
-            raise VitalsError(f"record {self.name}: no samples")
-        self.signal = np.asarray(rec.p_signal, dtype=np.float64).reshape(-1, len(idx))
-        self.nan_samples = int((~np.isfinite(self.signal)).any(1).sum())
-        self.numerics, self.numerics_name = self._read_numerics(wfdb)
-
-    @property
-    def duration_s(self) -> float:
-        return len(self.signal) / self.fs
-
-    def _available_samples(self, header) -> int | None:
-        """Complete samples in the signal file(s) (None: unknown layout, read them all)."""
-        n = self.header_samples or None
-        files: dict[str, list[int]] = {}
-        for i, f in enumerate(header.file_name):
-            files.setdefault(f, []).append(i)
-        for f, sigs in files.items():
-            p = self.path.with_name(f)
-            if not p.is_file():
-                raise VitalsError(f"record {self.name}: signal file {p} is missing")
-            fmt = str(header.fmt[sigs[0]])
-            spf = header.samps_per_frame[sigs[0]] if header.samps_per_frame else 1
-            if fmt not in _FMT_BYTES or any(str(header.fmt[i]) != fmt for i in sigs):
-                continue  # unknown layout: let wfdb decide
-            offset = (header.byte_offset[sigs[0]] or 0) if header.byte_offset else 0
-            per_frame = _FMT_BYTES[fmt] * len(sigs) * (spf or 1)
-            have = max(0, int((p.stat().st_size - offset) // per_frame))
-            n = have if n is None else min(n, have)
-        return n
-
-    def _read_numerics(self, wfdb) -> tuple[dict[str, np.ndarray], str | None]:
-        name = self.name + "n"
-        p = self.path.with_name(name)
-        if not p.with_name(name + ".hea").is_file():
-            return {}, None
-        try:
-            rec = wfdb.rdrecord(str(p))
-        except Exception as e:  # noqa: BLE001 - a reference is optional: warn, go on
-            self.warnings.append(f"numerics record {name} unreadable ({e}): no reference")
-            return {}, None
-        sig = np.asarray(rec.p_signal, dtype=np.float64)
-        per_s = max(1, int(round(rec.fs)))
-        if abs(rec.fs - 1.0) > 1e-9:  # bin to 1 Hz
-            n = len(sig) // per_s
-            with np.errstate(all="ignore"):
-                blocks = sig[: n * per_s].reshape(n, per_s, -1)
-                cnt = np.isfinite(blocks).sum(1)
-                sig = np.where(cnt > 0, np.nansum(blocks, 1) / np.maximum(cnt, 1), np.nan)
-        return {strip_name(c): sig[:, i] for i, c in enumerate(rec.sig_name)}, name
-
-    def chunks(self, speed: float | None = None, seconds: float = 1.0) -> Iterator[np.ndarray]:
-        """Yield ``(≈fs*seconds, C)`` chunks; chunk k is released when its last sample is
-        due at ``speed`` times real time (``None``: as fast as possible)."""
-        n = len(self.signal)
-        t0 = time.perf_counter()
-        a, k = 0, 1
-        while a < n:
-            b = min(n, int(round(k * seconds * self.fs)))
-            if speed:
-                wait = t0 + (b / self.fs) / speed - time.perf_counter()
-                if wait > 0:
-                    time.sleep(wait)
-            yield self.signal[a:b]
-            a, k = b, k + 1
-
-    def reference(self, target: str, time_s: int, window_s: float) -> tuple[float, float]:
-        """(window reference, 1 Hz reference) for the estimate at ``time_s`` (NaN if none).
-
-        Window: the mean of the finite readings of seconds floor(time_s - window_s) ..
-        time_s - 1 (the seconds the model's window covers: the bidmc task's training
-        target); 1 Hz: the reading of second time_s - 1 (the last one in the window)."""
-        vals = self._numeric(target)
-        if vals is None:
-            return math.nan, math.nan
-        k = int(time_s) - 1
-        inst = float(vals[k]) if 0 <= k < len(vals) else math.nan
-        k0 = max(0, int(math.floor(time_s - window_s + 1e-9)))
-        seg = vals[k0 : int(time_s)]
-        seg = seg[np.isfinite(seg)]
-        return (float(seg.mean()) if len(seg) else math.nan), inst
-
-    def _numeric(self, target: str) -> np.ndarray | None:
-        want = NUMERICS_CHANNEL[target].lower()
-        for name, v in self.numerics.items():
-            if name.lower() == want:
-                return v
-        return None
-
-
-# ------------------------------------------------------------------------------- runs
-
-
-@dataclass
-class RunResult:
-    """Everything one run produced: estimates with references, timing, counts."""
-
-    estimates: list[Estimate]
-    targets: list[str]
-    units: dict[str, str]
-    alarms: list[Alarm]
-    latencies_s: np.ndarray  # per 1-s chunk: time in VitalsMonitor.push
-    compute_s: float
-    wall_s: float
-    duration_s: float
-    gaps: dict[str, dict[str, float]]
-    has_reference: bool
-    interrupted: bool = False
-    out_of_range: dict[str, dict] = field(default_factory=dict)  # out_of_range_counts()
-    error: str | None = None  # the refusal that stopped the run early (None: ran to the end)
-
-    @property
-    def real_time_factor(self) -> float:
-        """Compute time / signal time (< 1: faster than real time)."""
-        return self.compute_s / self.duration_s if self.duration_s else math.nan
-
-    def metrics(self) -> dict[str, dict[str, float]]:
-        """Per target: RMSE/MAE of the valid estimates against the window reference and the
-        1 Hz reading, with how many seconds were compared and left out (and why)."""
-        out = {}
-        for t in self.targets:
-            est = np.array([e.values[t] for e in self.estimates], dtype=np.float64)
-            valid = np.array([e.status[t] == "ok" for e in self.estimates], dtype=bool)
-            row: dict[str, float] = {"seconds": len(est), "valid": int(valid.sum())}
-            for key, attr in (("window", "ref"), ("1hz", "ref_1hz")):
-                ref = np.array([e.__dict__[attr].get(t, math.nan) for e in self.estimates])
-                use = valid & np.isfinite(ref)
-                err = est[use] - ref[use]
-                row[f"n_{key}"] = int(use.sum())
-                row[f"no_ref_{key}"] = int((valid & ~np.isfinite(ref)).sum())
-                row[f"rmse_{key}"] = float(np.sqrt(np.mean(err**2))) if len(err) else math.nan
-                row[f"mae_{key}"] = float(np.mean(np.abs(err))) if len(err) else math.nan
-            out[t] = row
-        return out
-
-    def columns(self) -> list[str]:
-        cols = ["time_s"]
-        for t in self.targets:
-            cols += [t, f"{t}_valid", f"{t}_status", f"{t}_ref", f"{t}_ref_1hz"]
-        return cols + [f"alarm_{a.rule.name}" for a in self.alarms]
-
-    def write_csv(self, path: str | Path) -> Path:
-        """One row per second; see :meth:`columns` (``nan`` where there is no value)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(self.columns())
-            for e in self.estimates:
-                row: list = [e.time_s]
-                for t in self.targets:
-                    row += [
-                        _fmt(e.values[t]), int(e.status[t] == "ok"), e.status[t],
-                        _fmt(e.ref.get(t, math.nan)), _fmt(e.ref_1hz.get(t, math.nan)),
-                    ]  # fmt: skip
-                row += [int(e.alarms.get(a.rule.name, False)) for a in self.alarms]
-                w.writerow(row)
-        return path
-
-    def plot(self, path: str | Path, title: str = "") -> Path:
-        """Estimate vs reference per target (invalid seconds grey, alarm time shaded)."""
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        t = np.array([e.time_s for e in self.estimates], dtype=np.float64)
-        fig, axes = plt.subplots(len(self.targets), 1, figsize=(10, 2.6 * len(self.targets)),
-                                 sharex=True, squeeze=False)  # fmt: skip
-        for ax, tgt in zip(axes[:, 0], self.targets, strict=True):
-            est = np.array([e.values[tgt] for e in self.estimates], dtype=np.float64)
-            ok = np.array([e.status[tgt] == "ok" for e in self.estimates])
-            ref = np.array([e.ref.get(tgt, math.nan) for e in self.estimates])
-            inst = np.array([e.ref_1hz.get(tgt, math.nan) for e in self.estimates])
-            if np.isfinite(inst).any():
-                ax.plot(t, inst, color="0.7", lw=0.8, label="monitor 1 Hz")
-            if np.isfinite(ref).any():
-                ax.plot(t, ref, color="k", lw=1.2, label="monitor, window mean")
-            ax.plot(t, np.where(ok, np.nan, est), color="0.55", lw=1, ls=":", label="invalid")
-            ax.plot(t, np.where(ok, est, np.nan), color="C0", lw=1.5, label="estimate")
-            for a in self.alarms:
-                if a.rule.vital != tgt:
-                    continue
-                ax.axhline(a.rule.threshold, color="C3", lw=0.8, ls="--")
-                on = np.array([e.alarms.get(a.rule.name, False) for e in self.estimates])
-                if on.any():
-                    ax.fill_between(
-                        t, 0, 1, where=on, color="C3", alpha=0.15, step="pre",
-                        transform=ax.get_xaxis_transform(), label=a.rule.name,
-                    )  # fmt: skip
-            ax.set_ylabel(f"{tgt.upper()} [{self.units[tgt]}]")
-            ax.legend(loc="upper right", fontsize=7, ncol=3)
-            ax.grid(alpha=0.3)
-        axes[-1, 0].set_xlabel("time [s]")
-        if title:
-            axes[0, 0].set_title(title)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        return path
-
-
-def _fmt(v: float) -> str:
-    return "nan" if v is None or not math.isfinite(v) else f"{v:.6g}"
-
-
-def open_record(
-    models: Sequence[str | Path],
-    record: str | Path,
-    alarms=None,
-    max_gap_s: float = DEFAULT_MAX_GAP_S,
-    threads: int | None = 1,
-    out_of_range: str = "gap",
-) -> tuple[VitalsMonitor, RecordSource]:
-    """Load the models, then the record's channels they need (resampled if needed).
-    ``out_of_range``: see :class:`VitalsMonitor` (default ``"gap"`` for a record)."""
-    monitor = VitalsMonitor(
-        models, alarms, max_gap_s=max_gap_s, threads=threads, out_of_range=out_of_range
-    )
-    source = RecordSource(record, monitor.channels, monitor.channel_users)
-    monitor.set_input_rate(source.fs)
-    return monitor, source
-
-
-def run_record(
-    monitor: VitalsMonitor,
-    source: RecordSource,
-    speed: float | None = None,
-    on_estimate=None,
-) -> RunResult:
-    """Stream ``source`` through ``monitor`` (paced at ``speed``; None = unpaced), attach
-    the references, time every chunk. Ctrl-C stops early (``interrupted``), keeping what
-    was done; so does a chunk the monitor refuses (:class:`VitalsInputError`, ``error``:
-    the seconds before it are emitted). ``on_estimate(estimate)`` is called for each
-    second as it is emitted."""
-    estimates: list[Estimate] = []
-    latencies: list[float] = []
-    t_start = time.perf_counter()
-
-    def take(ests):
-        for e in ests:
-            for t in monitor.targets:
-                e.ref[t], e.ref_1hz[t] = source.reference(t, e.time_s, monitor.windows_s[t])
-            estimates.append(e)
-            if on_estimate is not None:
-                on_estimate(e)
-
-    interrupted, error = False, None
-    try:
-        for chunk in source.chunks(speed):
-            t0 = time.perf_counter()
-            try:
-                ests = monitor.push(chunk)
-            except VitalsInputError as e:  # the monitor is as before the chunk: end there
-                error = str(e)
-                break
-            latencies.append(time.perf_counter() - t0)
-            take(ests)
-        t0 = time.perf_counter()
-        ests = monitor.flush()
-        latencies[-1:] = [latencies[-1] + time.perf_counter() - t0] if latencies else []
-        take(ests)
-    except KeyboardInterrupt:
-        interrupted = True
-    lat = np.array(latencies)
-    return RunResult(
-        estimates=estimates,
-        targets=list(monitor.targets),
-        units=dict(monitor.units),
-        alarms=monitor.alarms,
-        latencies_s=lat,
-        compute_s=float(lat.sum()),
-        wall_s=time.perf_counter() - t_start,
-        duration_s=monitor.samples_in / monitor.input_rate,
-        gaps=monitor.gap_counts(),
-        has_reference=bool(source.numerics),
-        interrupted=interrupted,
-        out_of_range=monitor.out_of_range_counts(),
-        error=error,
-    )
