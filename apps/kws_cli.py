@@ -39,6 +39,8 @@ import time
 
 import click
 
+FILE = click.Path(dir_okay=False)
+
 # ----------------------------------------------------------------------------- worker
 
 
@@ -392,12 +394,23 @@ def kws_cmd(model, device, input_path, fast, keywords, threshold, refractory, sm
     click.echo(_format_summary(summary))
 
 
+def _stream_options(stream_help: str, labels_help: str):
+    """``--stream`` (a WAV) and ``--labels`` (its CSV) of a labelled stream, both required."""
+
+    def deco(fn):
+        fn = click.option("--labels", "labels_path", required=True, type=FILE,
+                          help=labels_help)(fn)  # fmt: skip
+        return click.option("--stream", "stream_path", required=True, type=FILE,
+                            help=stream_help)(fn)  # fmt: skip
+
+    return deco
+
+
 @click.command("kws-eval")
-@click.argument("model", type=click.Path(dir_okay=False))
-@click.option("--stream", "stream_path", required=True, type=click.Path(dir_okay=False),
-              help="Long WAV to spot keywords in.")  # fmt: skip
-@click.option("--labels", "labels_path", required=True, type=click.Path(dir_okay=False),
-              help="CSV start_s,end_s,word,is_keyword of the stream.")  # fmt: skip
+@click.argument("model", type=FILE)
+@_stream_options(
+    "Long WAV to spot keywords in.", "CSV start_s,end_s,word,is_keyword of the stream."
+)
 @click.option("--tolerance", default=1.0, show_default=True, type=click.FloatRange(0),
               help="A detection counts until this long after the keyword's end.")  # fmt: skip
 @_spotter_options
@@ -505,11 +518,9 @@ def _plot_eval(path, source, trace, spotter, truth, dets, until_s=None) -> None:
 
 
 @click.command("kws-tune")
-@click.argument("model", type=click.Path(dir_okay=False))
-@click.option("--stream", "stream_path", required=True, type=click.Path(dir_okay=False),
-              help="A labelled VALIDATION stream (kws-stream --split validation).")  # fmt: skip
-@click.option("--labels", "labels_path", required=True, type=click.Path(dir_okay=False),
-              help="Its CSV start_s,end_s,word,is_keyword.")  # fmt: skip
+@click.argument("model", type=FILE)
+@_stream_options("A labelled VALIDATION stream (kws-stream --split validation).",
+                 "Its CSV start_s,end_s,word,is_keyword.")  # fmt: skip
 @click.option("--max-fa-per-hour", default=2.0, show_default=True, type=click.FloatRange(0),
               help="False accepts per hour allowed on the stream.")  # fmt: skip
 @click.option("--write/--no-write", default=True, show_default=True,
