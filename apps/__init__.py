@@ -1,1 +1,6 @@
-"""Apps: live applications that run an exported ONNX model on streaming input."""
+"""Apps: live applications that run an exported ONNX model on streaming input.
+
+Layering (tests/test_layering.py): the apps import the core (``liquid_stream``) and each
+other only — never ``liquid_stream.training`` nor ``liquid_stream.export`` — and run on
+onnxruntime without torch. Their commands live in the ``*_cli.py`` modules.
+"""
