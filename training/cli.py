@@ -6,42 +6,19 @@
     liquid-stream train speech --nproc 2           # data parallel (torchrun), see distributed.py
     liquid-stream evaluate runs/speech/best.pt [--data PATH]
 
-Heavy imports (torch, the trainer) stay inside the functions so ``--help`` is fast.
+``train`` resolves the config and calls :func:`.run.train` (the same run from Python),
+turning the errors a user can fix into one-line messages. Heavy imports (torch, the
+trainer) stay inside the functions so ``--help`` is fast.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import click
 
 DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda"])
-# What a task builder raises for bad or missing data (a missing file is an OSError); these
-# reach the user as one-line CLI errors, anything else keeps its traceback.
-DATA_ERRORS = (RuntimeError, ValueError, OSError)
-
-
-def _one_line(e: BaseException | str) -> str:
-    """The message of ``e`` on one line (YAML errors, for one, span several)."""
-    text = str(e) if not isinstance(e, OSError) or not e.strerror else _os_error(e)
-    return " ".join(text.split())
-
-
-def _os_error(e: OSError) -> str:
-    """``path: reason`` for an OSError that carries a file name (not ``[Errno 2] ...``)."""
-    return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
-
-
-def _fmt(metrics: dict) -> str:
-    parts = []
-    for k, v in metrics.items():
-        if isinstance(v, float):
-            parts.append(f"{k}={v:.4f}" if math.isfinite(v) else f"{k}={v}")
-        elif isinstance(v, int | str) or v is None:
-            parts.append(f"{k}={v}")
-    return " ".join(parts)
 
 
 @click.command("train")
@@ -107,8 +84,6 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
     import os
     import sys
 
-    from .config import ConfigError, dump_config, load_config, resume_config
-
     extra = list(overrides)
     if grad_accum is not None:
         extra.append(f"optim.grad_accum={grad_accum}")
@@ -120,19 +95,7 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
         extra.append(f"train.max_steps={max_steps}")
     if target is not None:
         extra.append(f"data.target={json.dumps(target)}")
-    try:
-        cfg = load_config(task, preset, extra)
-        if resume:  # continue the stored run: its config, plus this command's overrides
-            from liquid_stream.checkpoint import CheckpointError, load_checkpoint
-
-            try:
-                saved = load_checkpoint(resume).get("config")
-            except CheckpointError as e:
-                raise click.ClickException(str(e)) from e
-            if saved:
-                cfg = resume_config(saved, task, extra)
-    except ConfigError as e:  # every field is checked before anything is built or written
-        raise click.ClickException(f"config: {_one_line(e)}") from e
+    cfg = _run_config(task, preset, extra, resume)
     if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         from .distributed import launch
 
@@ -142,102 +105,39 @@ def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, targe
         raise SystemExit(launch(nproc, argv))
     name = cfg["task"] + (f"-{cfg['data']['target']}" if "target" in cfg["data"] else "")
     out = Path(out_dir or Path("runs") / (name + (f"-{preset}" if preset else "")))
-    main = int(os.environ.get("RANK", "0")) == 0  # data parallel: rank 0 writes and prints
-    echo = click.echo if main else (lambda *a, **k: None)
 
     from liquid_stream.checkpoint import CheckpointError
-    from liquid_stream.model import LiquidS4Model
 
-    from .config import OptimConfig, TrainConfig
-    from .rng import seed_everything
-    from .tasks import build_task
-    from .trainer import NonFiniteLossError, Trainer
+    from .run import RunError, train
+    from .trainer import NonFiniteLossError
 
-    seed_everything(cfg["train"]["seed"])
-    try:  # the data, every split checked non-empty, before the run folder is made
-        train_set, val_set, test_set, meta, loss = build_task(cfg)
-    except DATA_ERRORS as e:
-        raise click.ClickException(_one_line(e)) from e
     try:
-        model = LiquidS4Model(
-            d_input=meta["d_input"], d_output=meta["d_output"], **model_config(cfg, meta),
-        )  # fmt: skip
-    except (ValueError, RuntimeError) as e:  # e.g. output_scale of the wrong length
-        raise click.ClickException(f"model: {_one_line(e)}") from e
-    init = cfg["train"].get("init")
-    if init and not resume:  # warm start: the weights only; optimizer and schedule start afresh
-        from liquid_stream.checkpoint import load_checkpoint
-
-        try:
-            model.load_state_dict(load_checkpoint(init)["model"])
-        except (CheckpointError, RuntimeError, KeyError) as e:
-            raise click.ClickException(f"train.init {init}: {_one_line(e)}") from e
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
-        dump_config(cfg, out / "config.yaml")
-    n_params = sum(p.numel() for p in model.parameters())
-    optim_cfg, train_cfg = OptimConfig(**cfg["optim"]), TrainConfig(**cfg["train"])
-    trainer = Trainer(model, train_set, val_set, optim_cfg, train_cfg, out, meta, loss,
-                      config=cfg)  # fmt: skip
-    world = trainer.dist.world_size
-    echo(
-        f"task {cfg['task']}" + (f" (preset {preset})" if preset else "")
-        + (f" on {meta['source']}" if "source" in meta else "")
-        + f": {n_params} parameters, {len(train_set)} train / "
-        f"{len(val_set) if val_set is not None else 0} val examples, device "
-        f"{trainer.device}, {trainer.steps_per_epoch} steps/epoch"
-        + (f", {world} processes × batch {trainer.batch_size}" if world > 1 else "")
-        + f" -> {out}"
-    )  # fmt: skip
-    if resume:
-        try:
-            trainer.resume(resume)
-        except CheckpointError as e:
-            raise click.ClickException(str(e)) from e
-        echo(f"resumed from {resume} at epoch {trainer.epoch}, step {trainer.step}")
-    try:
-        summary = trainer.fit()
-    except NonFiniteLossError as e:
+        train(cfg, out, resume)
+    except (RunError, CheckpointError, NonFiniteLossError) as e:
         raise click.ClickException(str(e)) from e
-    finally:
-        if world > 1:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
-    if not main:
-        return
-    click.echo(f"final: {_fmt(summary)}")
-    best = out / "best.pt"
-    if test_set is not None and len(test_set) and best.is_file():
-        from liquid_stream.checkpoint import load_checkpoint
-
-        trainer.model.load_state_dict(load_checkpoint(best)["model"])
-        test = trainer.evaluate(test_set)
-        click.echo(f"test (best.pt): {_fmt(test)}")
-        (out / "test_metrics.json").write_text(json.dumps(test, indent=1))
-    click.echo(f"wrote {out}/metrics.csv, curves.png, last.pt, best.pt")
 
 
-def model_config(cfg: dict, meta: dict) -> dict:
-    """The model's arguments: ``cfg["model"]`` completed by what the data decides (the
-    output affine of regression targets, the log-mel front end's band statistics)."""
-    m = dict(cfg["model"])
-    m.update({k: v for k, v in output_affine(meta).items() if k not in m})
-    if "frontend_stats" in meta and m.get("frontend"):
-        m["frontend"] = {**m["frontend"], **meta["frontend_stats"]}
-    return m
+def _run_config(task: str, preset: str | None, overrides: list[str], resume) -> dict:
+    """The config of the run: the task's (preset, overrides), or with ``resume`` the stored
+    run's plus this command's overrides. Every field is checked before anything is built
+    or written."""
+    from liquid_stream.checkpoint import CheckpointError, load_checkpoint
 
+    from .config import ConfigError, load_config, resume_config
+    from .run import one_line
 
-def output_affine(meta: dict) -> dict:
-    """Regression tasks: the model's output affine from the train targets' mean / std, so
-    the network learns standardised targets while every output (forward, streaming, ONNX)
-    is in physical units."""
-    if "target_mean" in meta and "target_std" in meta:
-        return {
-            "output_shift": float(meta["target_mean"]),
-            "output_scale": float(meta["target_std"]),
-        }
-    return {}
+    try:
+        cfg = load_config(task, preset, overrides)
+        if resume:  # continue the stored run: its config, plus this command's overrides
+            try:
+                saved = load_checkpoint(resume).get("config")
+            except CheckpointError as e:
+                raise click.ClickException(str(e)) from e
+            if saved:
+                cfg = resume_config(saved, task, overrides)
+    except ConfigError as e:
+        raise click.ClickException(f"config: {one_line(e)}") from e
+    return cfg
 
 
 @click.command("evaluate")
@@ -288,6 +188,7 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
 
     from .metrics import evaluate_model
     from .rng import resolve_device
+    from .run import DATA_ERRORS, one_line
     from .tasks import build_task
 
     try:
@@ -316,7 +217,7 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
             return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out,
                                    baseline, name=Path(checkpoint).parent.name)  # fmt: skip
         except DATA_ERRORS as e:
-            raise click.ClickException(_one_line(e)) from e
+            raise click.ClickException(one_line(e)) from e
     rates = [(1, meta.get("sample_rate"))]
     if cfg["task"] == "speech":
         rates.append((2, (meta.get("sample_rate") or 16000) // 2))
@@ -330,7 +231,7 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
 
                 sets = TASKS[cfg["task"]](cfg, stats=stats, rate=rate)
         except DATA_ERRORS as e:
-            raise click.ClickException(_one_line(e)) from e
+            raise click.ClickException(one_line(e)) from e
         ds = sets[2] if split == "test" else sets[1]
         n_classes = None if loss == "mse" else int(meta.get("d_output") or model.d_output)
         res = evaluate_model(model, ds, loss, dev, batch_size, rate=float(rate),
