@@ -11,8 +11,53 @@ exact systems, written op by op in real float32 arithmetic. Inside, activations 
 channel-first ``(H, batch, T)``, so that per layer the SSM is two batched MatMuls
 over ``(H, batch·n_blocks, ·)`` views (the local Toeplitz, D·u and the sub-block
 inputs in one; the cross term in the other) plus a log₂-depth scan over sub-blocks
-on tiny tensors, and the GLU is one plain MatMul. State tensors are channel-first
-as well; their names, shapes and dtypes are listed in the ``state_spec`` metadata.
+on tiny tensors, and the GLU is one plain MatMul. The states are those of the torch
+step form, laid out as in the table below; the ``state_spec`` metadata lists their names,
+shapes and dtypes.
+
+Step by step (:class:`_Emitter`, one method per torch step, same names; ↔ in each docstring):
+
+    torch (liquid_stream/layer.py, chunked.py)    graph (_Emitter)
+    LiquidS4Step.forward                          layer   (ltc: ltc_layer ↔ ltc.ltc_scan)
+      LiquidS4Step.correlations                   correlations
+      ChunkedSSM.sub_blocks                       sub_blocks   (+ next ssm.buf)
+      ChunkedSSM tables (chunk_tables)            tables       (+ D folded into K_loc)
+      ChunkedSSM.block_inputs                     block_inputs ("MatMul 1")
+      ChunkedSSM.scan, .apply_power               scan: scan_diag (closed_form_scan or
+                                                  levels) / scan_dense; apply_power_diag /
+                                                  apply_power_dense   (+ next ssm.z)
+      ChunkedSSM.outputs, + D·u                   outputs      ("MatMul 2")
+      ChunkedSSM.next_state (fill)                chunk_dims   (one ssm.fill for all layers)
+      LiquidS4Step.pb_term                        pb_term
+    LiquidS4BlockStep.forward                     block
+    StreamingModel._stack (decoder part)          decoder
+    StreamingModel._step, LogMelStep              frontend_stack, logmel
+
+State layout. The graph's states have the torch :class:`StreamingModel`'s names (one
+``ssm.fill`` serves all layers); torch's are batch-first, the layers' in the graph mostly
+channel-first. With the graph's ``sub_block`` S (:func:`default_sub_block`; a torch
+``streaming(sub_block=S)`` holds the same values), block i, H = d_model, R = 1 (or P for
+KB: u and its P − 1 correlations), Mr = 2·Mc real SSM modes ([Re | Im] halves), M the LTC
+modes, P = liquid_order, L̃ = liquid_len, W = decoder_window, d = d_output:
+
+    name                  torch            graph                  graph from torch
+    block{i}.ssm.fill     (1,) int64       ssm.fill (1,) int64    one for all the layers
+    block{i}.ssm.buf      (B, S, R, H)     (H, batch, S[, R])     permute(3, 0, 1, 2) (a)
+    block{i}.ssm.z diag   (B, H, R, Mr)    (batch, 1, H·R·Mr)     reshape(B, 1, −1)
+    block{i}.ssm.z dense  (B, H, R, Mr)    (H, batch, 1, R·Mr)    permute(1, 0, 2, 3), reshape
+    block{i}.u_buf        (B, P−1, H)      (H, batch, P−1)        permute(2, 0, 1) (b)
+    block{i}.w_buf        (B, L̃−1, H)      (H, batch, L̃−1)        permute(2, 0, 1)
+    block{i}.ltc.x        (B, H, M, 2)     (H, batch, 2, M)       permute(1, 0, 3, 2)
+    decoder.sum, .count   (B, d), (B, 1)   same, float64          same
+    decoder.history       (B, W, d) f64    (batch, W, d) float32  cast (c)
+    frontend.buffer, .phase, .held         same                   same
+
+(a) the R axis only for R > 1. (b) none for PB with S ≥ P − 1: ``ssm.buf`` (the last S
+inputs u) holds them. (c) exact: it holds float32 logits.
+
+The graph's inputs and ``state_spec`` list the states in the order they are declared:
+``frontend.*`` (log-mel models), ``ssm.fill`` (models with a chunked layer), then per block
+``ssm.buf``, ``u_buf``, ``ssm.z``, ``w_buf`` (or ``ltc.x``), then ``decoder.*``.
 """
 
 from __future__ import annotations
@@ -136,157 +181,228 @@ class _Emitter:
         return g.op("Mul", g.op("Mul", x, g.op("Add", e, g.const(1.0))), g.const(0.5))
 
     # ------------------------------------------------------------------ SSM layer
+    # A chunked layer is LiquidS4Step.forward and ChunkedSSM._chunk (liquid_stream/layer.py,
+    # liquid_stream/chunked.py) step by step, one method per torch step under the same name
+    # (each docstring names its counterpart with ↔). What differs is layout (channel-first;
+    # the state table in the module docstring) and fusion: D·u joins the local Toeplitz,
+    # the R inputs share one MatMul, and the next-state slices are taken where their values
+    # are made. The graph's shape arithmetic (q, nb, …) is :meth:`chunk_dims`, shared by
+    # all layers.
     def layer(self, i: int, step, u: str) -> str:
-        """One :class:`LiquidS4Step` on channel-first ``u (H, B, T)``."""
+        """↔ :meth:`LiquidS4Step.forward`: one layer on channel-first ``u (H, B, T)``."""
         if step.liquid == "ltc":
             return self.ltc_layer(i, step, u)
-        g, sm_ssm, S, d = self.g, step.ssm, self.S, self.dims
-        H, R, Mr = step.H, sm_ssm.R, sm_ssm.Mr
-        pre = f"block{i}."
-        B = d["B"]
-        # The last S inputs of this layer's signals (u, or u and the KB correlations) are
-        # carried in ``ssm.buf``; full = [buf | new], ext = the last q + T values of it.
-        buf = self.state(pre + "ssm.buf", [H, "batch", S] + ([R] if R > 1 else []))
-        corr: list[str] = []
-        P = step.P
-        u_hist = None  # (H, B, ≥P−1 + T) history of u for the correlation lags
-        if step.liquid is not None and (R > 1 or S < P - 1):
-            u_buf = self.state(pre + "u_buf", [H, "batch", P - 1])
-            u_hist = g.op("Concat", u_buf, u, axis=2)
-            self.set_state(pre + "u_buf", g.slice(u_hist, -(P - 1), END, axis=2))
-            off = P - 1
-        if step.liquid is not None:
-            if u_hist is None:  # PB with S ≥ P − 1: the SSM buffer already holds the past u
-                u_hist = full = g.op("Concat", buf, u, axis=2)
-                off = S
-            v = u
-            for k in range(1, P):  # v_p = v_{p−1} · u[t−p+1]
-                v = g.op("Mul", v, g.slice(u_hist, off - k, self.t_plus(off - k), axis=2))
-                corr.append(v)
-        if R == 1:
-            if step.liquid is None or off != S:
-                full = g.op("Concat", buf, u, axis=2)  # (H, B, S+T)
-        else:
-            sig = g.op("Concat", *[g.op("Unsqueeze", x, g.const([3])) for x in [u, *corr]], axis=3)
-            full = g.op("Concat", buf, sig, axis=2)  # (H, B, S+T, R)
-        self.set_state(pre + "ssm.buf", g.slice(full, -S, END, axis=2))
-        ext = g.slice(full, d["buf_start"], END, axis=2)  # (H, B, q+T[, R])
-        pad = self.zeros(H, B, d["pad"], *([R] if R > 1 else []))
-        sp = g.op("Reshape", g.op("Concat", ext, pad, axis=2), g.const([H, -1, S * R]))
-
-        # Tables (float64 → float32). MatMul 1: sub-block inputs ℓ = s @ G.
-        tab = chunk_tables(sm_ssm.A64, sm_ssm.b64, sm_ssm.c64, S)
-        K_loc, G, E = tab["K_loc"], tab["G"], tab["E"]
-        K_loc[0] += torch.diag_embed(step.D.double()[:, None].expand(H, S))  # D·u folded in
-        G_w = torch.zeros(H, S, R, R * Mr, dtype=torch.float64)  # rows (j, r)
-        for r in range(R):
-            G_w[:, :, r, r * Mr : (r + 1) * Mr] = G[r]
-        ell = g.op("MatMul", sp, g.const(_f32(G_w.reshape(H, S * R, R * Mr))))  # (H, B·nb, RMr)
-
-        # Scan over [z, ℓ_0, …, ℓ_{nb−1}]: Z'[k] = Ā^S Z'[k−1] + ℓ'[k], so Z'[k] = Z[k−1].
-        A = sm_ssm.A64.double()
-        if sm_ssm.kind == "diag":
-            # Complex diagonal, layout (B, n, H·R, 2, Mc): Āⁿz = z·Pa + swap(z)·Pb with
-            # Pa = (Re λⁿ, Re λⁿ), Pb = (−Im λⁿ, Im λⁿ): broadcasts over leading axes only.
-            Mc = Mr // 2
-            C = H * R * Mr
-            lam = torch.complex(
-                A[:, :Mc, :Mc].diagonal(dim1=1, dim2=2), A[:, Mc:, :Mc].diagonal(dim1=1, dim2=2)
-            )  # (H, Mc)
-            z = self.state(pre + "ssm.z", ["batch", 1, C])
-            ell_t = g.op("Transpose", ell, perm=[1, 0, 2])  # (B·nb, H, RMr)
-            ell_t = g.op("Reshape", ell_t, g.op("Concat", B, g.const([-1, C]), axis=0))
-            Zs = g.op("Concat", z, ell_t, axis=1)  # (B, nb+1, C)
-            n_max = 2**self.levels  # ≥ nb + 1
-            if n_max <= CLOSED_FORM_MAX_BLOCKS:
-                # Few sub-blocks: closed form Z'[k] = Σ_{k'≤k} λ^{S(k−k')} ℓ'[k'] as one
-                # broadcast product with a (n_max, n_max) table of powers, sliced to n.
-                k = torch.arange(n_max)
-                lag = (k[:, None] - k[None, :]).clamp(min=0).double()  # (k, k')
-                p = torch.exp(S * lag[..., None, None] * torch.log(lam.to(torch.complex128)))
-                p = torch.where((k[:, None] >= k[None, :])[..., None, None], p, 0)  # (k,k',H,Mc)
-                p = (
-                    p[:, :, :, None, :]
-                    .expand(n_max, n_max, H, R, Mc)
-                    .reshape(n_max, n_max, H * R, 1, Mc)
-                )
-                Ta = torch.cat([p.real, p.real], 3).reshape(n_max, n_max * C)
-                Tb = torch.cat([-p.imag, p.imag], 3).reshape(n_max, n_max * C)
-                n = self.n_blocks_plus_1()
-                n_flat = g.op("Mul", n, g.const([C]))
-                ends = g.op("Concat", n, n_flat, axis=0)
-                Ta_n, Tb_n = (
-                    g.op("Slice", g.const(_f32(t)), g.const([0, 0]), ends, g.const([0, 1]))
-                    for t in (Ta, Tb)
-                )
-                Z5 = g.op("Reshape", Zs, g.const([0, 0, H * R, 2, Mc]))
-                swap = g.op("Reshape", g.slice(Z5, -1, -END, axis=3, step=-1), g.const([0, 1, -1]))
-                flat = g.op("Reshape", Zs, g.const([0, 1, -1]))  # (B, 1, n·C)
-                prod = g.op("Add", g.op("Mul", flat, Ta_n), g.op("Mul", swap, Tb_n))  # (B, n, n·C)
-                prod = g.op("Reshape", prod, g.op("Concat", B, n, n, g.const([C]), axis=0))
-                Zs = g.op("ReduceSum", prod, g.const([2]), keepdims=0)
-            else:
-                Zs = g.op("Reshape", Zs, g.const([0, 0, H * R, 2, Mc]))
-                for lvl in range(self.levels):
-                    sh = 2**lvl
-                    ext_z = g.op("Concat", self.zeros(B, sh, H * R, 2, Mc), Zs, axis=1)
-                    shifted = g.slice(ext_z, 0, -sh, axis=1)
-                    p = (lam ** (S * sh))[:, None, :].expand(H, R, Mc).reshape(H * R, 1, Mc)
-                    Pa = torch.cat([p.real, p.real], 1)  # (H·R, 2, Mc)
-                    Pb = torch.cat([-p.imag, p.imag], 1)
-                    swap = g.slice(shifted, -1, -END, axis=3, step=-1)
-                    moved = g.op(
-                        "Add",
-                        g.op("Mul", shifted, g.const(_f32(Pa))),
-                        g.op("Mul", swap, g.const(_f32(Pb))),
-                    )
-                    Zs = g.op("Add", Zs, moved)
-            Zs = g.op("Reshape", Zs, g.const([0, 0, C]))
-            Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=1), g.const([-1, H, R * Mr]))
-            Z_prev = g.op("Transpose", Z_prev, perm=[1, 0, 2])  # (H, B·nb, RMr)
-            self.set_state(pre + "ssm.z", g.slice(Zs, d["n_full"], d["n_full_plus_1"], axis=1))
-        else:
-            # Dense real transition, layout (H, B, n, R·Mr): batched MatMul per channel.
-            z = self.state(pre + "ssm.z", [H, "batch", 1, R * Mr])
-            ell_shape = g.op("Concat", g.const([H]), B, g.const([-1, R * Mr]), axis=0)
-            Zs = g.op("Concat", z, g.op("Reshape", ell, ell_shape), axis=2)
-            eye_R = torch.eye(R, dtype=torch.float64)
-            for lvl in range(self.levels):
-                sh = 2**lvl
-                ext_z = g.op("Concat", self.zeros(H, B, sh, R * Mr), Zs, axis=2)
-                shifted = g.slice(ext_z, 0, -sh, axis=2)
-                P_lvl = torch.linalg.matrix_power(A, S * sh)  # (H, Mr, Mr)
-                P_blk = torch.einsum("rs,hmn->hrmsn", eye_R, P_lvl).reshape(H, R * Mr, R * Mr)
-                moved = g.op("MatMul", shifted, g.const(_f32(P_blk.transpose(1, 2))[:, None]))
-                Zs = g.op("Add", Zs, moved)
-            Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=2), g.const([H, -1, R * Mr]))
-            self.set_state(pre + "ssm.z", g.slice(Zs, d["n_full"], d["n_full_plus_1"], axis=2))
-        # MatMul 2: [s | Z[k−1]] @ [local Toeplitz (+D); E summed over r] → (H, B·nb, S).
-        W2 = torch.zeros(H, S * R + R * Mr, S, dtype=torch.float64)
-        W2[:, : S * R] = K_loc.permute(1, 3, 0, 2).reshape(H, S * R, S)  # rows (j, r)
-        W2[:, S * R :] = E.transpose(1, 2).repeat(1, R, 1)
-        y = g.op("MatMul", g.op("Concat", sp, Z_prev, axis=2), g.const(_f32(W2)))
-        y = g.op("Reshape", y, d["y_shape"])  # (H, B, nb·S)
-        y = g.slice(y, d["fill"], d["fill_plus_T"], axis=2)
-
+        pre, R = f"block{i}.", step.ssm.R
+        buf = self.state(pre + "ssm.buf", [step.H, "batch", self.S] + ([R] if R > 1 else []))
+        corr, full = self.correlations(pre, step, u, buf)
+        sp = self.sub_blocks(pre, step, u, corr, buf, full)
+        tables = self.tables(step)
+        ell = self.block_inputs(step, sp, tables)
+        Z_prev = self.scan(pre, step, ell)
+        y = self.outputs(step, sp, Z_prev, tables)
         if step.liquid == "pb":
-            mixed = None
-            for k, v in enumerate(corr):
-                term = g.op("Mul", v, g.const(_f32(step.pb_coef[k])[:, None, None]))
-                mixed = term if mixed is None else g.op("Add", mixed, term)
-            L = step.L_liq
-            if L > 1:
-                wbuf = self.state(pre + "w_buf", [H, "batch", L - 1])
-                ext_w = g.op("Concat", wbuf, mixed, axis=2)
-                self.set_state(pre + "w_buf", g.slice(ext_w, -(L - 1), END, axis=2))
-                mixed = g.slice(ext_w, 0, d["T"], axis=2)
-                for j in range(1, L):
-                    mixed = g.op("Add", mixed, g.slice(ext_w, j, self.t_plus(j), axis=2))
-            y = g.op("Add", y, mixed)
+            y = self.g.op("Add", y, self.pb_term(pre, step, corr))
         return y
 
+    def correlations(self, pre: str, step, u: str, buf: str) -> tuple[list[str], str | None]:
+        """↔ :meth:`LiquidS4Step.correlations`: v_p = v_{p−1} · u[t−p+1], p = 2 … P, each
+        ``(H, B, T)``. The earlier inputs come from ``u_buf``, or (PB with S ≥ P − 1) from
+        ``ssm.buf``, which then holds the last S inputs u: such a layer has no ``u_buf``
+        state. Returns [v_2, …, v_P] and, in that case, the [ssm.buf | u] built (else None).
+        """
+        if step.liquid is None:
+            return [], None
+        g, S, P = self.g, self.S, step.P
+        if step.ssm.R > 1 or S < P - 1:
+            u_buf = self.state(pre + "u_buf", [step.H, "batch", P - 1])
+            u_hist = g.op("Concat", u_buf, u, axis=2)  # (H, B, P−1+T)
+            self.set_state(pre + "u_buf", g.slice(u_hist, -(P - 1), END, axis=2))
+            full, off = None, P - 1
+        else:
+            u_hist = full = g.op("Concat", buf, u, axis=2)  # (H, B, S+T)
+            off = S
+        v, corr = u, []
+        for k in range(1, P):  # v_p = v_{p−1} · u[t−p+1]
+            v = g.op("Mul", v, g.slice(u_hist, off - k, self.t_plus(off - k), axis=2))
+            corr.append(v)
+        return corr, full
+
+    def sub_blocks(self, pre: str, step, u: str, corr: list[str], buf: str, full) -> str:
+        """↔ :meth:`ChunkedSSM.sub_blocks` (and the ``buf`` of its ``next_state``): the
+        signals (u, or u and the KB correlations stacked on a last axis R, as
+        LiquidS4Step.forward stacks them) after the S buffered ones; the last q + T of them,
+        zero-padded to nb sub-blocks, as ``sp (H, B·nb, S·R)``. Next ``ssm.buf``: the last S.
+        """
+        g, S, d, H, R = self.g, self.S, self.dims, step.H, step.ssm.R
+        if R > 1:
+            sig = g.op("Concat", *[g.op("Unsqueeze", x, g.const([3])) for x in [u, *corr]], axis=3)
+            full = g.op("Concat", buf, sig, axis=2)  # (H, B, S+T, R)
+        elif full is None:
+            full = g.op("Concat", buf, u, axis=2)  # (H, B, S+T)
+        self.set_state(pre + "ssm.buf", g.slice(full, -S, END, axis=2))
+        ext = g.slice(full, d["buf_start"], END, axis=2)  # (H, B, q+T[, R])
+        pad = self.zeros(H, d["B"], d["pad"], *([R] if R > 1 else []))
+        return g.op("Reshape", g.op("Concat", ext, pad, axis=2), g.const([H, -1, S * R]))
+
+    def tables(self, step) -> dict[str, torch.Tensor]:
+        """↔ the tables of :class:`ChunkedSSM` (:func:`chunk_tables`, float64, at this graph's
+        S), with LiquidS4Step.forward's D·u folded into the local Toeplitz's diagonal."""
+        tab = chunk_tables(step.ssm.A64, step.ssm.b64, step.ssm.c64, self.S)
+        tab["K_loc"][0] += torch.diag_embed(step.D.double()[:, None].expand(step.H, self.S))
+        return tab
+
+    def block_inputs(self, step, sp: str, tab: dict[str, torch.Tensor]) -> str:
+        """↔ :meth:`ChunkedSSM.block_inputs`: ℓ = sp @ G, the R inputs' G side by side in
+        one MatMul ("MatMul 1"), ``(H, B·nb, R·Mr)``."""
+        H, S, R, Mr = step.H, self.S, step.ssm.R, step.ssm.Mr
+        G_w = torch.zeros(H, S, R, R * Mr, dtype=torch.float64)  # rows (j, r)
+        for r in range(R):
+            G_w[:, :, r, r * Mr : (r + 1) * Mr] = tab["G"][r]
+        return self.g.op("MatMul", sp, self.g.const(_f32(G_w.reshape(H, S * R, R * Mr))))
+
+    def scan(self, pre: str, step, ell: str) -> str:
+        """↔ :meth:`ChunkedSSM.scan` (and the ``z`` of its ``next_state``): ``Z_prev``
+        ``(H, B·nb, R·Mr)``, Z[k−1] for k = 0 … nb−1. The graph scans the n = nb + 1
+        elements [z, ℓ_0, …, ℓ_{nb−1}] (Z'[k] = Ā^S Z'[k−1] + ℓ'[k], so Z'[k] = Z[k−1])
+        where torch folds z into ℓ_0; next ``ssm.z`` is Z'[n_full]."""
+        if step.ssm.kind == "diag":
+            return self.scan_diag(pre, step, ell)
+        return self.scan_dense(pre, step, ell)
+
+    def scan_diag(self, pre: str, step, ell: str) -> str:
+        """:meth:`scan` for a complex diagonal Ā = diag(λ), in the layout
+        ``(B, n, H·R, 2, Mc)`` of ``ssm.z`` (Re and Im halves of the real basis): the closed
+        form (:meth:`closed_form_scan`) for n ≤ CLOSED_FORM_MAX_BLOCKS, else Hillis–Steele."""
+        g, S, d = self.g, self.S, self.dims
+        H, R, Mr = step.H, step.ssm.R, step.ssm.Mr
+        Mc, C = Mr // 2, H * R * Mr
+        A = step.ssm.A64.double()
+        lam = torch.complex(
+            A[:, :Mc, :Mc].diagonal(dim1=1, dim2=2), A[:, Mc:, :Mc].diagonal(dim1=1, dim2=2)
+        )  # (H, Mc)
+        z = self.state(pre + "ssm.z", ["batch", 1, C])
+        ell_t = g.op("Transpose", ell, perm=[1, 0, 2])  # (B·nb, H, RMr)
+        ell_t = g.op("Reshape", ell_t, g.op("Concat", d["B"], g.const([-1, C]), axis=0))
+        Zs = g.op("Concat", z, ell_t, axis=1)  # (B, n, C)
+        if 2**self.levels <= CLOSED_FORM_MAX_BLOCKS:
+            Zs = self.closed_form_scan(Zs, lam, R)
+        else:
+            Zs = g.op("Reshape", Zs, g.const([0, 0, H * R, 2, Mc]))
+            for lvl in range(self.levels):
+                sh = 2**lvl
+                shifted = self.shift_blocks(Zs, sh, 1, (d["B"], sh, H * R, 2, Mc))
+                p = (lam ** (S * sh))[:, None, :].expand(H, R, Mc).reshape(H * R, 1, Mc)
+                Zs = g.op("Add", Zs, self.apply_power_diag(shifted, p))
+        Zs = g.op("Reshape", Zs, g.const([0, 0, C]))
+        Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=1), g.const([-1, H, R * Mr]))
+        Z_prev = g.op("Transpose", Z_prev, perm=[1, 0, 2])  # (H, B·nb, RMr)
+        self.set_state(pre + "ssm.z", g.slice(Zs, d["n_full"], d["n_full_plus_1"], axis=1))
+        return Z_prev
+
+    def closed_form_scan(self, Zs: str, lam: torch.Tensor, R: int) -> str:
+        """The diagonal scan of ``Zs (B, n, C)`` for few sub-blocks, in closed form:
+        Z'[k] = Σ_{k'≤k} λ^{S(k−k')} ℓ'[k'] as one broadcast product with an
+        (n_max, n_max) table of powers, sliced to n."""
+        g, S = self.g, self.S
+        H, Mc = lam.shape
+        C, n_max = H * R * 2 * Mc, 2**self.levels  # n_max ≥ nb + 1
+        k = torch.arange(n_max)
+        lag = (k[:, None] - k[None, :]).clamp(min=0).double()  # (k, k')
+        p = torch.exp(S * lag[..., None, None] * torch.log(lam.to(torch.complex128)))
+        p = torch.where((k[:, None] >= k[None, :])[..., None, None], p, 0)  # (k,k',H,Mc)
+        p = p[:, :, :, None, :].expand(n_max, n_max, H, R, Mc).reshape(n_max, n_max, H * R, 1, Mc)
+        Ta = torch.cat([p.real, p.real], 3).reshape(n_max, n_max * C)
+        Tb = torch.cat([-p.imag, p.imag], 3).reshape(n_max, n_max * C)
+        n = self.n_blocks_plus_1()
+        n_flat = g.op("Mul", n, g.const([C]))
+        ends = g.op("Concat", n, n_flat, axis=0)
+        Ta_n, Tb_n = (
+            g.op("Slice", g.const(_f32(t)), g.const([0, 0]), ends, g.const([0, 1]))
+            for t in (Ta, Tb)
+        )
+        Z5 = g.op("Reshape", Zs, g.const([0, 0, H * R, 2, Mc]))
+        swap = g.op("Reshape", g.slice(Z5, -1, -END, axis=3, step=-1), g.const([0, 1, -1]))
+        flat = g.op("Reshape", Zs, g.const([0, 1, -1]))  # (B, 1, n·C)
+        prod = g.op("Add", g.op("Mul", flat, Ta_n), g.op("Mul", swap, Tb_n))  # (B, n, n·C)
+        prod = g.op("Reshape", prod, g.op("Concat", self.dims["B"], n, n, g.const([C]), axis=0))
+        return g.op("ReduceSum", prod, g.const([2]), keepdims=0)
+
+    def scan_dense(self, pre: str, step, ell: str) -> str:
+        """:meth:`scan` for a dense real Ā, in the layout ``(H, B, n, R·Mr)`` of ``ssm.z``:
+        Hillis–Steele with a batched MatMul per channel and level."""
+        g, S, d = self.g, self.S, self.dims
+        H, R, Mr = step.H, step.ssm.R, step.ssm.Mr
+        A = step.ssm.A64.double()
+        z = self.state(pre + "ssm.z", [H, "batch", 1, R * Mr])
+        ell_shape = g.op("Concat", g.const([H]), d["B"], g.const([-1, R * Mr]), axis=0)
+        Zs = g.op("Concat", z, g.op("Reshape", ell, ell_shape), axis=2)
+        for lvl in range(self.levels):
+            sh = 2**lvl
+            shifted = self.shift_blocks(Zs, sh, 2, (H, d["B"], sh, R * Mr))
+            power = torch.linalg.matrix_power(A, S * sh)  # (H, Mr, Mr)
+            Zs = g.op("Add", Zs, self.apply_power_dense(shifted, power, R))
+        Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=2), g.const([H, -1, R * Mr]))
+        self.set_state(pre + "ssm.z", g.slice(Zs, d["n_full"], d["n_full_plus_1"], axis=2))
+        return Z_prev
+
+    def shift_blocks(self, Z: str, sh: int, axis: int, zeros: tuple) -> str:
+        """Z[k − sh] along the sub-block ``axis`` (zeros of dims ``zeros`` for k < sh) ↔
+        ``torch.cat([torch.zeros_like(Z[:, :d]), Z], 1)[:, :nb]`` in ChunkedSSM.scan."""
+        ext_z = self.g.op("Concat", self.zeros(*zeros), Z, axis=axis)
+        return self.g.slice(ext_z, 0, -sh, axis=axis)
+
+    def apply_power_diag(self, z: str, p: torch.Tensor) -> str:
+        """↔ :meth:`ChunkedSSM.apply_power` (``diag``): λⁿ z for ``z (…, H·R, 2, Mc)`` and
+        ``p`` = λⁿ (H·R, 1, Mc): z·Pa + swap(z)·Pb with Pa = (Re λⁿ, Re λⁿ),
+        Pb = (−Im λⁿ, Im λⁿ), swap exchanging the Re and Im halves (leading axes broadcast)."""
+        g = self.g
+        Pa = torch.cat([p.real, p.real], 1)  # (H·R, 2, Mc)
+        Pb = torch.cat([-p.imag, p.imag], 1)
+        swap = g.slice(z, -1, -END, axis=3, step=-1)
+        return g.op("Add", g.op("Mul", z, g.const(_f32(Pa))), g.op("Mul", swap, g.const(_f32(Pb))))
+
+    def apply_power_dense(self, z: str, power: torch.Tensor, R: int) -> str:
+        """↔ :meth:`ChunkedSSM.apply_power` (``dense``): Āⁿ z for rows ``z (H, B, n, R·Mr)``,
+        one MatMul per channel with the block-diagonal (over r) of ``power`` = Āⁿ transposed.
+        """
+        H, Mr = power.shape[0], power.shape[-1]
+        eye_R = torch.eye(R, dtype=torch.float64)
+        P_blk = torch.einsum("rs,hmn->hrmsn", eye_R, power).reshape(H, R * Mr, R * Mr)
+        return self.g.op("MatMul", z, self.g.const(_f32(P_blk.transpose(1, 2))[:, None]))
+
+    def outputs(self, step, sp: str, Z_prev: str, tab: dict[str, torch.Tensor]) -> str:
+        """↔ :meth:`ChunkedSSM.outputs` and LiquidS4Step.forward's + D·u, in one MatMul
+        ("MatMul 2"): [sp | Z_prev] @ [local Toeplitz (+D); E repeated over r]
+        ``(H, B·nb, S)``; then the T new outputs, [q, q+T) of it, ``(H, B, T)``."""
+        g, S, d = self.g, self.S, self.dims
+        H, R, Mr = step.H, step.ssm.R, step.ssm.Mr
+        W2 = torch.zeros(H, S * R + R * Mr, S, dtype=torch.float64)
+        W2[:, : S * R] = tab["K_loc"].permute(1, 3, 0, 2).reshape(H, S * R, S)  # rows (j, r)
+        W2[:, S * R :] = tab["E"].transpose(1, 2).repeat(1, R, 1)
+        y = g.op("MatMul", g.op("Concat", sp, Z_prev, axis=2), g.const(_f32(W2)))
+        y = g.op("Reshape", y, d["y_shape"])  # (H, B, nb·S)
+        return g.slice(y, d["fill"], d["fill_plus_T"], axis=2)
+
+    def pb_term(self, pre: str, step, corr: list[str]) -> str:
+        """↔ :meth:`LiquidS4Step.pb_term`: w = Σ_p pb_coef[p] v_p, summed over the last L̃
+        steps (the earlier L̃ − 1 values in ``w_buf``), ``(H, B, T)``."""
+        g, L = self.g, step.L_liq
+        mixed = None
+        for k, v in enumerate(corr):
+            term = g.op("Mul", v, g.const(_f32(step.pb_coef[k])[:, None, None]))
+            mixed = term if mixed is None else g.op("Add", mixed, term)
+        if L > 1:  # the window sum as L̃ shifted slices (the torch form is a conv1d)
+            wbuf = self.state(pre + "w_buf", [step.H, "batch", L - 1])
+            ext_w = g.op("Concat", wbuf, mixed, axis=2)  # (H, B, L̃−1+T)
+            self.set_state(pre + "w_buf", g.slice(ext_w, -(L - 1), END, axis=2))
+            mixed = g.slice(ext_w, 0, self.dims["T"], axis=2)
+            for j in range(1, L):
+                mixed = g.op("Add", mixed, g.slice(ext_w, j, self.t_plus(j), axis=2))
+        return mixed
+
     def ltc_layer(self, i: int, step, u: str) -> str:
-        """x_t = (Ā + B̃ tanh(u_t)) x_{t−1} + B̄ u_t, y_t = s·Re(C x_t) + D u_t on ``u (H, B, T)``.
+        """↔ the ``ltc`` branch of :meth:`LiquidS4Step.forward` (``ltc.ltc_scan``):
+        x_t = (Ā + B̃ tanh(u_t)) x_{t−1} + B̄ u_t, y_t = s·Re(C x_t) + D u_t on ``u (H, B, T)``.
 
         A log-depth Hillis–Steele scan over [x_{−1}, x_0, …, x_{T−1}] (the carried state
         enters as the first element), complex numbers as separate real and imaginary
@@ -398,15 +514,15 @@ class _Emitter:
         return g.op("Cast", g.op("Div", total, denom), to=onnx.TensorProto.FLOAT)
 
     # ------------------------------------------------------------------ whole model
-    def stack(self, feats: str, B: str, T: str) -> str:
-        """Encoder → blocks → norm → head → decoder on channel-first ``feats (d_in, B, T)``;
-        returns ``y (B, T, d_output)``. Declares the stack's states (inputs) as it goes."""
-        g, sm, S = self.g, self.sm, self.S
-        H = sm.blocks[0].ssm.H if len(sm.blocks) else sm.encoder.out_features
-        # Shape arithmetic shared by all layers: every layer sees the same chunks, so one
-        # ``ssm.fill`` (inputs received since the last sub-block boundary) serves all.
+    def chunk_dims(self, B: str, T: str, H: int) -> dict[str, str]:
+        """The chunk's shape arithmetic (int64 (1,) values), shared by all layers:
+        ``B``, ``T``, and for the chunked layers ↔ the q, n, nb, n_full of
+        :meth:`ChunkedSSM.sub_blocks` / ``next_state`` (q = ``fill``). Every layer sees the
+        same chunks, so one ``ssm.fill`` state serves all (torch keeps one per layer, equal);
+        its next value, (q + T) mod S, is set here."""
+        g, S = self.g, self.S
         d = {"B": B, "T": T, "act_shape": g.op("Concat", g.const([H]), B, T, axis=0)}
-        if any(b.ssm.liquid != "ltc" for b in sm.blocks):  # the sub-block (chunked) layers
+        if any(b.ssm.liquid != "ltc" for b in self.sm.blocks):  # the chunked layers
             fill0 = self.state("ssm.fill", [1], np.int64)
             n = g.op("Add", fill0, T)
             nb = g.op("Div", g.op("Add", n, g.const([S - 1])), g.const([S]))
@@ -423,7 +539,14 @@ class _Emitter:
                 y_shape=g.op("Concat", g.const([H]), B, g.const([-1]), axis=0),
             )
             self.set_state("ssm.fill", g.op("Sub", n, g.op("Mul", n_full, g.const([S]))))
-        self.dims = d
+        return d
+
+    def stack(self, feats: str, B: str, T: str) -> str:
+        """Encoder → blocks → norm → head → decoder on channel-first ``feats (d_in, B, T)``;
+        returns ``y (B, T, d_output)``. Declares the stack's states (inputs) as it goes."""
+        g, sm = self.g, self.sm
+        H = sm.blocks[0].ssm.H if len(sm.blocks) else sm.encoder.out_features
+        self.dims = self.chunk_dims(B, T, H)
         # Encoder (channel-first): (d_in, B·T) → (H, B, T). For raw-input models the input
         # standardisation (x − μ)/σ is folded in: W' = W/σ, b' = b − W μ/σ.
         d_in = sm.encoder.in_features
