@@ -6,7 +6,8 @@ references of its ``<record>n`` numerics record (no torch).
         ...
     window_ref, ref_1hz = source.reference("hr", time_s=40, window_s=32.0)
 
-A truncated signal file is streamed as far as it goes (with a warning). References
+The WFDB files are read by :mod:`liquid_stream.wfdb`; a truncated signal file is streamed
+as far as it goes (with a warning). References
 (numerics record ``<record>n``, 1 Hz, reading i describes second [i, i+1)): the estimate
 at time k s (samples up to k*fs) is compared with the *window* reference, the mean of the
 finite readings of the seconds its window covers, floor(k - W/fs) .. k-1 (what the bidmc
@@ -24,16 +25,14 @@ import numpy as np
 
 from liquid_stream.apps.vitals_model import VitalsError
 from liquid_stream.bidmc_vocab import NUMERICS_CHANNEL, strip_name
-
-# bytes per sample of the WFDB formats (to find how much of a truncated .dat is there)
-_FMT_BYTES = {"8": 1, "16": 2, "61": 2, "80": 1, "160": 2, "24": 3, "32": 4, "212": 1.5,
-              "310": 4 / 3, "311": 4 / 3}  # fmt: skip
-
-
-def record_path(record: str | Path) -> Path:
-    """``dir/bidmc01``, ``dir/bidmc01.hea`` or ``dir/bidmc01.dat`` -> ``dir/bidmc01``."""
-    p = Path(record)
-    return p.with_suffix("") if p.suffix in (".hea", ".dat") else p
+from liquid_stream.wfdb import (
+    WfdbError,
+    complete_samples,
+    read_header,
+    read_record,
+    record_path,
+    signals_by_name,
+)
 
 
 class RecordSource:
@@ -55,20 +54,15 @@ class RecordSource:
         channels: Sequence[str] | None = None,
         channel_users: dict[str, list[str]] | None = None,
     ):
-        import wfdb
-
         self.path = record_path(record)
         self.name = self.path.name
         self.warnings: list[str] = []
-        hea = self.path.with_name(self.name + ".hea")
-        if not hea.is_file():
-            raise VitalsError(f"record not found: {hea} does not exist")
         try:
-            header = wfdb.rdheader(str(self.path))
-        except Exception as e:  # noqa: BLE001 - wfdb raises many kinds on bad headers
-            raise VitalsError(f"cannot read header {hea}: {e}") from None
+            header = read_header(self.path)
+        except WfdbError as e:
+            raise VitalsError(str(e)) from None
         if not header.n_sig or not header.fs:
-            raise VitalsError(f"{hea} describes no signals")
+            raise VitalsError(f"{self.path.with_name(self.name + '.hea')} describes no signals")
         self.fs = float(header.fs)
         names = [strip_name(n) for n in header.sig_name]
         self.all_channels = names
@@ -88,7 +82,10 @@ class RecordSource:
                 )
         self.channels = wanted
         self.header_samples = int(header.sig_len or 0)  # 0: the header does not say
-        n = self._available_samples(header)
+        try:
+            n = complete_samples(self.path, header)
+        except WfdbError as e:
+            raise VitalsError(f"record {self.name}: {e}") from None
         self.truncated = n is not None and 0 < n < self.header_samples
         if n == 0:
             raise VitalsError(f"record {self.name}: no complete samples in its signal file(s)")
@@ -99,58 +96,36 @@ class RecordSource:
                 f"({n / self.fs:.1f} s); streaming those"
             )
         try:
-            rec = wfdb.rdrecord(str(self.path), channels=idx, sampto=n)
-        except Exception as e:  # noqa: BLE001
-            raise VitalsError(f"cannot read record {self.name}: {e}") from None
+            rec = read_record(self.path, channels=idx, sampto=n)
+        except WfdbError as e:
+            raise VitalsError(f"record {self.name}: {e}") from None
         if rec.p_signal is None or len(rec.p_signal) == 0:
             raise VitalsError(f"record {self.name}: no samples")
         self.signal = np.asarray(rec.p_signal, dtype=np.float64).reshape(-1, len(idx))
         self.nan_samples = int((~np.isfinite(self.signal)).any(1).sum())
-        self.numerics, self.numerics_name = self._read_numerics(wfdb)
+        self.numerics, self.numerics_name = self._read_numerics()
 
     @property
     def duration_s(self) -> float:
         return len(self.signal) / self.fs
 
-    def _available_samples(self, header) -> int | None:
-        """Complete samples in the signal file(s) (None: unknown layout, read them all)."""
-        n = self.header_samples or None
-        files: dict[str, list[int]] = {}
-        for i, f in enumerate(header.file_name):
-            files.setdefault(f, []).append(i)
-        for f, sigs in files.items():
-            p = self.path.with_name(f)
-            if not p.is_file():
-                raise VitalsError(f"record {self.name}: signal file {p} is missing")
-            fmt = str(header.fmt[sigs[0]])
-            spf = header.samps_per_frame[sigs[0]] if header.samps_per_frame else 1
-            if fmt not in _FMT_BYTES or any(str(header.fmt[i]) != fmt for i in sigs):
-                continue  # unknown layout: let wfdb decide
-            offset = (header.byte_offset[sigs[0]] or 0) if header.byte_offset else 0
-            per_frame = _FMT_BYTES[fmt] * len(sigs) * (spf or 1)
-            have = max(0, int((p.stat().st_size - offset) // per_frame))
-            n = have if n is None else min(n, have)
-        return n
-
-    def _read_numerics(self, wfdb) -> tuple[dict[str, np.ndarray], str | None]:
+    def _read_numerics(self) -> tuple[dict[str, np.ndarray], str | None]:
+        """The ``<name>n`` numerics at 1 Hz (binned when recorded faster) and that name;
+        none (with a warning when unreadable): a reference is optional."""
         name = self.name + "n"
         p = self.path.with_name(name)
         if not p.with_name(name + ".hea").is_file():
             return {}, None
         try:
-            rec = wfdb.rdrecord(str(p))
-        except Exception as e:  # noqa: BLE001 - a reference is optional: warn, go on
+            rec = read_record(p)
+        except WfdbError as e:
             self.warnings.append(f"numerics record {name} unreadable ({e}): no reference")
             return {}, None
-        sig = np.asarray(rec.p_signal, dtype=np.float64)
-        per_s = max(1, int(round(rec.fs)))
+        numerics = signals_by_name(rec)
         if abs(rec.fs - 1.0) > 1e-9:  # bin to 1 Hz
-            n = len(sig) // per_s
-            with np.errstate(all="ignore"):
-                blocks = sig[: n * per_s].reshape(n, per_s, -1)
-                cnt = np.isfinite(blocks).sum(1)
-                sig = np.where(cnt > 0, np.nansum(blocks, 1) / np.maximum(cnt, 1), np.nan)
-        return {strip_name(c): sig[:, i] for i, c in enumerate(rec.sig_name)}, name
+            per_s = max(1, int(round(rec.fs)))
+            numerics = {k: _per_second(v, per_s) for k, v in numerics.items()}
+        return numerics, name
 
     def chunks(self, speed: float | None = None, seconds: float = 1.0) -> Iterator[np.ndarray]:
         """Yield ``(≈fs*seconds, C)`` chunks; chunk k is released when its last sample is
@@ -189,3 +164,12 @@ class RecordSource:
             if name.lower() == want:
                 return v
         return None
+
+
+def _per_second(v: np.ndarray, per_s: int) -> np.ndarray:
+    """The mean of the finite values of each whole second of ``v`` (NaN where none)."""
+    n = len(v) // per_s
+    with np.errstate(all="ignore"):
+        blocks = v[: n * per_s].reshape(n, per_s)
+        cnt = np.isfinite(blocks).sum(1)
+        return np.where(cnt > 0, np.nansum(blocks, 1) / np.maximum(cnt, 1), np.nan)

@@ -8,9 +8,10 @@ Two real on-disk formats are read (torch is imported only by :class:`WindowDatas
                                  "RESP," "PLETH," "V," "AVR," "II," (order varies by record)
     <root>/bidmcNNn.hea + .dat   1 Hz numerics: "HR," "PULSE," "RESP," "SpO2,"
 
-Channel names are matched ignoring the trailing comma, surrounding blanks and case. Windows
-of ``window`` samples are cut every ``hop`` samples (starts ``0, hop, ...`` while the window
-fits). A window starting at sample ``s`` covers the seconds ``k`` with
+The files are read by :mod:`liquid_stream.wfdb` (the reader the vitals app uses); the
+BIDMC names by :mod:`liquid_stream.bidmc_vocab`. Channel names are matched ignoring the
+trailing comma, surrounding blanks and case. Windows of ``window`` samples are cut every
+``hop`` samples (starts ``0, hop, ...`` while the window fits). A window starting at sample ``s`` covers the seconds ``k`` with
 ``floor(s/fs) <= k < ceil((s+window)/fs)`` (32 numerics for the default 4000-sample windows
 on a 250-sample hop); its target is the mean of the 1 Hz numerics over those seconds, as a
 NaN-aware mean if at least ``min_valid`` of them are valid (seconds past the end of the
@@ -56,8 +57,10 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.bidmc_vocab import TARGETS, strip_name
+from liquid_stream.bidmc_vocab import TARGETS
 from liquid_stream.bidmc_vocab import channel_key as _clean  # the name bidmc_baseline uses
+from liquid_stream.wfdb import WfdbError, signals_by_name
+from liquid_stream.wfdb import read_record as read_wfdb_record
 
 TS_NAMES = {"hr": "HR", "rr": "RR", "spo2": "SpO2"}  # BIDMC32<name>_TRAIN.ts
 TS_CHANNELS = ("PLETH", "II")  # the .ts dimensions: PPG, ECG
@@ -159,20 +162,15 @@ def list_records(root: str | os.PathLike) -> list[str]:
 
 
 def _read(path: Path, what: str):
-    import wfdb
-
+    """The whole record ``path`` (:mod:`liquid_stream.wfdb`); a missing, unreadable or
+    truncated one is a :class:`BidmcDataError` (this loader never reads part of one)."""
     hea = path.with_suffix(".hea")
     if not hea.is_file():
         raise BidmcDataError(f"{what}: header file not found: {hea}")
     try:
-        rec = wfdb.rdrecord(str(path), physical=True, return_res=64)
-    except BidmcDataError:
-        raise
-    except Exception as e:  # wfdb raises ValueError/IndexError/OSError on bad files
-        raise BidmcDataError(
-            f"{what}: could not read WFDB record {path} ({type(e).__name__}: {e}); "
-            "the .dat file may be truncated or corrupt"
-        ) from e
+        rec = read_wfdb_record(path)
+    except WfdbError as e:
+        raise BidmcDataError(f"{what}: {e}; the .dat file may be truncated or corrupt") from e
     sig = rec.p_signal
     if sig is None or sig.ndim != 2 or sig.shape[0] != rec.sig_len:
         raise BidmcDataError(
@@ -211,11 +209,7 @@ def read_record(
     num = _read(d / f"{name}n", f"{name}n")
     if not math.isclose(float(num.fs), NUMERICS_RATE):
         raise BidmcDataError(f"{name}n: numerics sampled at {num.fs:g} Hz, expected 1 Hz")
-    numerics = {
-        strip_name(s): np.asarray(num.p_signal[:, i], dtype=np.float64)
-        for i, s in enumerate(num.sig_name)
-    }
-    return signals, fs, numerics
+    return signals, fs, signals_by_name(num)
 
 
 def _numeric(numerics: dict[str, np.ndarray], channel: str, name: str) -> np.ndarray:
