@@ -152,33 +152,50 @@ SSM_FIELDS = tuple(f.name for f in dataclasses.fields(SSMConfig))
 
 def ssm_keywords(init: Callable) -> Callable:
     """Decorator for an ``__init__`` that takes :class:`SSMConfig`'s fields as ``**ssm``: its
-    published signature (``inspect.signature``, ``help``) lists them as keyword-only
-    parameters with SSMConfig's defaults, in SSMConfig's order, before its own keyword-only
-    ones. These are the flat keywords of checkpoints and YAML configs (training/config.py
-    reads the model's keys and defaults from this signature); the defaults stay defined
-    once, in :class:`SSMConfig`. The function itself is unchanged."""
+    published signature (``inspect.signature``, ``help``) lists them as parameters with
+    SSMConfig's defaults, in SSMConfig's order, before its own keyword-only ones: where
+    ``init`` has ``*fields`` they may also be given by position, else they are keyword-only.
+    These are the flat keywords of checkpoints and YAML configs (training/config.py reads
+    the model's keys and defaults from this signature); the defaults stay defined once, in
+    :class:`SSMConfig`. The function itself is unchanged."""
     sig = inspect.signature(init)
-    own = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params = sig.parameters.values()
+    positional = any(p.kind is p.VAR_POSITIONAL for p in params)
+    own = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     at = next((i for i, p in enumerate(own) if p.kind is p.KEYWORD_ONLY), len(own))
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD if positional else inspect.Parameter.KEYWORD_ONLY
     fields = [
-        inspect.Parameter(
-            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
-        )
+        inspect.Parameter(f.name, kind, default=f.default, annotation=f.type)
         for f in dataclasses.fields(SSMConfig)
     ]
     init.__signature__ = sig.replace(parameters=[*own[:at], *fields, *own[at:]])
     return init
 
 
+def given_fields(init: Callable, fields: tuple, ssm: dict) -> dict:
+    """The :class:`SSMConfig` fields a call of ``init`` (decorated with :func:`ssm_keywords`)
+    gave, by position (``fields``, in SSMConfig's order) and by name (``ssm``); TypeError,
+    as Python's own, for too many, repeated or unknown ones."""
+    where = f"{init.__qualname__}()"
+    if len(fields) > len(SSM_FIELDS):
+        raise TypeError(
+            f"{where} takes at most {len(SSM_FIELDS)} positional SSM fields, got {len(fields)}"
+        )
+    given = dict(zip(SSM_FIELDS[: len(fields)], fields, strict=True))
+    for k in ssm:
+        if k not in SSM_FIELDS:
+            raise TypeError(f"{where} got an unexpected keyword argument {k!r}")
+        if k in given:
+            raise TypeError(f"{where} got multiple values for argument {k!r}")
+    return {**given, **ssm}
+
+
 def call_arguments(init: Callable, args: dict, ssm: dict) -> dict:
     """The arguments of a call of ``init`` (decorated with :func:`ssm_keywords`) as one flat
     dict in its published order, defaults filled in: ``args`` its named arguments (e.g. its
     ``locals()``), ``ssm`` its ``**ssm``. TypeError for a keyword it does not take."""
-    for k in ssm:
-        if k not in SSM_FIELDS:
-            raise TypeError(f"{init.__qualname__}() got an unexpected keyword argument {k!r}")
     defaults = {f.name: f.default for f in dataclasses.fields(SSMConfig)}
-    values = {**defaults, **ssm, **args}
+    values = {**defaults, **given_fields(init, (), ssm), **args}
     return {k: values[k] for k in inspect.signature(init).parameters if k != "self"}
 
 
@@ -187,17 +204,18 @@ class LiquidS4(nn.Module):
 
     Args:
         d_model: H, the number of independent channels.
-        config: the layer's :class:`SSMConfig` (d_state, mode, liquid, liquid_order,
-            liquid_len, dt_min, dt_max, bidirectional, init, disc, backend); keyword
-            arguments of the same names make it, or replace its fields.
+        d_state, mode, …, backend: the fields of :class:`SSMConfig` (by position or name).
+        config: a whole :class:`SSMConfig` instead (the fields given beside it replace its
+            own): ``LiquidS4(H, config=SSMConfig(mode="diag"))`` is ``LiquidS4(H, mode="diag")``.
     """
 
     @ssm_keywords
-    def __init__(self, d_model: int, config: SSMConfig | None = None, **ssm):
+    def __init__(self, d_model: int, *fields, config: SSMConfig | None = None, **ssm):
         super().__init__()
         if not isinstance(d_model, int) or d_model < 1:
             raise ValueError(f"d_model must be a positive int, got {d_model!r}")
-        cfg = SSMConfig(**ssm) if config is None else dataclasses.replace(config, **ssm)
+        given = given_fields(LiquidS4.__init__, fields, ssm)
+        cfg = SSMConfig(**given) if config is None else dataclasses.replace(config, **given)
         channels = 2 if cfg.bidirectional else 1
         args = (d_model, cfg.d_state, channels, cfg.dt_min, cfg.dt_max, cfg.disc)
         if cfg.mode == "dplr":
@@ -206,12 +224,8 @@ class LiquidS4(nn.Module):
             self.kernel = DiagKernel(*args, cfg.init)
         self.config = cfg
         self.d_model, self.d_state, self.mode = d_model, cfg.d_state, cfg.mode
-        self.liquid, self.liquid_order, self.liquid_len = (
-            cfg.liquid,
-            cfg.liquid_order,
-            cfg.liquid_len,
-        )
-        self.bidirectional = cfg.bidirectional
+        self.liquid, self.liquid_order = cfg.liquid, cfg.liquid_order
+        self.liquid_len, self.bidirectional = cfg.liquid_len, cfg.bidirectional
         self.D = nn.Parameter(torch.randn(d_model))
 
     @property

@@ -111,7 +111,7 @@ class LiquidS4Block(nn.Module):
         super().__init__()
         self.prenorm = prenorm
         self.norm = Norm(d_model, norm)
-        self.ssm = LiquidS4(d_model, ssm)
+        self.ssm = LiquidS4(d_model, config=ssm)
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(d_model, 2 * d_model)
 
@@ -212,9 +212,10 @@ class LiquidS4Model(nn.Module):
     and ``(B, L, d_output)`` for ``window``; ``pair`` takes ``x (B, 2, L, d_input)`` and
     returns ``(B, d_output)``. The layers' arguments (d_state, mode, liquid, …) are the
     fields of :class:`~liquid_stream.layer.SSMConfig`, taken as flat keywords (the form of
-    checkpoints and YAML configs) and given to every block as one SSMConfig. Every
-    constructor argument is kept in :attr:`config` (a flat dict), so
-    ``LiquidS4Model(**model.config)`` rebuilds the architecture.
+    checkpoints and YAML configs; keyword-only, as is every argument after n_layers) and
+    given to every block as one SSMConfig. Every constructor argument is kept in
+    :attr:`config` (a flat dict), so ``LiquidS4Model(**model.config)`` rebuilds the
+    architecture.
     Bad arguments raise a ValueError naming them (the sizes d_input, d_output, d_model,
     n_layers, d_state and decoder_window must be ints >= 1, ``frontend`` None or a dict;
     ``rate`` a finite number > 0).
@@ -257,9 +258,9 @@ class LiquidS4Model(nn.Module):
         self.decoder_window, self.prenorm = decoder_window, prenorm
         d_features = d_input if self.frontend is None else self.frontend.n_mels
         self.encoder = nn.Linear(d_features, d_model)
-        layer = SSMConfig.from_dict(self.config)
+        ssm_config = SSMConfig.from_dict(self.config)  # one for all the layers
         self.blocks = nn.ModuleList(
-            LiquidS4Block(d_model, layer, norm, prenorm, dropout) for _ in range(n_layers)
+            LiquidS4Block(d_model, ssm_config, norm, prenorm, dropout) for _ in range(n_layers)
         )
         self.final_norm = Norm(d_model, norm) if prenorm else nn.Identity()
         # [a, b, a·b, a − b] → H, then the head (liquid_stream.pair); offline only
@@ -285,7 +286,10 @@ class LiquidS4Model(nn.Module):
         return all(b.ssm.is_causal for b in self.blocks)
 
     def check_streamable(self) -> None:
-        """ValueError unless this model has a step form (:meth:`streaming`)."""
+        """ValueError unless this model has a step form (:meth:`streaming`): the one place
+        that refuses the ``pair`` decoder (:mod:`liquid_stream.pair`) and, through
+        :meth:`SSMConfig.check_streamable <liquid_stream.layer.SSMConfig.check_streamable>`,
+        bidirectional layers."""
         if self.decoder == "pair":
             raise ValueError(NOT_STREAMABLE)
         for block in self.blocks:
