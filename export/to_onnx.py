@@ -459,6 +459,7 @@ class _Emitter:
         return g.op("Add", y, g.op("Mul", u, g.const(_f32(step.D)[:, None, None])))
 
     def block(self, i: int, block, x: str) -> str:
+        """↔ :meth:`LiquidS4BlockStep.forward` on channel-first ``x (H, B, T)``."""
         g = self.g
         z = self.norm_cf(block.norm, x) if block.prenorm else x
         z = self.gelu(self.layer(i, block.ssm, z))
@@ -477,7 +478,8 @@ class _Emitter:
         return x if block.prenorm else self.norm_cf(block.norm, x)
 
     def decoder(self, logits: str) -> str:
-        """Per-step decoder on ``logits (B, T, d)``: last / sliding window / running pool."""
+        """↔ the decoder part of :meth:`StreamingModel._stack`: per-step decoder on
+        ``logits (B, T, d)``, last / sliding window / running pool."""
         g, sm = self.g, self.sm
         if sm.decoder == "last":
             return logits
@@ -588,8 +590,9 @@ class _Emitter:
         return g.op("Transpose", z, perm=[1, 0, 2])
 
     def frontend_stack(self, x: str, B: str, T: str) -> str:
-        """Raw samples ``x (B, T, 1)`` → log-mel frames → the stack at the frame rate →
-        per-sample held outputs ``(B, T, d_output)`` (:mod:`liquid_stream.frontend`).
+        """↔ :meth:`StreamingModel._step` with a front end: raw samples ``x (B, T, 1)`` →
+        log-mel frames → the stack at the frame rate → per-sample held outputs
+        ``(B, T, d_output)`` (:mod:`liquid_stream.frontend`).
 
         A chunk that completes no frame must leave the stack's state untouched, and the
         stack's graph cannot run on zero steps, so the stack sits in an ``If`` on F > 0
