@@ -56,9 +56,9 @@ def load_model(path: str | Path, threads: int | None = 1) -> VitalModel:
         meta = ModelMeta.from_onnx_props(s.metadata)
     except MetaError as e:
         raise VitalsError(f"{path.name}: {e}") from None
-    if s.task != TASK:
+    if meta.task != TASK:
         raise VitalsError(
-            f"{path.name} is a {s.task or 'task-less'!r} model, not a vital-sign model "
+            f"{path.name} is a {meta.task or 'task-less'!r} model, not a vital-sign model "
             f"(task {TASK!r}): pass models exported by the bidmc task"
         )
     target = meta.target or ""
@@ -68,7 +68,7 @@ def load_model(path: str | Path, threads: int | None = 1) -> VitalModel:
     if not channels or len(channels) != s.d_input:
         raise VitalsError(
             f"{path.name}: metadata 'channels' must list its {s.d_input} input channel(s), "
-            f"got {s.metadata.get('channels')!r}"
+            f"got {meta.channels!r}"
         )
     if s.d_output != 1:
         raise VitalsError(
