@@ -8,18 +8,18 @@ Two real on-disk formats are read (torch is imported only by :class:`WindowDatas
                                  "RESP," "PLETH," "V," "AVR," "II," (order varies by record)
     <root>/bidmcNNn.hea + .dat   1 Hz numerics: "HR," "PULSE," "RESP," "SpO2,"
 
-The files are read by :mod:`liquid_stream.wfdb` (the reader the vitals app uses); the
-BIDMC names by :mod:`liquid_stream.bidmc_vocab`. Channel names are matched ignoring the
-trailing comma, surrounding blanks and case. Windows of ``window`` samples are cut every
-``hop`` samples (starts ``0, hop, ...`` while the window fits). A window starting at sample ``s`` covers the seconds ``k`` with
-``floor(s/fs) <= k < ceil((s+window)/fs)`` (32 numerics for the default 4000-sample windows
-on a 250-sample hop); its target is the mean of the 1 Hz numerics over those seconds, as a
-NaN-aware mean if at least ``min_valid`` of them are valid (seconds past the end of the
-numerics count as invalid), else the window is skipped. Windows with any NaN in the selected
-signal channels are skipped; records shorter than one window are skipped. Skips are counted
-in ``Windows.skipped`` (``nan_signal``, ``nan_target``, ``short_record``). A sampling rate
-other than ``sample_rate``, a missing channel or a truncated/corrupt file raise
-:class:`BidmcDataError` (no silent resampling).
+The files are read by :mod:`liquid_stream.wfdb` (the reader the vitals app uses); the BIDMC
+names by :mod:`liquid_stream.bidmc_vocab`. Channel names are matched ignoring the trailing
+comma, surrounding blanks and case. Windows of ``window`` samples are cut every ``hop``
+samples (starts ``0, hop, ...`` while the window fits). A window starting at sample ``s``
+covers the seconds ``k`` with ``floor(s/fs) <= k < ceil((s+window)/fs)`` (32 numerics for
+the default 4000-sample windows on a 250-sample hop); its target is the mean of the 1 Hz
+numerics over those seconds, as a NaN-aware mean if at least ``min_valid`` of them are valid
+(seconds past the end of the numerics count as invalid), else the window is skipped. Windows
+with any NaN in the selected signal channels are skipped; records shorter than one window
+are skipped. Skips are counted in ``Windows.skipped`` (``nan_signal``, ``nan_target``,
+``short_record``). A sampling rate other than ``sample_rate``, a missing channel or a
+truncated/corrupt file raise :class:`BidmcDataError` (no silent resampling).
 
 **Monash TSER archive BIDMC32HR / BIDMC32RR / BIDMC32SpO2** (Tan et al. 2021), sktime
 ``.ts`` text files ``BIDMC32<T>_TRAIN.ts`` / ``_TEST.ts`` (in ``root`` or below it)::
