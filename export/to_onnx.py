@@ -70,6 +70,7 @@ import onnx
 import torch
 
 from liquid_stream.chunked import chunk_tables
+from liquid_stream.frontend import LogMelStep
 
 from .graph import DTYPES, Graph
 
@@ -589,9 +590,92 @@ class _Emitter:
         z = g.op("Div", g.op("Sub", z, g.const(_f32(mean)[:, None])), g.const(_f32(std)[:, None]))
         return g.op("Transpose", z, perm=[1, 0, 2])
 
+    def logmel_states(self) -> dict[str, str]:
+        W = self.sm.frontend.win
+        return {"buffer": self.state("frontend.buffer", ["batch", W - 1])}
+
+    def logmel_segment(self, x: str, own: dict[str, str], phase: str, n: str) -> str:
+        """↔ :meth:`LogMelStep.forward`: the samples of the chunk's F frames,
+        ``(B, (F−1)·R + W)``, from the buffer of the last W − 1 samples and ``x (B, T, 1)``."""
+        g, R, W = self.g, self.sm.frontend.hop, self.sm.frontend.win
+        ext = g.op("Concat", own["buffer"], g.op("Squeeze", x, g.const([2])), axis=1)
+        self.set_state("frontend.buffer", g.slice(ext, -(W - 1), END, axis=1))
+        start = g.op("Sub", g.const([R - 1]), phase)
+        stop = g.op("Add", start, g.op("Add", g.op("Mul", n, g.const([R])), g.const([W - R])))
+        return g.slice(ext, start, stop, axis=1)
+
+    def scalenorm_states(self) -> dict[str, str]:
+        C = self.sm.frontend.cfg.channels
+        own = {k: self.state(f"frontend.{k}", ["batch", C]) for k in ("origin", "mean", "var")}
+        own["weight"] = self.state("frontend.weight", [1])
+        own["acc"] = self.state("frontend.acc", ["batch", C])
+        return own
+
+    def scalenorm_frames(self, x: str, own: dict[str, str], phase: str, n: str) -> str:
+        """↔ :meth:`ScaleNormStep.forward` (:mod:`liquid_stream.scalenorm`): the per-sample
+        recurrence as an ONNX ``Scan`` over the chunk (a handful of ops per sample: the
+        biosignal rates it serves make that free), then the frames' means from a cumulative
+        sum → channel-first features ``(C, B, F)``."""
+        g, fe = self.g, self.sm.frontend
+        c, R = fe.cfg, fe.hop
+        beta, one_minus = float(c.beta), float(1 - c.beta)
+        first = g.op("Squeeze", g.slice(x, 0, 1, axis=1), g.const([1]))  # (B, C)
+        started = g.op("Greater", own["weight"], g.const([0.0]))  # (1,)
+        origin = g.op("Where", started, own["origin"], first)  # the stream's first sample
+        self.set_state("frontend.origin", origin)
+        x0 = g.op("Sub", x, g.op("Unsqueeze", origin, g.const([1])))  # (B, T, C)
+        # the Scan body: (m, v, w, x_t) → (m', v', w', z_t)
+        outer, g.nodes = g.nodes, []
+        m_i, v_i, w_i, x_t = (g.fresh(k) for k in ("m_in", "v_in", "w_in", "x_t"))
+        w_o = g.op("Add", g.op("Mul", w_i, g.const(beta)), g.const(one_minus))
+        m_o = g.op("Add", g.op("Mul", m_i, g.const(beta)), g.op("Mul", x_t, g.const(one_minus)))
+        d = g.op("Sub", x_t, g.op("Div", m_o, w_o))
+        v_o = g.op(
+            "Add", g.op("Mul", v_i, g.const(beta)),
+            g.op("Mul", g.op("Mul", d, d), g.const(one_minus)),
+        )  # fmt: skip
+        sd = g.op("Sqrt", g.op("Add", g.op("Div", v_o, w_o), g.const(float(c.eps))))
+        z = g.op("Clip", g.op("Div", d, sd), g.const(-float(c.clip)), g.const(float(c.clip)))
+        body_nodes, g.nodes = g.nodes, outer
+        outs = [g.fresh(k) for k in ("m_out", "v_out", "w_out", "z_out")]
+        body_nodes += [
+            onnx.helper.make_node("Identity", [v], [o])
+            for v, o in zip((m_o, v_o, w_o, z), outs, strict=True)
+        ]
+        f32 = onnx.TensorProto.FLOAT
+
+        def info(name: str) -> onnx.ValueInfoProto:
+            return onnx.helper.make_tensor_value_info(name, f32, None)
+
+        body = onnx.helper.make_graph(
+            body_nodes, "scalenorm_step", [info(k) for k in (m_i, v_i, w_i, x_t)],
+            [info(k) for k in outs],
+        )  # fmt: skip
+        m, v, w, zs = g.op(
+            "Scan", own["mean"], own["var"], own["weight"], x0, n_out=4, body=body,
+            num_scan_inputs=1, scan_input_axes=[1], scan_output_axes=[1],
+        )  # fmt: skip
+        self.set_state("frontend.mean", m)
+        self.set_state("frontend.var", v)
+        self.set_state("frontend.weight", w)
+        # frame i ends at chunk sample e_i = R − p − 1 + i·R; S_t = acc + Σ_{s≤t} z_s
+        cum = g.op("CumSum", zs, g.const(np.int64(1)))  # (B, T, C)
+        S = g.op("Add", cum, g.op("Unsqueeze", own["acc"], g.const([1])))
+        e0 = g.op("Squeeze", g.op("Sub", g.const([R - 1]), phase), g.const([0]))
+        e_end = g.op("Add", e0, g.op("Squeeze", g.op("Mul", n, g.const([R])), g.const([0])))
+        ends = g.op("Range", e0, e_end, g.const(np.int64(R)))  # (F,)
+        S_e = g.op("Gather", S, ends, axis=1)  # (B, F, C)
+        zero = g.op("Mul", g.slice(S, 0, 1, axis=1), g.const(0.0))  # (B, 1, C)
+        prev = g.op("Concat", zero, S_e, axis=1)  # (B, F+1, C): S before each frame
+        frames = g.op("Div", g.op("Sub", S_e, g.slice(prev, 0, -1, axis=1)), g.const(float(R)))
+        acc = g.op("Sub", g.slice(S, -1, END, axis=1), g.slice(prev, -1, END, axis=1))
+        self.set_state("frontend.acc", g.op("Squeeze", acc, g.const([1])))
+        return g.op("Transpose", frames, perm=[2, 0, 1])
+
     def frontend_stack(self, x: str, B: str, T: str) -> str:
         """↔ :meth:`StreamingModel._step` with a front end: raw samples ``x (B, T, 1)`` →
-        log-mel frames → the stack at the frame rate → per-sample held outputs
+        front-end frames (log-mel or scale-normalised) → the stack at the frame rate →
+        per-sample held outputs
         ``(B, T, d_output)`` (:mod:`liquid_stream.frontend`).
 
         A chunk that completes no frame must leave the stack's state untouched, and the
@@ -599,26 +683,27 @@ class _Emitter:
         whose else branch passes its states through."""
         g, sm = self.g, self.sm
         fe = sm.frontend
-        R, W, dout = fe.hop, fe.win, sm.d_output
-        buf = self.state("frontend.buffer", ["batch", W - 1])
+        R, dout = fe.hop, sm.d_output
+        logmel = isinstance(fe, LogMelStep)
+        own = self.logmel_states() if logmel else self.scalenorm_states()
         phase = self.state("frontend.phase", [1], np.int64)
         held = self.state("frontend.held", ["batch", dout])
-        mu = float(np.asarray(self.input_mean, dtype=np.float64).reshape(-1)[0])
-        sd = float(np.asarray(self.input_std, dtype=np.float64).reshape(-1)[0])
-        if (mu, sd) != (0.0, 1.0):  # standardise the raw samples (d_input = 1)
-            x = g.op("Div", g.op("Sub", x, g.const(mu)), g.const(sd))
-        ext = g.op("Concat", buf, g.op("Squeeze", x, g.const([2])), axis=1)  # (B, W−1+T)
+        mu = np.asarray(self.input_mean, dtype=np.float64).reshape(-1)
+        sd = np.asarray(self.input_std, dtype=np.float64).reshape(-1)
+        if not (np.all(mu == 0.0) and np.all(sd == 1.0)):  # standardise the raw samples
+            x = g.op("Div", g.op("Sub", x, g.const(_f32(torch.from_numpy(mu)))),
+                     g.const(_f32(torch.from_numpy(sd))))  # fmt: skip
         p_T = g.op("Add", phase, T)
         n = g.op("Div", p_T, g.const([R]))  # frames completed by this chunk
-        self.set_state("frontend.buffer", g.slice(ext, -(W - 1), END, axis=1))
         self.set_state("frontend.phase", g.op("Sub", p_T, g.op("Mul", n, g.const([R]))))
-        start = g.op("Sub", g.const([R - 1]), phase)
-        stop = g.op("Add", start, g.op("Add", g.op("Mul", n, g.const([R])), g.const([W - R])))
-        seg = g.slice(ext, start, stop, axis=1)
+        if logmel:  # the frames' samples now, the log-mel inside the If (F > 0 only)
+            seg = self.logmel_segment(x, own, phase, n)
+        else:  # the normaliser's state moves with every sample: its frames outside the If
+            feats = self.scalenorm_frames(x, own, phase, n)
         # then-branch: the stack on the F > 0 new frames
         outer, g.nodes = g.nodes, []
         first_state = len(self.spec)
-        y_frames = self.stack(self.logmel(seg), B, n)
+        y_frames = self.stack(self.logmel(seg) if logmel else feats, B, n)
         stack_states = self.spec[first_state:]
         then_nodes, g.nodes = g.nodes, outer
         types = [onnx.TensorProto.FLOAT] + [DTYPES[np.dtype(s["dtype"])] for s in stack_states]

@@ -40,8 +40,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-FRONTENDS = ("raw", "logmel")
-
 
 @dataclass(frozen=True)
 class LogMelConfig:
@@ -166,6 +164,7 @@ class LogMel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.win, self.hop, self.n_mels = cfg.win, cfg.hop, cfg.n_mels
+        self.n_features = cfg.n_mels
         self._tables: dict[tuple, tuple[Tensor, ...]] = {}
 
     def tables(self, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, ...]:

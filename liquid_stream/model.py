@@ -33,11 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .frontend import FRONTENDS, LogMel, LogMelConfig, LogMelStep, hold
+from .frontend import LogMel, LogMelConfig, LogMelStep, hold
 from .kernel_base import SSM_PARAMETER_NAMES, SSMKernel
 from .layer import LiquidS4, LiquidS4Step, SSMConfig, call_arguments, check_input, ssm_keywords
 from .liquid import causal_window_sum
 from .pair import NO_STEPS, NOT_STREAMABLE, PairDecoder
+from .scalenorm import ScaleNorm, ScaleNormConfig, ScaleNormStep
 from .validate import (
     MAX_STD,
     StreamInputError,
@@ -205,6 +206,36 @@ def check_rate(rate) -> float:
     return float(rate)
 
 
+FRONTENDS = ("raw", "logmel", "scalenorm")
+
+
+def build_frontend(spec: dict | None, d_input: int) -> LogMel | ScaleNorm | None:
+    """The front end a model config's ``frontend`` dict names: None (``raw``, the samples
+    go straight to the encoder), :class:`~liquid_stream.frontend.LogMel` (mono audio →
+    log-mel frames) or :class:`~liquid_stream.scalenorm.ScaleNorm` (any channels → running
+    scale-normalised, pooled frames; ``channels`` defaults to ``d_input``)."""
+    kind = (spec or {}).get("kind", "raw")
+    if kind not in FRONTENDS:
+        raise ValueError(f"frontend.kind must be one of {FRONTENDS}, got {kind!r}")
+    if kind == "raw":
+        return None
+    if kind == "logmel":
+        if d_input != 1:
+            raise ValueError(f"a log-mel front end takes mono audio (d_input 1), got {d_input}")
+        return LogMel(LogMelConfig.from_dict(spec))
+    cfg = ScaleNormConfig.from_dict({"channels": d_input, **spec})
+    if cfg.channels != d_input:
+        raise ValueError(f"frontend.channels {cfg.channels} differs from d_input {d_input}")
+    return ScaleNorm(cfg)
+
+
+def step_frontend(frontend: LogMel | ScaleNorm, dtype: torch.dtype) -> LogMelStep | ScaleNormStep:
+    """The step form of a front end (its state is part of the streaming model's)."""
+    if isinstance(frontend, LogMel):
+        return LogMelStep(frontend, dtype)
+    return ScaleNormStep(frontend, dtype)
+
+
 class LiquidS4Model(nn.Module):
     """Encoder → stacked Liquid-S4 blocks → decoder.
 
@@ -243,20 +274,14 @@ class LiquidS4Model(nn.Module):
         args = {k: v for k, v in locals().items() if k not in ("self", "__class__", "ssm")}
         self.config = call_arguments(LiquidS4Model.__init__, args, ssm)
         _check_sizes(self.config)
-        kind = (frontend or {}).get("kind", "raw")
-        if kind not in FRONTENDS:
-            raise ValueError(f"frontend.kind must be one of {FRONTENDS}, got {kind!r}")
-        self.frontend = LogMel(LogMelConfig.from_dict(frontend)) if kind == "logmel" else None
-        if self.frontend is not None:
-            if d_input != 1:
-                raise ValueError(f"a log-mel front end takes mono audio (d_input 1), got {d_input}")
-            if decoder == "pair":
-                raise ValueError("a log-mel front end is for streaming models, not decoder pair")
+        self.frontend = build_frontend(frontend, d_input)
+        if self.frontend is not None and decoder == "pair":
+            raise ValueError("a front end is for streaming models, not decoder pair")
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
         self.d_input, self.d_output, self.decoder = d_input, d_output, decoder
         self.decoder_window, self.prenorm = decoder_window, prenorm
-        d_features = d_input if self.frontend is None else self.frontend.n_mels
+        d_features = d_input if self.frontend is None else self.frontend.n_features
         self.encoder = nn.Linear(d_features, d_model)
         ssm_config = SSMConfig.from_dict(self.config)  # one for all the layers
         self.blocks = nn.ModuleList(
@@ -308,8 +333,8 @@ class LiquidS4Model(nn.Module):
         if self.frontend is not None:
             if rate != 1.0:
                 raise ValueError(
-                    "a log-mel model runs at its front end's sample rate only (rate 1); "
-                    "resample the input instead"
+                    "a model with a front end runs at its front end's sample rate only "
+                    "(rate 1); resample the input instead"
                 )
             x = self.frontend(x)
         h = self.encoder(x)
@@ -420,9 +445,11 @@ class StreamingModel(nn.Module):
         self.d_input, self.d_output = model.d_input, model.d_output
         self.sub_block, self.max_chunk, self.rate = sub_block, max_chunk, rate
         if model.frontend is not None and rate != 1.0:
-            raise ValueError("a log-mel model streams at its front end's sample rate only (rate 1)")
+            raise ValueError(
+                "a model with a front end streams at its front end's sample rate only (rate 1)"
+            )
         # front end (raw samples → frames) or None; the stack then steps once per frame
-        self.frontend = None if model.frontend is None else LogMelStep(model.frontend, dtype)
+        self.frontend = None if model.frontend is None else step_frontend(model.frontend, dtype)
         self.hop = model.hop
         with torch.no_grad():
             self.encoder = copy.deepcopy(model.encoder).to(dtype)

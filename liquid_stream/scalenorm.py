@@ -141,7 +141,8 @@ class ScaleNorm(nn.Module):
         t = torch.arange(L, dtype=x.dtype, device=x.device)
         w = (1 - torch.exp((t + 1) * math.log(c.beta)))[:, None]  # (L, 1)
         origin = x[:, :1]  # (B, 1, C)
-        d = x - (origin + ema(x - origin, c.beta) / w)
+        x0 = x - origin  # offsets cost no precision: every sum is about the origin
+        d = x0 - ema(x0, c.beta) / w
         var = ema(d * d, c.beta) / w
         return torch.clamp(d / torch.sqrt(var + c.eps), -c.clip, c.clip)
 
@@ -189,10 +190,10 @@ class ScaleNormStep(nn.Module):
             origin = x[:, 0]
         frames = []
         for t in range(x.shape[1]):
-            xt = x[:, t]
+            xt = x[:, t] - origin
             w = beta * w + (1 - beta)
-            m = beta * m + (1 - beta) * (xt - origin)
-            d = xt - (origin + m / w)
+            m = beta * m + (1 - beta) * xt
+            d = xt - m / w
             v = beta * v + (1 - beta) * d * d
             acc = acc + torch.clamp(d / torch.sqrt(v / w + c.eps), -c.clip, c.clip)
             p += 1

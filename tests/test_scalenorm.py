@@ -127,3 +127,77 @@ def test_gradient_reaches_the_input_and_is_finite():
 def test_bad_config_is_refused_with_the_field_named(field, value):
     with pytest.raises(ValueError, match=f"frontend.{field}"):
         ScaleNormConfig(**{field: value})
+
+
+# ------------------------------------------------------------------ as a model's front end
+
+
+def sn_model(dtype=torch.float32, decoder: str = "window") -> torch.nn.Module:
+    from liquid_stream.model import LiquidS4Model
+
+    torch.manual_seed(0)
+    m = LiquidS4Model(
+        d_input=2, d_output=1, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb",
+        liquid_order=2, norm="layer", decoder=decoder, decoder_window=10,
+        frontend={"kind": "scalenorm", "tau_s": 0.5, "hop": 5},
+    )  # fmt: skip
+    return m.to(dtype).eval()
+
+
+@pytest.mark.parametrize("decoder", ["window", "last", "pool"])
+def test_model_streams_exactly_in_float64(decoder):
+    m = sn_model(torch.float64, decoder)
+    x = signal(L=900) * 30 + 500
+    want = m.forward_steps(x)
+    got = run_steps_model(m.streaming(dtype=torch.float64), x, [1, 3, 4, 97, 5, 300, 490])
+    assert want.shape == (2, 900, 1)
+    assert (got - want).abs().max().item() <= 1e-9
+
+
+def run_steps_model(sm, x: torch.Tensor, sizes) -> torch.Tensor:
+    state, out, i = sm.init_state(x.shape[0]), [], 0
+    for T in sizes:
+        y, state = sm(x[:, i : i + T], state)
+        out.append(y)
+        i += T
+    assert i == x.shape[1]
+    return torch.cat(out, 1)
+
+
+def test_model_checks_its_channels():
+    from liquid_stream.model import LiquidS4Model
+
+    with pytest.raises(ValueError, match="frontend.channels 3 differs from d_input 2"):
+        LiquidS4Model(d_input=2, d_output=1, frontend={"kind": "scalenorm", "channels": 3})
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 125, "random"])
+def test_onnx_graph_equals_the_forward_in_any_chunking_and_units(tmp_path, chunk):
+    """A real onnxruntime session over 3000 samples in ADC-like units with a large offset:
+    within the contract 1e-4·max|y| of the float64 forward, and the same answer (to float32
+    rounding) for the signal in other units."""
+    from liquid_stream.export.pipeline import export_model
+    from liquid_stream.onnx_streamer import OnnxStreamer
+
+    m = sn_model()
+    path = tmp_path / "sn.onnx"
+    export_model(m, path, chunk=125)
+    rng = np.random.default_rng(3)
+    x = (signal(B=1, L=3000).numpy() * 50 + 3e4).astype(np.float32)
+    sizes = rng.integers(1, 126, 200).tolist() if chunk == "random" else [chunk] * 3000
+    with torch.no_grad():
+        ref = m.double().forward_steps(torch.from_numpy(x).double()).numpy()
+
+    def stream(xs: np.ndarray) -> np.ndarray:
+        s, ys, i = OnnxStreamer(path), [], 0
+        for T in sizes:
+            if i >= xs.shape[1]:
+                break
+            ys.append(s.process(xs[:, i : i + T]))
+            i += T
+        return np.concatenate(ys, 1)
+
+    y = stream(x)
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+    y_units = stream(((x.astype(np.float64) - 3e4) * 0.01 - 700).astype(np.float32))
+    assert np.abs(y_units - ref).max() <= 1e-4 * np.abs(ref).max()
