@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from liquid_stream.labels import TrueEvent
 from liquid_stream.meta import MetaError, ModelMeta
 from liquid_stream.onnx_streamer import OnnxModelError, OnnxStreamer, StreamInputError
 
@@ -330,41 +331,6 @@ def detect_events(
 
 
 # -------------------------------------------------------------------------- evaluation
-
-
-@dataclass(frozen=True)
-class TrueEvent:
-    """A spoken word of a labelled stream: ``[start_s, end_s]`` (end = end of speech)."""
-
-    start_s: float
-    end_s: float
-    word: str
-    is_keyword: bool
-
-
-def read_label_csv(path: str | os.PathLike) -> list[TrueEvent]:
-    """Read ``start_s,end_s,word,is_keyword`` rows (header required) into events."""
-    import csv
-
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"labels file not found: {path}")
-    need = ("start_s", "end_s", "word", "is_keyword")
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or any(c not in reader.fieldnames for c in need):
-            raise ValueError(f"{path}: expected a CSV with columns {','.join(need)}")
-        out = []
-        for i, row in enumerate(reader, start=2):
-            try:
-                flag = row["is_keyword"].strip().lower() in ("1", "true", "yes")
-                ev = TrueEvent(float(row["start_s"]), float(row["end_s"]), row["word"], flag)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"{path}:{i}: bad row {row} ({e})") from e
-            if ev.end_s < ev.start_s:
-                raise ValueError(f"{path}:{i}: end_s before start_s")
-            out.append(ev)
-    return out
 
 
 def evaluate_detections(

@@ -422,7 +422,9 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
     import json
     from pathlib import Path
 
-    from .kws import evaluate_detections, read_label_csv
+    from liquid_stream.labels import read_label_csv
+
+    from .kws import evaluate_detections
 
     spotter = _open_spotter(model, keywords, threshold, refractory, smooth_ms, chunk_ms, threads)
     try:
@@ -533,8 +535,10 @@ def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, out_pa
     import json
     from pathlib import Path
 
+    from liquid_stream.labels import read_label_csv
+
     from .audio import AudioError, read_wav
-    from .kws import KwsModelError, read_label_csv
+    from .kws import KwsModelError
     from .kws_tune import tune_thresholds, write_tuning
 
     try:

@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from liquid_stream.atomic import atomic_write_bytes
+from liquid_stream.labels import TrueEvent
 
-from .kws import Detection, KeywordSpotter, TrueEvent, detect_events, evaluate_detections
+from .kws import Detection, KeywordSpotter, detect_events, evaluate_detections
 
 THRESHOLD_GRID = tuple(round(float(t), 2) for t in np.arange(0.30, 0.991, 0.02))
 SMOOTH_GRID_MS = (0.0, 50.0, 100.0, 200.0, 300.0)

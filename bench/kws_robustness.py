@@ -48,8 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from liquid_stream.apps.audio import read_wav  # noqa: E402
-from liquid_stream.apps.kws import read_label_csv  # noqa: E402
 from liquid_stream.apps.kws_cli import kws_eval_cmd  # noqa: E402
+from liquid_stream.labels import read_label_csv  # noqa: E402
 from liquid_stream.training.data.augment import (  # noqa: E402
     apply_gain,
     band_limit,

@@ -12,6 +12,7 @@ both layers share one definition.
 
 from __future__ import annotations
 
+import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,3 +35,25 @@ def write_label_csv(path: str | os.PathLike, rows: list[TrueEvent]) -> None:
     lines = [",".join(LABEL_COLUMNS)]
     lines += [f"{r.start_s:.6f},{r.end_s:.6f},{r.word},{int(r.is_keyword)}" for r in rows]
     Path(path).write_text("\n".join(lines) + "\n")
+
+
+def read_label_csv(path: str | os.PathLike) -> list[TrueEvent]:
+    """Read ``start_s,end_s,word,is_keyword`` rows (header required) into events."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"labels file not found: {path}")
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or any(c not in reader.fieldnames for c in LABEL_COLUMNS):
+            raise ValueError(f"{path}: expected a CSV with columns {','.join(LABEL_COLUMNS)}")
+        out = []
+        for i, row in enumerate(reader, start=2):
+            try:
+                flag = row["is_keyword"].strip().lower() in ("1", "true", "yes")
+                ev = TrueEvent(float(row["start_s"]), float(row["end_s"]), row["word"], flag)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{path}:{i}: bad row {row} ({e})") from e
+            if ev.end_s < ev.start_s:
+                raise ValueError(f"{path}:{i}: end_s before start_s")
+            out.append(ev)
+    return out

@@ -220,7 +220,8 @@ def test_kws_eval_on_tone_stream(tone_model, tone_wavs, tmp_path):
 
 
 def test_evaluate_detections_counts_false_accepts():
-    from liquid_stream.apps.kws import Detection, TrueEvent
+    from liquid_stream.apps.kws import Detection
+    from liquid_stream.labels import TrueEvent
 
     truth = [TrueEvent(1.0, 1.5, "yes", True), TrueEvent(3.0, 3.4, "no", True),
              TrueEvent(5.0, 5.4, "up", False)]  # fmt: skip

@@ -12,9 +12,10 @@ from click.testing import CliRunner
 from fixtures_kws import write_labels_csv, write_tone_wav
 from test_kws import tone_model  # noqa: F401 - the session fixture (a trained tone spotter)
 
-from liquid_stream.apps.kws import KeywordSpotter, detect_events, read_label_csv
+from liquid_stream.apps.kws import KeywordSpotter, detect_events
 from liquid_stream.apps.kws_cli import kws_eval_cmd, kws_tune_cmd
 from liquid_stream.apps.kws_tune import smooth, tune_thresholds
+from liquid_stream.labels import read_label_csv
 
 
 def literal_rule(s, thresholds, refractory):
