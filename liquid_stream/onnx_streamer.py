@@ -21,18 +21,18 @@ as if the refused one had never been sent, and no input can leave the state non-
 
 Model files: a missing, corrupt or foreign file, and a liquid-stream model whose metadata
 is missing or malformed (``state_spec``, ``d_input``, ``d_output``, ``max_chunk``,
-``chunk``, ``sample_rate``, ``labels``), raise :class:`OnnxModelError` naming the file and
-the entry.
+``chunk``, ``sample_rate``, ``labels``; read through :mod:`liquid_stream.meta`'s schema),
+raise :class:`OnnxModelError` naming the file and the entry.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 
+from .meta import MetaError, ModelMeta
 from .validate import (
     MAX_STD,
     StreamInputError,
@@ -44,6 +44,11 @@ from .validate import (
 )
 
 __all__ = ["MAX_STD", "OnnxModelError", "OnnxStreamer", "StreamInputError"]
+
+# The metadata entries the streamer reads (schema: liquid_stream/meta.py).
+STREAMER_KEYS = (
+    "state_spec", "d_input", "d_output", "max_chunk", "chunk", "sample_rate", "labels", "task"
+)  # fmt: skip
 
 
 class OnnxModelError(ValueError):
@@ -101,31 +106,25 @@ class OnnxStreamer:
             "re-export the model (liquid-stream export)"
         )
 
-    def _meta_int(self, key: str, default: int | None = None) -> int:
-        """A required (``default`` None) or optional integer entry >= 1."""
-        if key not in self.metadata:
-            if default is None:
-                raise self._bad_meta(key, "is missing")
-            return default
-        text = self.metadata[key]
-        try:
-            value = int(text)
-        except ValueError:
-            raise self._bad_meta(key, f"is not an integer: {text!r}") from None
-        if value < 1:
-            raise self._bad_meta(key, f"must be >= 1, got {value}")
-        return value
-
     def _parse_metadata(self) -> None:
-        """Read and check every metadata entry the streamer uses (OnnxModelError naming
-        the file and the entry otherwise)."""
-        meta = self.metadata
+        """Read and check every metadata entry the streamer uses through the schema
+        (:meth:`ModelMeta.from_onnx_props <liquid_stream.meta.ModelMeta.from_onnx_props>`),
+        OnnxModelError naming the file and the entry otherwise. Only those entries are
+        decoded here: one the streamer does not use (``silence_class``, ``target``, ...) is
+        for the app that reads it to check."""
+        props = {k: self.metadata[k] for k in STREAMER_KEYS if k in self.metadata}
         try:
-            spec = json.loads(meta["state_spec"])
-        except ValueError as e:
-            raise self._bad_meta("state_spec", f"is not JSON: {e}") from None
-        if not isinstance(spec, list):
-            raise self._bad_meta("state_spec", f"is not a list of states: {type(spec).__name__}")
+            meta = ModelMeta.from_onnx_props(props)
+        except MetaError as e:  # "metadata KEY must be …, got …"
+            key, _, why = str(e).removeprefix("metadata ").partition(" ")
+            raise self._bad_meta(key, why) from None
+        for key in props:
+            if getattr(meta, key) is None:  # JSON null
+                raise self._bad_meta(key, f"is null: {props[key]!r}")
+        for key in ("d_input", "d_output", "max_chunk"):
+            if getattr(meta, key) is None:
+                raise self._bad_meta(key, "is missing")
+        spec = meta.state_spec
         for s in spec:
             ok = isinstance(s, dict) and isinstance(s.get("name"), str)
             ok = ok and isinstance(s.get("shape"), list) and all(
@@ -147,29 +146,15 @@ class OnnxStreamer:
         if missing:
             raise self._bad_meta("state_spec", f"does not match the graph (no {missing[0]!r})")
         self.state_spec: list[dict] = spec
-        self.d_input = self._meta_int("d_input")
-        self.d_output = self._meta_int("d_output")
-        self.max_chunk = self._meta_int("max_chunk")
-        self.chunk = self._meta_int("chunk", self.max_chunk)
-        self.sample_rate: float | None = None
-        if "sample_rate" in meta:
-            try:
-                rate = float(meta["sample_rate"])
-            except ValueError:
-                rate = math.nan
-            if not (math.isfinite(rate) and rate > 0):
-                raise self._bad_meta(
-                    "sample_rate", f"must be a positive number (Hz), got {meta['sample_rate']!r}"
-                )
-            self.sample_rate = rate
-        try:
-            labels = json.loads(meta.get("labels", "[]"))
-        except ValueError:
-            labels = None
-        if not isinstance(labels, list) or not all(isinstance(lab, str) for lab in labels):
-            raise self._bad_meta("labels", f"is not a JSON list of names: {meta['labels']!r}")
-        self.labels: list[str] = labels
-        self.task: str = meta.get("task", "")
+        self.d_input: int = meta.d_input
+        self.d_output: int = meta.d_output
+        self.max_chunk: int = meta.max_chunk
+        self.chunk: int = meta.max_chunk if meta.chunk is None else meta.chunk
+        self.sample_rate: float | None = (
+            None if meta.sample_rate is None else float(meta.sample_rate)
+        )
+        self.labels: list[str] = [] if meta.labels is None else meta.labels
+        self.task: str = meta.task or ""
 
     def _input_range(self) -> tuple[np.ndarray, np.ndarray]:
         """The accepted input ``center ± half_width`` in raw units: ``input_mean ± 1e6 ·
