@@ -62,7 +62,6 @@ The graph's inputs and ``state_spec`` list the states in the order they are decl
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -71,6 +70,7 @@ import torch
 
 from liquid_stream.chunked import chunk_tables
 from liquid_stream.frontend import LogMelStep
+from liquid_stream.meta import ModelMeta
 
 from .graph import DTYPES, Graph
 
@@ -798,19 +798,27 @@ def build_onnx(
     return model, info
 
 
+# The graph's entries in the order of the first exports (meta_schema: the task's entries).
+GRAPH_KEYS = ("liquid_stream_version", "model_config", "d_input", "d_output", "decoder", "rate",
+              "sub_block", "max_chunk", "state_spec")  # fmt: skip
+
+
 def metadata_props(sm, info: dict, extra: dict | None = None) -> dict[str, str]:
-    """Metadata stored in the ONNX file (structured values JSON-encoded)."""
-    meta = {
-        "liquid_stream_version": _version(),
-        "model_config": json.dumps(sm.config),
-        "d_input": str(sm.d_input),
-        "d_output": str(sm.d_output),
-        "decoder": sm.decoder,
-        "rate": str(sm.rate),
-        "sub_block": str(info["sub_block"]),
-        "max_chunk": str(info["max_chunk"]),
-        "state_spec": json.dumps(info["state_spec"]),
-    }
-    for k, v in (extra or {}).items():
-        meta[k] = v if isinstance(v, str) else json.dumps(v)
-    return meta
+    """The graph's metadata stored in the ONNX file, encoded by
+    :meth:`ModelMeta.to_onnx_props <liquid_stream.meta.ModelMeta.to_onnx_props>`:
+    :data:`GRAPH_KEYS`, then ``extra`` (more :class:`~liquid_stream.meta.ModelMeta` fields,
+    e.g. ``chunk``). ``meta_schema`` is left to the task's entries merged after these."""
+    extra = extra or {}
+    props = ModelMeta(
+        liquid_stream_version=_version(),
+        model_config=sm.config,
+        d_input=sm.d_input,
+        d_output=sm.d_output,
+        decoder=sm.decoder,
+        rate=sm.rate,
+        sub_block=info["sub_block"],
+        max_chunk=info["max_chunk"],
+        state_spec=info["state_spec"],
+        **extra,
+    ).to_onnx_props()
+    return {k: props[k] for k in (*GRAPH_KEYS, *extra)}
