@@ -1,6 +1,6 @@
 """Choose a keyword spotter's threshold and smoothing on a labelled VALIDATION stream.
 
-    liquid-stream kws-stream val.wav --labels val.csv --split validation
+    liquid-stream data kws-stream val.wav --labels val.csv --split validation
     liquid-stream kws-tune kws.onnx --stream val.wav --labels val.csv --max-fa-per-hour 2
 
 The model runs once over the stream (the app's own code path: :class:`KeywordSpotter`
@@ -21,7 +21,6 @@ Torch-free.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 
 from liquid_stream.atomic import atomic_write_bytes
 from liquid_stream.labels import TrueEvent
+from liquid_stream.meta import VERSION_KEY, ModelMeta
 
 from .kws import Detection, KeywordSpotter, detect_events, evaluate_detections
 
@@ -143,22 +143,27 @@ def tune_thresholds(
 
 
 def write_tuning(model: str | os.PathLike, result: TuneResult, source: str) -> None:
-    """Store the chosen threshold and smoothing in the ONNX file's metadata (atomically)."""
+    """Store the chosen threshold and smoothing in the ONNX file's metadata (atomically):
+    the file's entries read and written back through :class:`~liquid_stream.meta.ModelMeta`
+    (a malformed one is a :class:`~liquid_stream.meta.MetaError`); a graph from before the
+    schema (no ``meta_schema``) is left without one."""
     import onnx
 
     path = Path(model)
     proto = onnx.load(str(path))
-    entries = {
-        "kws_threshold": json.dumps(result.threshold),
-        "kws_smooth_ms": json.dumps(result.smooth_ms),
-        "kws_tuning": json.dumps(
-            {"stream": source, "detection_rate": result.detection_rate,
-             "false_accepts_per_hour": result.false_accepts_per_hour}
-        ),
-    }  # fmt: skip
-    kept = [p for p in proto.metadata_props if p.key not in entries]
+    old = {p.key: p.value for p in proto.metadata_props}
+    meta = ModelMeta.from_onnx_props(old)
+    meta.kws_threshold = result.threshold
+    meta.kws_smooth_ms = result.smooth_ms
+    meta.kws_tuning = {
+        "stream": source,
+        "detection_rate": result.detection_rate,
+        "false_accepts_per_hour": result.false_accepts_per_hour,
+    }
+    props = meta.to_onnx_props()
+    if VERSION_KEY not in old:
+        del props[VERSION_KEY]
     del proto.metadata_props[:]
-    proto.metadata_props.extend(kept)
-    for k, v in entries.items():
+    for k, v in props.items():
         proto.metadata_props.add(key=k, value=v)
     atomic_write_bytes(path, proto.SerializeToString())
