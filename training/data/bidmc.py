@@ -57,8 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.bidmc_vocab import TARGETS
-from liquid_stream.bidmc_vocab import channel_key as _clean  # the name bidmc_baseline uses
+from liquid_stream.bidmc_vocab import TARGETS, channel_key
 from liquid_stream.wfdb import WfdbError, signals_by_name
 from liquid_stream.wfdb import read_record as read_wfdb_record
 
@@ -141,7 +140,7 @@ def _check_target(target: str) -> str:
 # ---------------------------------------------------------------------------- WFDB
 
 
-def _wfdb_dir(root: str | os.PathLike) -> Path:
+def wfdb_dir(root: str | os.PathLike) -> Path:
     """The folder holding the bidmcNN.hea files: root itself or the first folder below it."""
     root = Path(root).expanduser()
     if not root.is_dir():
@@ -156,12 +155,12 @@ def _wfdb_dir(root: str | os.PathLike) -> Path:
 
 def list_records(root: str | os.PathLike) -> list[str]:
     """Sorted ``bidmcNN`` names that have both the signal and the ``bidmcNNn`` header."""
-    d = _wfdb_dir(root)
+    d = wfdb_dir(root)
     names = {p.stem for p in d.glob("bidmc*.hea")}
     return sorted(n for n in names if _RECORD_RE.match(n) and f"{n}n" in names)
 
 
-def _read(path: Path, what: str):
+def read_whole_record(path: Path, what: str):
     """The whole record ``path`` (:mod:`liquid_stream.wfdb`); a missing, unreadable or
     truncated one is a :class:`BidmcDataError` (this loader never reads part of one)."""
     hea = path.with_suffix(".hea")
@@ -189,24 +188,24 @@ def read_record(
     has invalid samples), the signal sampling rate, and the 1 Hz numerics as
     ``{"HR": (S,), "PULSE": (S,), "RESP": (S,), "SpO2": (S,)}`` (names without the comma).
     """
-    d = _wfdb_dir(root)
-    rec = _read(d / name, name)
+    d = wfdb_dir(root)
+    rec = read_whole_record(d / name, name)
     fs = float(rec.fs)
     if not math.isclose(fs, sample_rate):
         raise BidmcDataError(
             f"{name}: sampled at {fs:g} Hz, expected {sample_rate} Hz (BIDMC is 125 Hz; "
             "the loader does not resample)"
         )
-    present = {_clean(s): i for i, s in enumerate(rec.sig_name)}
+    present = {channel_key(s): i for i, s in enumerate(rec.sig_name)}
     cols = []
     for ch in channels:
-        if _clean(ch) not in present:
+        if channel_key(ch) not in present:
             raise BidmcDataError(
                 f"{name}: channel {ch!r} not found; the record has {list(rec.sig_name)}"
             )
-        cols.append(present[_clean(ch)])
+        cols.append(present[channel_key(ch)])
     signals = np.asarray(rec.p_signal[:, cols], dtype=np.float64)  # (T, C)
-    num = _read(d / f"{name}n", f"{name}n")
+    num = read_whole_record(d / f"{name}n", f"{name}n")
     if not math.isclose(float(num.fs), NUMERICS_RATE):
         raise BidmcDataError(f"{name}n: numerics sampled at {num.fs:g} Hz, expected 1 Hz")
     return signals, fs, signals_by_name(num)
@@ -214,7 +213,7 @@ def read_record(
 
 def _numeric(numerics: dict[str, np.ndarray], channel: str, name: str) -> np.ndarray:
     for k, v in numerics.items():
-        if _clean(k) == _clean(channel):
+        if channel_key(k) == channel_key(channel):
             return v
     raise BidmcDataError(
         f"{name}n: numerics channel {channel!r} not found; the record has {list(numerics)}"

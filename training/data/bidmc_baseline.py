@@ -36,7 +36,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .bidmc import SAMPLE_RATE, BidmcDataError, Windows, _clean, _read, _wfdb_dir
+from liquid_stream.bidmc_vocab import channel_key
+
+from .bidmc import SAMPLE_RATE, BidmcDataError, Windows, read_whole_record, wfdb_dir
 
 HR_RANGE = (25.0, 250.0)
 RR_RANGE = (3.0, 60.0)
@@ -134,7 +136,7 @@ def _hr(ecg_pk, ppg_pk, start, length, fs) -> float:
 
 def _find(names: Sequence[str], want: str) -> int | None:
     for i, n in enumerate(names):
-        if _clean(n) == _clean(want):
+        if channel_key(n) == channel_key(want):
             return i
     return None
 
@@ -157,9 +159,9 @@ def baseline_estimates(
     if windows.has_records and n:
         if root is None:
             raise BidmcDataError("WFDB windows need the records' root for the baseline")
-        d = _wfdb_dir(root)
+        d = wfdb_dir(root)
         for name in np.unique(windows.record):
-            rec = _read(d / str(name), str(name))
+            rec = read_whole_record(d / str(name), str(name))
             fs = float(rec.fs)
             sig = rec.p_signal
 
