@@ -529,7 +529,7 @@ def _speech_rates():
 
 
 def _bidmc_targets():
-    from .data.bidmc import TARGETS
+    from liquid_stream.bidmc_vocab import TARGETS
 
     return tuple(TARGETS)
 
