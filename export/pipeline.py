@@ -43,11 +43,7 @@ def export_model(
     """Write ``model``'s streaming form as ONNX (atomically); returns the export info.
     ``meta``: a checkpoint's metadata (:class:`ModelMeta` fields; a ``MetaError`` for
     an unknown key or a malformed value)."""
-    if not model.is_causal:
-        raise ValueError(
-            "this model has bidirectional (non-causal) layers: it cannot be exported for "
-            "streaming; train it with bidirectional=False"
-        )
+    model.check_streamable()  # bidirectional layers, a pair decoder: no step form
     task_meta = ModelMeta.from_dict(meta or {})
     sm = copy.deepcopy(model).float().eval().cpu().streaming(rate=rate)  # caller untouched
     model_proto, info = build_onnx(
