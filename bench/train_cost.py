@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from stream import paper_model  # noqa: E402
 
-from liquid_stream.training.trainer import compute_loss  # noqa: E402
+from liquid_stream.training.metrics import compute_loss  # noqa: E402
 
 SR = 16000
 

@@ -103,8 +103,8 @@ def test_spo2_has_no_classical_baseline(tmp_path, records):
 def test_training_reduces_the_loss(records):
     """A few optimiser steps on the same batch reduce the (standardised) MSE."""
     from liquid_stream.model import LiquidS4Model, make_optimizer
+    from liquid_stream.training.metrics import compute_loss
     from liquid_stream.training.tasks import build_bidmc
-    from liquid_stream.training.trainer import compute_loss
 
     cfg = load_config("bidmc", "cpu", ["data.target=hr", "data.hop=500", f"data.root={records}"])
     train, _, _, meta, kind = build_bidmc(cfg)
