@@ -5,9 +5,15 @@ A checkpoint is a dict loadable with ``torch.load(path, weights_only=True)``:
     {"format": "liquid-stream/checkpoint", "version": 1,
      "model_config": {...LiquidS4Model kwargs...},
      "model": state_dict,
-     "meta": {"task": ..., "sample_rate": ..., "labels": [...], "target_names": [...],
-              "input_mean": [...], "input_std": [...], ...},
+     "meta": {"meta_schema": 1, "task": ..., "labels": [...], "sample_rate": ...,
+              "input_mean": ..., "input_std": ..., "d_input": ..., "d_output": ..., ...},
      ... (trainer state: optimizer, scheduler, RNG, epoch — added by the trainer)}
+
+``meta`` is :meth:`ModelMeta.to_dict() <liquid_stream.meta.ModelMeta.to_dict>`: its keys
+and their kinds are the schema of :mod:`liquid_stream.meta` (the task's keys, e.g.
+``target``, ``units``, ``channels``, ``target_mean`` / ``target_std`` for ``bidmc``;
+``silence_class``, ``class_weights``, ``frontend_stats`` for ``speech-stream``; the tasks'
+provenance). A checkpoint without ``meta_schema`` predates the schema (version 0).
 
 The trainer's ``last.pt`` is the single source of truth of a run: it also carries the best
 checkpoint so far under ``BEST_KEY`` — ``{"metrics": ...}`` alone when the best is this
