@@ -4,6 +4,7 @@ The public API is batch-first ``(B, L, H)`` throughout:
 
 - :class:`LiquidS4` — one SSM layer (S4/S4D convolution + D·u + liquid PB/KB term, or the
   exact linear-LTC recurrence, ``liquid="ltc"``);
+- :class:`SSMConfig` — a layer's SSM settings as one value (``LiquidS4(H, config=cfg)``);
 - :class:`LiquidS4Model` — encoder → residual Liquid-S4 blocks → decoder, with
   :meth:`LiquidS4Model.streaming` for its exact step-wise form;
 - :func:`make_optimizer` — AdamW with the SSM parameter group;
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "LiquidS4": "liquid_stream.layer",
     "LiquidS4Step": "liquid_stream.layer",
+    "SSMConfig": "liquid_stream.layer",
     "LiquidS4Block": "liquid_stream.model",
     "LiquidS4Model": "liquid_stream.model",
     "StreamingModel": "liquid_stream.model",
