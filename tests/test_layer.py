@@ -9,7 +9,7 @@ import pytest
 import torch
 from reference import liquid_literal, recurrence_s4
 
-from liquid_stream import LiquidS4
+from liquid_stream import LiquidS4, SSMConfig
 from liquid_stream.kernel_base import complex_param
 
 
@@ -253,6 +253,34 @@ def test_bad_input_and_arguments():
         LiquidS4(4, mode="s5")
     with pytest.raises(ValueError, match="backend"):
         LiquidS4(4, backend="cuda-magic")
+
+
+FLAT_CONFIGS = [
+    dict(d_state=8, mode="diag", liquid="pb", liquid_order=3, liquid_len=2, init="lin",
+         disc="zoh", dt_min=0.01, dt_max=0.2),
+    dict(d_state=6, mode="dplr", liquid="kb", liquid_order=2, bidirectional=True),
+    dict(d_state=4, mode="diag", liquid="ltc"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("flat", FLAT_CONFIGS)
+def test_config_object_is_the_flat_keywords(flat):
+    """LiquidS4(H, config=cfg) is the same layer as LiquidS4(H, **flat): same config, same
+    parameters from the same seed, same output; fields given beside config replace its own."""
+    torch.manual_seed(0)
+    a = LiquidS4(5, **flat)
+    torch.manual_seed(0)
+    b = LiquidS4(5, config=SSMConfig(**flat))
+    torch.manual_seed(0)
+    c = LiquidS4(5, config=SSMConfig(**{**flat, "d_state": 2, "dt_max": 0.5}),
+                 d_state=flat["d_state"], dt_max=flat.get("dt_max", 0.1))  # fmt: skip
+    u = torch.randn(2, 40, 5)
+    for other in (b, c):
+        assert other.config == a.config == SSMConfig(**flat)
+        sa, so = a.state_dict(), other.state_dict()
+        assert sa.keys() == so.keys()
+        assert all(torch.equal(sa[k], so[k]) for k in sa)
+        assert torch.equal(a(u), other(u))
 
 
 HAVE_PYKEOPS = __import__("importlib").util.find_spec("pykeops") is not None

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+
 import pytest
 import torch
 
-from liquid_stream import LiquidS4Model, make_optimizer
+from liquid_stream import LiquidS4, LiquidS4Model, SSMConfig, make_optimizer
 from liquid_stream.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -203,3 +206,21 @@ def test_checkpointed_blocks_change_memory_not_results(norm):
     for k in s0:  # parameters and buffers (running_mean / running_var / num_batches_tracked)
         assert torch.equal(s0[k], s1[k]), k
     assert norm == "layer" or any("running_var" in k for k in s0)
+
+
+@pytest.mark.parametrize("cls", [LiquidS4Model, LiquidS4])
+def test_signature_lists_every_ssm_field(cls):
+    """The published signature (training/config.py reads the model's keys and defaults
+    from it) has every SSMConfig field, with SSMConfig's default, in its order."""
+    params = inspect.signature(cls.__init__).parameters
+    fields = dataclasses.fields(SSMConfig)
+    assert [f.name for f in fields] == [n for n in params if n in {f.name for f in fields}]
+    for f in fields:
+        assert params[f.name].default == f.default, f.name
+
+
+def test_model_blocks_take_the_flat_keywords_as_one_config():
+    flat = dict(d_state=6, mode="diag", liquid="kb", liquid_order=3, init="inv")
+    m = model(**flat)
+    assert {b.ssm.config for b in m.blocks} == {SSMConfig(**flat)}
+    assert LiquidS4Model(**m.config).config == m.config
