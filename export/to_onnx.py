@@ -54,6 +54,8 @@ modes, P = liquid_order, L̃ = liquid_len, W = decoder_window, d = d_output:
 
 (a) the R axis only for R > 1. (b) none for PB with S ≥ P − 1: ``ssm.buf`` (the last S
 inputs u) holds them. (c) exact: it holds float32 logits.
+:func:`onnx_state_from_torch` is this table as code: a stream begun in torch continues in
+the graph from the converted state.
 
 The graph's inputs and ``state_spec`` list the states in the order they are declared:
 ``frontend.*`` (log-mel models), ``ssm.fill`` (models with a chunked layer), then per block
@@ -822,3 +824,65 @@ def metadata_props(sm, info: dict, extra: dict | None = None) -> dict[str, str]:
         **extra,
     ).to_onnx_props()
     return {k: props[k] for k in (*GRAPH_KEYS, *extra)}
+
+
+def onnx_state_from_torch(
+    state: dict[str, torch.Tensor], spec: list[dict]
+) -> dict[str, np.ndarray]:
+    """A torch :class:`~liquid_stream.model.StreamingModel`'s ``state`` as the graph's,
+    converted per the module docstring's table: ``state_spec`` name → array of its shape and
+    dtype (the graph takes each as the input ``state.<name>``). The torch model must stream
+    with the graph's sub-block S (``sm = model.streaming(sub_block=info["sub_block"])``);
+    a state of another S, another model, or a batch that is not one size is a ValueError.
+
+        state = sm.init_state(1)
+        y0, state = sm.step(x[:, :n], state)                 # torch, the first n steps
+        streamer.state = {f"state.{k}": v for k, v in
+                          onnx_state_from_torch(state, streamer.state_spec).items()}
+        y1 = streamer.process(x[0, n:].numpy())               # ONNX, the rest
+    """
+    out: dict[str, np.ndarray] = {}
+    used: set[str] = set()
+    batch = None
+    for entry in spec:
+        name, shape = entry["name"], entry["shape"]
+        if name == "ssm.fill":  # one for all the layers: their fills are equal
+            keys = sorted(k for k in state if k.endswith(".ssm.fill"))
+            fills = {int(state[k].reshape(-1)[0]) for k in keys}
+            if len(fills) != 1:
+                raise ValueError(f"the layers' ssm.fill differ ({sorted(fills)}) or are absent")
+            used.update(keys)
+            v = state[keys[0]]
+        else:
+            if name not in state:
+                raise ValueError(f"the torch state has no {name!r} (another model?)")
+            used.add(name)
+            v = state[name]
+            if name.endswith(".ssm.buf"):  # (B, S, R, H) -> (H, B, S[, R])
+                v = v.permute(3, 0, 1, 2)
+                v = v.squeeze(3) if len(shape) == 3 else v
+            elif name.endswith(".ssm.z"):  # (B, H, R, Mr)
+                if len(shape) == 3:  # diag: (B, 1, H·R·Mr)
+                    v = v.reshape(v.shape[0], 1, -1)
+                else:  # dense: (H, B, 1, R·Mr)
+                    v = v.permute(1, 0, 2, 3).reshape(v.shape[1], v.shape[0], 1, -1)
+            elif name.endswith((".u_buf", ".w_buf")):  # (B, n, H) -> (H, B, n)
+                v = v.permute(2, 0, 1)
+            elif name.endswith(".ltc.x"):  # (B, H, M, 2) -> (H, B, 2, M)
+                v = v.permute(1, 0, 3, 2)
+            # decoder.*, frontend.*: the same layout (decoder.history: cast to float32)
+        a = v.detach().cpu().numpy().astype(entry["dtype"])
+        if batch is None and "batch" in shape and a.ndim == len(shape):
+            batch = a.shape[shape.index("batch")]
+        want = [batch if d == "batch" else d for d in shape]
+        if list(a.shape) != want:
+            raise ValueError(
+                f"state {name!r}: torch gives {list(a.shape)} for the graph's {shape} (batch "
+                f"{batch}); stream torch with the graph's sub_block, batch the same size"
+            )
+        out[name] = a
+    # what the graph does not keep: PB's u_buf when ssm.buf holds those inputs (note b)
+    left = sorted(k for k in set(state) - used if not k.endswith(".u_buf"))
+    if left:
+        raise ValueError(f"torch state entries the graph has no place for: {left}")
+    return out

@@ -187,3 +187,67 @@ def test_streamer_runtime_does_not_import_torch(tmp_path):
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _mapped_model(kind: str) -> LiquidS4Model:
+    """The models of the torch → ONNX state test: every state layout of the table in
+    export/to_onnx.py's module docstring."""
+    if kind == "diag-pb":  # ssm.z diag, w_buf; u_buf kept in ssm.buf (note b)
+        return model("diag", "pb", 3, "layer", liquid_len=4)
+    if kind == "dplr-kb":  # R > 1: ssm.buf with its R axis, u_buf
+        return model("dplr", "kb", 3, "batch")
+    if kind == "dense-kb":  # ssm.z dense
+        return model("dplr", "kb", 2, "layer", d_state=16)
+    if kind == "ltc":
+        return model("diag", "ltc", 2, "batch")
+    torch.manual_seed(0)
+    if kind == "logmel":  # frontend.buffer / phase / held, decoder.history
+        return LiquidS4Model(
+            1, 5, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb", liquid_order=2,
+            norm="layer", decoder="window", decoder_window=7, frontend={"kind": "logmel"},
+        ).eval()  # fmt: skip
+    return LiquidS4Model(  # scalenorm: frontend.origin / mean / var / weight / acc / ...
+        2, 3, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb", liquid_order=2,
+        norm="layer", decoder="pool", frontend={"kind": "scalenorm", "tau_s": 0.5, "hop": 5},
+    ).eval()  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["diag-pb", "dplr-kb", "dense-kb", "ltc", "logmel", "scalenorm"])
+def test_torch_state_continues_in_onnx(tmp_path, kind):
+    """export/to_onnx.py's state table as code (onnx_state_from_torch): a stream begun in
+    torch (model.streaming(), two chunks) continues in onnxruntime from the converted state
+    exactly as an ONNX-only run of the whole stream (float32 rounding, 1e-5 relative)."""
+    from liquid_stream.export.to_onnx import onnx_state_from_torch
+
+    m = _mapped_model(kind)
+    path = tmp_path / "m.onnx"
+    info = export_model(m, path, chunk=3200 if kind == "logmel" else 160)
+    assert info["sub_block"] > 1  # a partly filled sub-block carried over (ssm.fill > 0)
+    L, first = (8000, [1234, 1001]) if m.hop > 1 else (600, [37, 50])
+    x = np.random.default_rng(3).standard_normal((2, L, m.d_input)).astype(np.float32)
+    if kind == "scalenorm":
+        x = x * 30 + 500
+    whole = run(path, x, chunk_sizes("mix", L))
+
+    sm = m.streaming(sub_block=info["sub_block"])
+    state, n = sm.init_state(2), 0
+    for c in first:
+        _, state = sm.step(torch.from_numpy(x[:, n : n + c]), state)
+        n += c
+    s = OnnxStreamer(path, batch=2, threads=2)
+    converted = onnx_state_from_torch(state, s.state_spec)
+    assert [e["name"] for e in s.state_spec] == list(converted)
+    s.state = {f"state.{k}": v for k, v in converted.items()}
+    rest = np.concatenate([s.process(x[:, i : i + 160]) for i in range(n, L, 160)], 1)
+    ref = whole[:, n:]
+    assert np.abs(rest - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_torch_state_of_another_sub_block_refused(tmp_path):
+    from liquid_stream.export.to_onnx import onnx_state_from_torch
+
+    m = _mapped_model("diag-pb")
+    info = export_model(m, tmp_path / "m.onnx", chunk=160)
+    sm = m.streaming(sub_block=info["sub_block"] // 2)
+    with pytest.raises(ValueError, match="sub_block"):
+        onnx_state_from_torch(sm.init_state(1), info["state_spec"])
