@@ -27,7 +27,7 @@ from liquid_stream.model import LiquidS4Model
 
 from .to_onnx import build_onnx, default_sub_block, metadata_props
 
-# Design §5: float32 over L = 16000 steps, max |Δy| ≤ 1e-4 · max |y|.
+# docs/design.md §5: float32 over L = 16000 steps, max |Δy| ≤ 1e-4 · max |y|.
 CONTRACT_RTOL = 1e-4
 
 

@@ -6,7 +6,7 @@ Task: a 8 kHz signal of noise with tone bursts (440 Hz or 880 Hz, random lengths
 levels); the model labels every sample as silence / low tone / high tone with a
 causal window decoder. A causal Liquid-S4 (DPLR S4-LegS, N = 7, PB p = 2) is trained
 with the convolutional form, exported to its exact step-wise ONNX graph, checked
-against the convolutional forward (design §5 contract), and then run through
+against the convolutional forward (docs/design.md §5 contract), and then run through
 :class:`~liquid_stream.OnnxStreamer` in 10 ms chunks as if live. Prints accuracy,
 the exactness check and the real-time factor; writes a checkpoint, the ONNX file and
 a PNG of a streamed stretch.

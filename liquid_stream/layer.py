@@ -10,7 +10,7 @@ with K̄ from a DPLR (S4-LegS) or diagonal (S4D) kernel and y_liquid from
 which adds an anti-causal kernel over the future (offline use only; such a
 layer has no streaming form).
 
-The layer equals the recurrence (§2 of the design)
+The layer equals the recurrence (docs/design.md §2)
 
     x_t = Ā x_{t−1} + B̄ u_t,   y_t = s·Re(C x_t) + D u_t   (+ liquid terms)
 

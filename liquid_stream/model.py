@@ -406,7 +406,7 @@ class StreamingModel(nn.Module):
     """Step form of a causal :class:`LiquidS4Model`: ``step(x (B, T, d_input), state)``.
 
     Reproduces :meth:`LiquidS4Model.forward_steps` for any chunking of the input
-    (design §5). Outputs are per step, ``(B, T, d_output)``:
+    (docs/design.md §5). Outputs are per step, ``(B, T, d_output)``:
 
     - ``last``:   the decoder applied at every step;
     - ``window``: the exact causal mean of the last W steps (W-step history kept in the

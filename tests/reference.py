@@ -1,8 +1,7 @@
 """Brute-force float64 references: literal loops over time of the design's equations.
 
 Nothing here shares code with the library: the recurrences are written directly from
-``shared/design/liquid-s4-math.md`` §2–3 so that the tests compare two independent
-computations.
+docs/design.md §2–3 so that the tests compare two independent computations.
 """
 
 from __future__ import annotations
@@ -58,7 +57,7 @@ def liquid_literal(mats: dict, u: Tensor) -> Tensor:
 
 
 def recurrence_ltc(mats: dict, u: Tensor, rho: float = 0.99, x0: Tensor | None = None):
-    """The linear-LTC recurrence of the design (§3, eq. 10, diag) as a literal loop:
+    """The linear-LTC recurrence of docs/design.md (§3, eq. (10), diag) as a literal loop:
 
     x_t = (Ā + B̃ tanh(u_t)) x_{t−1} + B̄ u_t,  B̃ = B̄·min(1, ρ(1 − |Ā|)/|B̄|),
     y_t = s·Re(C x_t) + D u_t.

@@ -80,7 +80,7 @@ def test_train_evaluate_export(tmp_path, records):
     assert {table[1].split()[2], table[2].split()[2]} == {"record", "shuffled"}
     assert (out / "agreement_hr_record_test.png").stat().st_size > 0
 
-    # export: ONNX in physical units, same numbers as the torch model (design §5)
+    # export: ONNX in physical units, same numbers as the torch model (docs/design.md §5)
     from liquid_stream.export.pipeline import export_model, verify_onnx
     from liquid_stream.onnx_streamer import OnnxStreamer
 

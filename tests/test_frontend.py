@@ -1,5 +1,5 @@
 """The log-mel front end (liquid_stream/frontend.py): the features against a literal float64
-reference, and the exactness contract (design §5) for whole models that take raw
+reference, and the exactness contract (docs/design.md §5) for whole models that take raw
 samples: step form = forward to 1e-9 in float64 and ONNX within 1e-4·max|y| in float32,
 for chunks that are shorter than the hop and not aligned with it."""
 

@@ -221,8 +221,8 @@ def test_train_cli_runs_the_pair_and_checkpointed_tasks(tmp_path):
 
 # ------------------------------------------------------------------------- configs
 
-# The paper's appendix table (../shared/design/benchmarks.md): depth, H, N, norm, pre-norm,
-# dropout, lr, batch, epochs, weight decay, liquid order.
+# The paper's appendix table (docs/paper.md, "The paper's hyperparameters"): depth, H, N,
+# norm, pre-norm, dropout, lr, batch, epochs, weight decay, liquid order.
 PAPER = {
     "listops": (9, 128, 7, "batch", True, 0.01, 0.002, 12, 30, 0.03, 5),
     "imdb": (4, 128, 7, "batch", True, 0.1, 0.003, 8, 50, 0.01, 6),

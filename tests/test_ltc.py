@@ -1,5 +1,6 @@
-"""liquid="ltc": the exact linear-LTC recurrence (design §3, eq. 10) — scan vs literal loop,
-hand-written gradients vs autograd, stability, its relation to KB, streaming and errors."""
+"""liquid="ltc": the exact linear-LTC recurrence (docs/design.md §3, eq. (10)) — scan vs
+literal loop, hand-written gradients vs autograd, stability, its relation to KB, streaming and
+errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Step (streaming) form vs the convolutional forward: design §5 in float64, every chunking."""
+"""Step (streaming) form vs the convolutional forward: docs/design.md §5 in float64, every
+chunking."""
 
 from __future__ import annotations
 
