@@ -602,6 +602,8 @@ DATA_FIELDS: dict[str, Spec] = {
     "window": integer(1),
     "hop": integer(1),
     "min_valid": number(0, 1),
+    "sim": choice(lambda: _from_tasks("BIDMC_SIMS")),
+    "sim_families": _strings(),
     "sim_records": integer(1, 99),
     "sim_minutes": number(0, lo_open=True),
     "sim_seed": integer(),

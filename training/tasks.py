@@ -31,6 +31,8 @@ import numpy as np
 from liquid_stream.bidmc_vocab import TARGETS as BIDMC_TARGETS
 from liquid_stream.meta import ModelMeta
 
+from .data.tones import TONE_LABELS, tone_bursts
+
 Builder = Callable[..., tuple]
 TASKS: dict[str, Builder] = {}
 
@@ -93,28 +95,7 @@ def _saved_stats(stats) -> tuple[list[float], list[float]]:
 # ------------------------------------------------------------------------------- toy
 
 
-TOY_LABELS = ["silence", "440 Hz", "880 Hz"]
-
-
-def tone_bursts(
-    rng: np.random.Generator, n: int, length: int, sr: int, noise: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Noise with non-overlapping tone bursts (440/880 Hz); per-sample labels 0/1/2."""
-    x = noise * rng.standard_normal((n, length))
-    y = np.zeros((n, length), np.int64)
-    t = np.arange(length) / sr
-    lo, hi = max(8, length // 8), max(16, length // 2)
-    for b in range(n):
-        pos = int(rng.integers(0, lo))
-        while pos < length:
-            end = min(pos + int(rng.integers(lo, hi)), length)
-            cls = int(rng.integers(1, 3))
-            amp = rng.uniform(0.3, 1.0)
-            phase = rng.uniform(0, 6.3)
-            x[b, pos:end] += amp * np.sin(2 * np.pi * 440.0 * cls * t[pos:end] + phase)
-            y[b, pos:end] = cls
-            pos = end + int(rng.integers(lo // 2, hi))
-    return x.astype(np.float32)[..., None], y
+TOY_LABELS = list(TONE_LABELS)
 
 
 @register(
@@ -356,6 +337,8 @@ def logmel_stats(train, frontend: dict, n_items: int = 64) -> dict:
 
 BIDMC_MODULE = "liquid_stream.training.data.bidmc"
 BIDMC_SIM_MODULE = "liquid_stream.training.data.bidmc_sim"
+VITALS_SIM_MODULE = "liquid_stream.training.data.vitals_sim"
+BIDMC_SIMS = ("classic", "randomised")  # data.sim: which simulator when data.root is null
 BIDMC_FORMATS = ("auto", "wfdb", "ts")  # data.format
 BIDMC_PROTOCOLS = ("record", "shuffled")  # data.protocol
 
@@ -368,7 +351,12 @@ def bidmc_windows(d: dict, seed: int):
     TRAIN/TEST split (val = 15 % of TRAIN, seeded), ``shuffled`` merges TRAIN+TEST."""
     bd = _import(BIDMC_MODULE)
     root = d["root"]
-    if root is None:
+    if root is None and d["sim"] == "randomised":
+        root = _import(VITALS_SIM_MODULE).ensure_vitals_sim(
+            int(d["sim_records"]), float(d["sim_minutes"]), int(d["sim_seed"]),
+            tuple(d["sim_families"]),
+        )  # fmt: skip
+    elif root is None:
         root = _import(BIDMC_SIM_MODULE).ensure_bidmc_sim(
             int(d["sim_records"]), float(d["sim_minutes"]), int(d["sim_seed"])
         )
@@ -398,8 +386,8 @@ def bidmc_windows(d: dict, seed: int):
     "bidmc",
     {"root": None, "format": "auto", "target": "hr", "protocol": "record",
      "channels": ["PLETH", "II"], "window": 4000, "hop": 250, "sample_rate": 125,
-     "min_valid": 0.5, "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0,
-     "max_train": None},
+     "min_valid": 0.5, "sim": "classic", "sim_families": ["nk2", "param"],
+     "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0, "max_train": None},
 )  # fmt: skip
 def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     """BIDMC HR / RR / SpO2 regression (loss ``mse`` at the window's last step, in units
@@ -418,7 +406,12 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         train = train.subset(_limit(np.arange(len(train)), d["max_train"], seed))
     if len(train) == 0:
         raise ValueError(f"no training windows for {target} in {root}")
-    if stats is None:
+    if target == "spo2" and "PLETH" not in train.channels:
+        raise ValueError("data.target spo2 needs the PLETH channel (SpO2 is read from the PPG)")
+    frontend = (cfg.get("model") or {}).get("frontend") or {}
+    if frontend.get("kind") == "scalenorm":  # the model normalises itself, in any units
+        mean, std = [0.0] * len(train.channels), [1.0] * len(train.channels)
+    elif stats is None:
         mean, std = bd.channel_stats(train.x)
     else:
         mean, std = _saved_stats(stats)

@@ -102,11 +102,42 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1))
 @click.option("--force", is_flag=True, help="Replace OUT if it is a previous simulated set.")
-def bidmc_sim_cmd(out, records, minutes, seed, workers, force):
+@click.option(
+    "--randomised", is_flag=True,
+    help="Domain-randomised records (training/data/vitals_sim.py): HR 40-180, RR 6-40, SpO2 "
+    "80-100, ectopic beats and AF, two morphology families, noise, motion, sensor-off "
+    "stretches, random units per channel; also writes params.json.",
+)  # fmt: skip
+@click.option(
+    "--families", default="nk2,param", show_default=True,
+    help="With --randomised: the morphology families; record i gets families[i % n].",
+)  # fmt: skip
+def bidmc_sim_cmd(out, records, minutes, seed, workers, force, randomised, families):
     """Write simulated BIDMC WFDB records (bidmcNN 125 Hz RESP/PLETH/V/AVR/II + bidmcNNn 1 Hz
     HR/PULSE/RESP/SpO2 numerics, NeuroKit2 waveforms warped onto known trajectories) to OUT."""
     from liquid_stream.training.data.bidmc_sim import write_bidmc_sim
 
+    if randomised:
+        from liquid_stream.training.data.vitals_sim import write_vitals_sim
+
+        fams = tuple(f.strip() for f in families.split(",") if f.strip())
+        try:
+            rep = write_vitals_sim(
+                out, records, minutes, seed, fams, workers=workers, progress=True,
+                overwrite=force,
+            )  # fmt: skip
+        except (FileExistsError, ValueError) as e:
+            raise click.ClickException(str(e)) from e
+        click.echo(
+            f"wrote {rep.records} randomised record pairs ({rep.minutes:g} min each, "
+            f"families {rep.family_counts}) to {rep.root} in {rep.seconds:.1f} s"
+        )
+        click.echo(
+            f"  numerics: HR {rep.hr_range[0]:.0f}-{rep.hr_range[1]:.0f} bpm, "
+            f"RR {rep.rr_range[0]:.0f}-{rep.rr_range[1]:.0f} breaths/min, "
+            f"SpO2 {rep.spo2_range[0]:.0f}-{rep.spo2_range[1]:.0f} %"
+        )
+        return
     try:
         rep = write_bidmc_sim(
             out, records, minutes, seed, workers=workers, progress=True, overwrite=force
