@@ -312,8 +312,6 @@ def assert_nothing_written(work: Path, f: SimpleNamespace) -> None:
     assert not f.marker.exists(), "the malicious pickle ran"
 
 
-
-
 def assert_tone_keywords(dets, events=EVENTS) -> None:
     """Exactly the tone keywords of ``events``, each within TOL s after its start."""
     assert [k for _, k in dets] == [e[2] for e in events], dets

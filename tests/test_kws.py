@@ -70,8 +70,6 @@ def tone_wavs(tmp_path_factory):
     }
 
 
-
-
 def assert_matches_events(dets, events=EVENTS, offset: float = 0.0, tol: float = TOL):
     assert [d[1] for d in dets] == [e[2] for e in events], dets
     for (t, _, score), (start, _, _) in zip(dets, events, strict=True):

@@ -86,8 +86,20 @@ def test_kws_tune_writes_metadata_used_by_default(tone_model, val_stream, tmp_pa
     model = tmp_path / "tuned.onnx"
     shutil.copy(tone_model, model)
     grid = tmp_path / "grid.json"
-    r = CliRunner().invoke(kws_tune_cmd, [str(model), "--stream", str(wav), "--labels",
-                                          str(csv), "--max-fa-per-hour", "0", "--out", str(grid)])
+    r = CliRunner().invoke(
+        kws_tune_cmd,
+        [
+            str(model),
+            "--stream",
+            str(wav),
+            "--labels",
+            str(csv),
+            "--max-fa-per-hour",
+            "0",
+            "--out",
+            str(grid),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "threshold" in r.output and "wrote kws_threshold" in r.output
     table = json.loads(grid.read_text())

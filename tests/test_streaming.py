@@ -133,4 +133,3 @@ def test_bidirectional_cannot_stream():
         m.streaming()
     with pytest.raises(ValueError, match="bidirectional"):
         LiquidS4Step(m.blocks[0].ssm)
-
