@@ -95,7 +95,10 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
 
 @data.command("bidmc-sim")
 @click.argument("out", type=FOLDER)
-@click.option("--records", default=24, show_default=True, type=click.IntRange(1, 99))
+@click.option(
+    "--records", default=24, show_default=True, type=click.IntRange(1, 999),
+    help="Record pairs (at most 99 without --randomised).",
+)  # fmt: skip
 @click.option(
     "--minutes", default=8.0, show_default=True, type=click.FloatRange(0.6), help="Per record."
 )

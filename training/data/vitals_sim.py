@@ -871,6 +871,9 @@ def _stamp(records: int, minutes: float, seed: int, families: Sequence[str]) -> 
             "minutes": float(minutes), "seed": seed, "families": list(families)}  # fmt: skip
 
 
+MAX_RECORDS = 999  # bidmc01 … bidmc999 (the loaders take any bidmc + digits)
+
+
 def write_vitals_sim(
     out: str | os.PathLike,
     records: int = 24,
@@ -885,8 +888,8 @@ def write_vitals_sim(
     ``params.json``. Atomic like :func:`.bidmc_sim.write_bidmc_sim`: ``out`` is complete or
     absent; an existing non-empty ``out`` is replaced only with ``overwrite`` and only if it
     is a previous randomised set (has the stamp file)."""
-    if records < 1 or records > 99:
-        raise ValueError(f"records must be in 1..99 (bidmcNN names), got {records}")
+    if records < 1 or records > MAX_RECORDS:
+        raise ValueError(f"records must be in 1..{MAX_RECORDS} (bidmcN+ names), got {records}")
     if minutes * 60 < 1:
         raise ValueError(f"minutes must be positive, got {minutes}")
     families = tuple(families)
