@@ -118,7 +118,7 @@ def _num(v) -> str:
 
 
 @click.command("vitals")
-@click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("models", nargs=-1, required=False, type=click.Path(dir_okay=False))
 @click.option(
     "--record",
     required=True,
@@ -168,7 +168,8 @@ def _num(v) -> str:
     "--threads", default=1, show_default=True, type=click.IntRange(1), help="ORT threads/model."
 )
 def vitals_cmd(models, record, speed, alarms, alarm_hold, max_gap, out_dir, no_ui, threads):
-    """Stream a WFDB RECORD through 1-3 exported vital-sign MODELS (hr / rr / spo2).
+    """Stream a WFDB RECORD through 1-3 exported vital-sign MODELS (hr / rr / spo2); with
+    no MODEL, the shipped models that fit the record's channels (PLETH + II, or PLETH).
 
     Emits HR/RR/SpO2 once per second from the models' causal outputs, raises alarms with
     hysteresis, compares with the record's numerics (RMSE/MAE), and writes a CSV and a
@@ -182,6 +183,15 @@ def vitals_cmd(models, record, speed, alarms, alarm_hold, max_gap, out_dir, no_u
     from liquid_stream.apps.vitals_model import VitalsError
     from liquid_stream.apps.vitals_run import open_record, run_record
 
+    if not models:  # the shipped models that fit the record's channels
+        from liquid_stream.models import ShippedModelMissing, vitals_for
+        from liquid_stream.wfdb import WfdbError, read_header, record_path
+
+        try:
+            models = [str(p) for p in vitals_for(read_header(record_path(record)).sig_name)]
+        except (WfdbError, ShippedModelMissing) as e:
+            raise click.ClickException(str(e)) from None
+        click.echo(f"no MODEL given: the shipped models {', '.join(Path(m).stem for m in models)}")
     try:
         rules = parse_alarms(list(alarms), hold_s=alarm_hold)
         monitor, source = open_record(models, record, rules, max_gap, threads)

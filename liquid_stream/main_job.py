@@ -12,9 +12,10 @@ repeated by hand:
    (``kws-tune``), build a long test stream of held-out speakers with keywords at known
    times, score it with ``kws-eval`` and run the live app ``kws`` on it (the
    microphone's code path);
-2. vital signs: generate simulated BIDMC records, train ``bidmc`` for HR, RR and
-   SpO2 (CPU preset), evaluate each next to NeuroKit2's classical estimate, export them
-   and run the ``vitals`` monitor on a held-out record.
+2. vital signs: generate domain-randomised simulated BIDMC records, train ``bidmc`` for
+   HR, RR and SpO2 (preset ``ppg+ecg``: scale-normalisation front end, so any signal
+   units; SpO2 from the PPG alone), evaluate each next to NeuroKit2's classical estimate
+   on the same windows, export them and run the ``vitals`` monitor on a held-out record.
 
 A step whose outputs already exist is skipped (``--force`` reruns everything), so an
 interrupted job continues where it stopped. ``--smoke`` runs the same steps on tiny
@@ -65,8 +66,8 @@ class Settings:
             kws_train=["--preset", "cpu"],
             kws_stream=["--minutes", "20", "--seed", "2"],
             kws_val_stream=["--minutes", "30", "--seed", "1"],
-            bidmc_train=["--preset", "cpu"],
-            sim=["--records", "24", "--minutes", "8"],
+            bidmc_train=["--preset", "ppg+ecg"],
+            sim=["--records", "240", "--minutes", "4", "--randomised"],
         )
 
     @classmethod
@@ -81,10 +82,10 @@ class Settings:
                        "--set", "data.normalizer_per_class=2"],
             kws_stream=["--minutes", "0.25", "--seed", "2"],
             kws_val_stream=["--minutes", "0.25", "--seed", "1"],
-            bidmc_train=["--preset", "cpu", "--max-steps", "2", "--set", "optim.epochs=1",
+            bidmc_train=["--preset", "ppg+ecg", "--max-steps", "2", "--set", "optim.epochs=1",
                          "--set", "optim.eval_batch_size=16",
                          "--set", "data.hop=2000"],
-            sim=["--records", "4", "--minutes", "1.5"],
+            sim=["--records", "6", "--minutes", "2", "--randomised"],
         )
         # fmt: on
 
@@ -152,13 +153,15 @@ def plan(out: Path, s: Settings) -> list[Step]:
         Step("run the live keyword-spotting app on the stream (the microphone's code path, "
              "--fast)", ["kws", str(kws / "kws.onnx"), "--input", str(kws / "stream.wav"),
                         "--fast", "--no-ui"]),
-        Step("generate the simulated BIDMC records (WFDB pairs with 1 Hz numerics)",
+        Step("generate domain-randomised simulated BIDMC records (WFDB pairs with 1 Hz "
+             "numerics; random morphology, rhythm, noise, artefacts and units)",
              ["data", "bidmc-sim", str(records), *s.sim], [records]),
     ]  # fmt: skip
     for t in TARGETS:
         run = vit / f"train-{t}"
         steps += [
-            Step(f"train the {t.upper()} estimator (bidmc, CPU preset, record split)",
+            Step(f"train the {t.upper()} estimator (bidmc, preset ppg+ecg: scale-norm front "
+                 "end, PLETH + II; SpO2 from PLETH; record split)",
                  ["train", "bidmc", "--target", t, *s.bidmc_train, "--data", str(records),
                   "--out", str(run)], [run / "best.pt"]),
             Step(f"evaluate {t.upper()} next to NeuroKit2's classical estimate",

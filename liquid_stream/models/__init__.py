@@ -14,6 +14,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 KWS = "kws-sc10"  # the keyword spotter `liquid-stream kws` uses when no MODEL is given
+# The vital-sign models `liquid-stream vitals` uses when no MODEL is given, by sensor set
+# (richest first): vitals-<set>-<target>; SpO2 is read from the PPG alone in either set.
+VITALS_SETS: dict[str, tuple[str, ...]] = {"ppg-ecg": ("PLETH", "II"), "ppg": ("PLETH",)}
+VITALS_TARGETS: dict[str, tuple[str, ...]] = {
+    "ppg-ecg": ("vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr", "vitals-ppg-spo2"),
+    "ppg": ("vitals-ppg-hr", "vitals-ppg-rr", "vitals-ppg-spo2"),
+}
 
 
 class ShippedModelMissing(FileNotFoundError):
@@ -33,6 +40,23 @@ def shipped(name: str) -> Path:
             f"no shipped model {name!r} in {HERE} (available: {', '.join(available()) or 'none'})"
         )
     return path
+
+
+def vitals_for(channels) -> list[Path]:
+    """The shipped vital-sign models for a record with these channel names (BIDMC style,
+    ``"PLETH,"`` or ``"pleth"``): those of the richest sensor set the record carries whose
+    files are all installed; ``ShippedModelMissing`` (naming what the record has and what
+    would be needed) when none fits."""
+    have = {c.strip().rstrip(",").strip().lower() for c in channels}
+    for name, needs in VITALS_SETS.items():
+        paths = [HERE / f"{m}.onnx" for m in VITALS_TARGETS[name]]
+        if {c.lower() for c in needs} <= have and all(p.is_file() for p in paths):
+            return paths
+    wanted = " or ".join("+".join(v) for v in VITALS_SETS.values())
+    raise ShippedModelMissing(
+        f"no shipped vital-sign models for channels {sorted(have) or 'none'}: they need "
+        f"{wanted} (installed: {', '.join(available()) or 'none'})"
+    )
 
 
 def card(name: str) -> str:

@@ -4,16 +4,19 @@ For each window of a :class:`~.bidmc.Windows` the estimate is a rate from detect
 
     rate = 60 * fs / median(diff(peak samples inside the window))     [per minute]
 
-WFDB windows (record ids and start samples known): the needed channels are read from the
-records in ``root`` (whatever channels the model used) and the peaks are detected once per
-whole record, then counted per window (no window-edge effects):
+WFDB windows (record ids and start samples known): the channels are read from the records
+in ``root`` and the peaks are detected once per whole record, then counted per window (no
+window-edge effects). The baseline reads the channels the model reads (a PPG-only model is
+compared with NeuroKit2 on the PPG alone), except that RR uses a RESP channel whenever the
+record has one — an advantage for the baseline, since no model sees RESP:
 
 - **HR**: ECG lead II R-peaks (``nk.ecg_clean`` + ``nk.ecg_peaks``, NeuroKit method) — the
   monitor's HR numeric is ECG-derived; if that fails in a window (< 3 peaks or a rate
-  outside 25-250 bpm) the PPG systolic peaks (``nk.ppg_clean`` + ``nk.ppg_findpeaks``,
-  Elgendi) are used instead.
+  outside 25-250 bpm), or the model has no II, the PPG systolic peaks (``nk.ppg_clean`` +
+  ``nk.ppg_findpeaks``, Elgendi) are used instead.
 - **RR**: RESP channel (impedance pneumography) breath peaks (``nk.rsp_clean`` +
-  ``nk.rsp_peaks``, Khodadad 2018); >= 2 peaks and 3-60 breaths/min required.
+  ``nk.rsp_peaks``, Khodadad 2018); >= 2 peaks and 3-60 breaths/min required. A record
+  without RESP: the PPG-derived respiration below, per window.
 
 Monash ``.ts`` windows (no records): the window's own channels, per window: HR as above from
 its II then PLETH; RR from PPG-derived respiration: the heights of the raw PPG at its
@@ -160,6 +163,13 @@ def baseline_estimates(
         if root is None:
             raise BidmcDataError("WFDB windows need the records' root for the baseline")
         d = wfdb_dir(root)
+        model_channels = {channel_key(c) for c in windows.channels}
+
+        def uses(ch: str) -> bool:
+            """The baseline reads the channels the model reads (same inputs), except that
+            RR uses a RESP channel whenever the record has one (models never see RESP)."""
+            return channel_key(ch) in model_channels or (ch == "RESP" and target == "rr")
+
         for name in np.unique(windows.record):
             rec = read_whole_record(d / str(name), str(name))
             fs = float(rec.fs)
@@ -170,19 +180,21 @@ def baseline_estimates(
                 return None if i is None else sig[:, i]
 
             idx = np.flatnonzero(windows.record == name)
+            ii, pleth, resp = (col(c) if uses(c) else None for c in ("II", "PLETH", "RESP"))
             if target == "hr":
-                ii, pleth = col("II"), col("PLETH")
                 e = ecg_peaks(ii, fs) if ii is not None else None
                 p = ppg_peaks(pleth, fs) if pleth is not None else None
                 for j in idx:
                     out[j] = _hr(e, p, int(windows.start[j]), length, fs)
-            else:
-                resp = col("RESP")
-                if resp is None:
-                    continue
+            elif resp is not None:
                 r = rsp_peaks(resp, fs)
                 for j in idx:
                     out[j] = rate_in_window(r, int(windows.start[j]), length, fs, 2, RR_RANGE)
+            elif pleth is not None:  # no RESP: the PPG's respiratory modulation
+                for j in idx:
+                    s0 = int(windows.start[j])
+                    r = ppg_resp_rate(pleth[s0 : s0 + length], fs)
+                    out[j] = r if RR_RANGE[0] <= r <= RR_RANGE[1] else np.nan
         return out
     fs = float(sample_rate)
     i_ecg, i_ppg = _find(windows.channels, "II"), _find(windows.channels, "PLETH")
