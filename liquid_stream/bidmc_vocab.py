@@ -20,6 +20,11 @@ UNITS: dict[str, str] = {"hr": "bpm", "rr": "breaths/min", "spo2": "%"}
 TARGETS: dict[str, tuple[str, str]] = {t: (NUMERICS_CHANNEL[t], UNITS[t]) for t in VITALS}
 
 
+# Agreement tolerances of the evaluation (the issue-20 targets' "within" columns): HR
+# ±5 bpm, RR ±2 breaths/min, SpO2 ±2 % (the usual pulse-oximeter accuracy class).
+WITHIN = {"hr": 5.0, "rr": 2.0, "spo2": 2.0}
+
+
 def strip_name(name: str) -> str:
     """``"PLETH,"`` -> ``"PLETH"`` (BIDMC channel names end with a comma)."""
     return name.strip().rstrip(",").strip()

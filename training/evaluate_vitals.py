@@ -20,6 +20,8 @@ import click
 import numpy as np
 import torch
 
+from liquid_stream.bidmc_vocab import WITHIN
+
 from .data.bidmc_baseline import agreement, baseline_estimates
 
 
@@ -98,27 +100,32 @@ def evaluate_vitals(
         raise ValueError(f"the {split} split of {root} has no windows")
     pred, y = predict_windows(model, ds, device, batch_size)
     target, units = meta.get("target", d["target"]), meta.get("units", "")
-    res = agreement(pred, y)
+    tol = WITHIN.get(target)
+    res = agreement(pred, y, tol)
     tag = f"{target} {split} ({d['protocol']} split, {fmt}, {res['n']} windows)"
     click.echo(f"{tag}: RMSE {res['rmse']:.3f} {units}, MAE {res['mae']:.3f} {units}, "
-               f"bias {res['bias']:+.3f} ± {res['loa']:.3f} (95% LoA)")  # fmt: skip
+               f"bias {res['bias']:+.3f} ± {res['loa']:.3f} (95% LoA), slope "
+               f"{res['slope']:.3f}, within ±{tol:g}: {100 * res['within']:.1f} %")  # fmt: skip
     row = {"model": name, "target": target, "units": units, "protocol": d["protocol"],
            "format": fmt, "split": split, **res}  # fmt: skip
     base = None
     if baseline:
         base = np.asarray(baseline_estimates(root, w, target), np.float64)
-        b = agreement(base, y)
+        b = agreement(base, y, tol)
         valid = np.isfinite(base)
-        same = agreement(pred[valid], y[valid])
-        row.update(baseline_rmse=b["rmse"], baseline_mae=b["mae"], baseline_n=b["n"],
-                   model_rmse_on_baseline_windows=same["rmse"])  # fmt: skip
+        same = agreement(pred[valid], y[valid], tol)
+        row.update({f"baseline_{k}": b[k] for k in ("rmse", "mae", "bias", "slope", "within")})
+        row.update(baseline_n=b["n"], model_rmse_on_baseline_windows=same["rmse"],
+                   model_within_on_baseline_windows=same["within"])  # fmt: skip
         if b["n"] == 0:
             click.echo(f"  NeuroKit2 baseline: n/a for {target} (no classical estimate)")
         else:
             click.echo(
                 f"  NeuroKit2 baseline: RMSE {b['rmse']:.3f} {units}, MAE {b['mae']:.3f} "
-                f"{units} on {b['n']}/{len(y)} windows (failures excluded; the model on "
-                f"those windows: RMSE {same['rmse']:.3f})"
+                f"{units}, bias {b['bias']:+.3f}, slope {b['slope']:.3f}, within ±{tol:g}: "
+                f"{100 * b['within']:.1f} % on {b['n']}/{len(y)} windows (failures "
+                f"excluded; the model on those windows: RMSE {same['rmse']:.3f}, within "
+                f"{100 * same['within']:.1f} %)"
             )
     stem = out / f"agreement_{target}_{d['protocol']}_{split}"
     plot_agreement(pred, y, units, f"{target} {split}, {d['protocol']} split",

@@ -210,23 +210,30 @@ def baseline_estimates(
     return out
 
 
-def agreement(pred: np.ndarray, y: np.ndarray) -> dict:
+def agreement(pred: np.ndarray, y: np.ndarray, within: float | None = None) -> dict:
     """Errors of ``pred`` against ``y`` over the pairs where both are finite: ``n``,
-    ``n_failed`` (the others), RMSE, MAE, bias mean(pred − y) and the half-width of the
-    Bland–Altman 95 % limits of agreement 1.96 · sd(pred − y) (NaN when n = 0)."""
+    ``n_failed`` (the others), RMSE, MAE, bias mean(pred − y), the half-width of the
+    Bland–Altman 95 % limits of agreement 1.96 · sd(pred − y), the least-squares slope of
+    pred on y (1 = follows the truth over its range), and with ``within`` the fraction of
+    pairs with |pred − y| ≤ within (NaN when n = 0)."""
     pred = np.asarray(pred, np.float64)
     y = np.asarray(y, np.float64)
     ok = np.isfinite(pred) & np.isfinite(y)
     err = pred[ok] - y[ok]
     nan = float("nan")
-    return {
+    yc = y[ok] - y[ok].mean() if ok.any() else y[ok]
+    row = {
         "n": int(ok.sum()),
         "n_failed": int((~ok).sum()),
         "rmse": float(np.sqrt(np.mean(err**2))) if ok.any() else nan,
         "mae": float(np.mean(np.abs(err))) if ok.any() else nan,
         "bias": float(err.mean()) if ok.any() else nan,
         "loa": float(1.96 * err.std()) if ok.any() else nan,
+        "slope": float(yc @ (pred[ok] - pred[ok].mean()) / (yc @ yc)) if yc @ yc > 0 else nan,
     }
+    if within is not None:
+        row["within"] = float(np.mean(np.abs(err) <= within)) if ok.any() else nan
+    return row
 
 
 def baseline_rmse(pred: np.ndarray, y: np.ndarray) -> dict:
