@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
 # The commands that made the shipped keyword spotter liquid_stream/models/kws-sc10.onnx
 # (its model card, kws-sc10.md, has the numbers they printed). Resumable: a step whose
-# output exists is skipped; `train` continues from last.pt.
-#   bash scripts/ship-kws.sh [OUT=runs/ship]
+# output exists is skipped; a training continues from its last.pt.
+#   bash scripts/ship-kws.sh [OUT=runs/ship] [OUT2=runs/ship2]
+# Two stages on the same synthetic set: the `ship` preset (7200 steps from scratch), then a
+# warm start from its best.pt with more non-keywords (keyword_prob 0.5: the first model's
+# false accepts came from similar non-keywords) and a second cosine schedule (6400 steps).
 set -euo pipefail
 OUT=${1:-runs/ship}
+OUT2=${2:-runs/ship2}
 L=${LIQUID_STREAM:-.venv/bin/liquid-stream}
+train() {  # train OUT ARGS...: run, or resume an interrupted run
+  local out=$1; shift
+  if [ -f "$out/last.pt" ] && [ ! -f "$out/test_metrics.json" ]; then
+    $L train speech-stream "$@" --out "$out" --resume "$out/last.pt"
+  elif [ ! -f "$out/best.pt" ]; then
+    $L train speech-stream "$@" --out "$out"
+  fi
+}
 [ -d "$OUT/speech" ] || $L data speech-synth "$OUT/speech" --per-word 100
-if [ -f "$OUT/kws/last.pt" ] && [ ! -f "$OUT/kws/test_metrics.json" ]; then
-  $L train speech-stream --preset ship --data "$OUT/speech" --out "$OUT/kws" --resume "$OUT/kws/last.pt"
-elif [ ! -f "$OUT/kws/best.pt" ]; then
-  $L train speech-stream --preset ship --data "$OUT/speech" --out "$OUT/kws" --set train.threads=1
-fi
-$L export "$OUT/kws/best.pt" --onnx "$OUT/kws-sc10.onnx" --chunk 160 --verify
-# threshold and smoothing: chosen on validation speakers, at most 6 false accepts per hour
-# (on 20 minutes: 2 false accepts; at <= 2/h, i.e. none, detection falls to 41 % there)
-[ -f "$OUT/val.wav" ] || $L data kws-stream "$OUT/val.wav" --labels "$OUT/val.csv" \
-  --data "$OUT/speech" --split validation --minutes 20 --seed 1
-$L kws-tune "$OUT/kws-sc10.onnx" --stream "$OUT/val.wav" --labels "$OUT/val.csv" \
-  --max-fa-per-hour 6 --out "$OUT/tune.json"
+train "$OUT/kws" --preset ship --data "$OUT/speech" --set train.threads=1
+train "$OUT2/kws" --preset ship --data "$OUT/speech" --set train.init="$OUT/kws/best.pt" \
+  --set data.keyword_prob=0.5 --set optim.lr=0.002 --set optim.warmup_steps=100 \
+  --set optim.epochs=16 --set train.threads=1
+# the final weights (last.pt): validation loss and frame accuracy improved to the end, while
+# the balanced frame accuracy that picks best.pt peaked after the first epoch
+$L export "$OUT2/kws/last.pt" --onnx "$OUT2/kws-sc10.onnx" --chunk 160 --verify
+# threshold and smoothing: chosen on 60 minutes of validation speakers, at most 2 false
+# accepts per hour
+[ -f "$OUT2/val60.wav" ] || $L data kws-stream "$OUT2/val60.wav" --labels "$OUT2/val60.csv" \
+  --data "$OUT/speech" --split validation --minutes 60 --seed 1
+$L kws-tune "$OUT2/kws-sc10.onnx" --stream "$OUT2/val60.wav" --labels "$OUT2/val60.csv" \
+  --max-fa-per-hour 2 --out "$OUT2/tune.json"
 # held-out test speakers (never used above)
 [ -f "$OUT/test.wav" ] || $L data kws-stream "$OUT/test.wav" --labels "$OUT/test.csv" \
   --data "$OUT/speech" --minutes 30 --seed 2
-$L kws-eval "$OUT/kws-sc10.onnx" --stream "$OUT/test.wav" --labels "$OUT/test.csv" \
-  --out "$OUT/eval.json"
-cp "$OUT/kws-sc10.onnx" liquid_stream/models/kws-sc10.onnx
+$L kws-eval "$OUT2/kws-sc10.onnx" --stream "$OUT/test.wav" --labels "$OUT/test.csv" \
+  --out "$OUT2/eval.json"
+cp "$OUT2/kws-sc10.onnx" liquid_stream/models/kws-sc10.onnx
