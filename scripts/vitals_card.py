@@ -1,0 +1,110 @@
+"""Write the model card of a shipped vital-sign model from its run folder.
+
+    python scripts/vitals_card.py RUN NAME "COMMAND" [--commit SHA]
+
+RUN is a `liquid-stream train bidmc` output folder that `liquid-stream evaluate --baseline`
+has scored (agreement_<target>_record_test.json); NAME the shipped file's stem
+(liquid_stream/models/NAME.onnx); COMMAND the training command, quoted. Every number on
+the card is read from RUN, so the card says what the run measured and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+
+import yaml
+
+MODELS = Path(__file__).resolve().parents[1] / "liquid_stream" / "models"
+
+
+def fmt(v: float, pct: bool = False) -> str:
+    return f"{100 * v:.1f} %" if pct else f"{v:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("name")
+    ap.add_argument("command")
+    ap.add_argument("--commit", default=None)
+    a = ap.parse_args()
+    cfg = yaml.safe_load((a.run / "config.yaml").read_text())
+    t = cfg["data"]["target"]
+    res = json.loads((a.run / f"agreement_{t}_record_test.json").read_text())
+    rows = [line.split(",") for line in (a.run / "metrics.csv").read_text().splitlines()]
+    last = dict(zip(rows[0], rows[-1], strict=True))
+    commit = (
+        a.commit
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    m, d = cfg["model"], cfg["data"]
+    u, tol = res["units"], {"hr": 5, "rr": 2, "spo2": 2}[t]
+    base = res.get("baseline_n", 0) > 0
+    table = [
+        "| | model | NeuroKit2 (same windows) |",
+        "|---|---|---|",
+        f"| RMSE ({u}) | **{fmt(res['rmse'])}** | {fmt(res['baseline_rmse']) if base else 'n/a'} |",
+        f"| MAE ({u}) | {fmt(res['mae'])} | {fmt(res['baseline_mae']) if base else 'n/a'} |",
+        f"| bias ({u}) | {res['bias']:+.2f} | "
+        + (f"{res['baseline_bias']:+.2f} |" if base else "n/a |"),
+        f"| within ±{tol} {u} | {fmt(res['within'], True)} | "
+        + (f"{fmt(res['baseline_within'], True)} |" if base else "n/a |"),
+        f"| slope (estimate vs truth) | {res['slope']:.3f} | "
+        + (f"{res['baseline_slope']:.3f} |" if base else "n/a |"),
+    ]
+    text = f"""# {a.name} — streaming {t.upper()} estimator ({" + ".join(d["channels"])})
+
+`liquid-stream vitals --record R` uses this model when no MODEL is given and the record has
+{" and ".join(d["channels"])}. ONNX, raw samples at {d["sample_rate"]} Hz in **any units**
+(the scale-normalisation front end standardises each channel by its running mean and RMS),
+any chunk size; one {t.upper()} estimate ({u}) per input sample: the mean over the trailing
+{d["window"] / d["sample_rate"]:g} s window.
+
+## Model
+Causal Liquid-S4: scale-norm front end (τ = {m["frontend"]["tau_s"]:g} s, pooled by
+{m["frontend"]["hop"]} to {d["sample_rate"] / m["frontend"]["hop"]:g} Hz) → Linear →
+{m["n_layers"]} pre-norm blocks of S4D (H = {m["d_model"]}, N = {m["d_state"]}), PB liquid term
+p = {m["liquid_order"]}, LayerNorm → {m["decoder_window"]}-frame window decoder → {t}.
+
+## Data
+Synthetic only: {d["sim_records"]} domain-randomised records of {d["sim_minutes"]:g} min
+(`liquid-stream data bidmc-sim --randomised`, training/data/vitals_sim.py: HR 40–180,
+RR 6–40, SpO2 80–100, ectopic beats and AF, two morphology families, noise, motion,
+sensor-off stretches, random gain / offset / ADC per channel), split by record 70/15/15;
+{d["window"]}-sample windows every {d["hop"]} samples.
+
+## How it was made (`scripts/ship-vitals.sh`)
+```sh
+{a.command}
+liquid-stream evaluate {a.run}/best.pt --baseline --device cpu
+liquid-stream export {a.run}/best.pt --onnx {a.name}.onnx --chunk 125 --verify --verify-length 8000
+```
+Code: git commit {commit}; {last["epoch"].split(".")[0]} epochs ({last["step"]} steps), 2 CPU
+cores shared with other jobs.
+
+## Metrics (held-out test records: never seen in training or model selection)
+{res["n"]} windows of the test records; NeuroKit2 reads the same channels as the model
+(RR: the record's RESP channel, which no model sees — an advantage for the baseline).
+
+{chr(10).join(table)}
+
+## Limits
+- **Simulated signals only.** No real PPG or ECG was available here; the randomised
+  simulator is the proxy for sensors and patients never seen. Expect larger errors on
+  real recordings, and check against a reference before relying on it.
+- SpO2 on the simulator is read from an invented, documented PPG cue
+  (training/data/vitals_sim.py); a real single-wavelength PPG carries little SpO2
+  information, so an SpO2 model from this simulator is not a medical measurement.
+- Not a medical device.
+"""
+    (MODELS / f"{a.name}.md").write_text(text)
+    print(f"wrote {MODELS / (a.name + '.md')}")
+
+
+if __name__ == "__main__":
+    main()
