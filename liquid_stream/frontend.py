@@ -41,6 +41,30 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def check_fields(cfg, ints: tuple[str, ...], numbers: tuple[str, ...]) -> None:
+    """ValueError naming ``frontend.<field>`` unless each of ``ints`` is a positive integer
+    and each of ``numbers`` a finite number (the front-end configs' shared checks)."""
+    for name in ints:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"frontend.{name} must be a positive integer, got {v!r}")
+    for name in numbers:
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ValueError(f"frontend.{name} must be a finite number, got {v!r}")
+
+
+def config_from_dict(cls, d: dict | None):
+    """A front-end config from a model config's ``frontend`` dict (``kind`` dropped);
+    unknown keys refused with the known ones named."""
+    d = {k: v for k, v in (d or {}).items() if k != "kind"}
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"frontend: unknown field(s) {unknown}; known: {sorted(known)}")
+    return cls(**d)
+
+
 @dataclass(frozen=True)
 class LogMelConfig:
     """Log-mel parameters (times in ms at ``sample_rate``); each default defined here once.
@@ -72,17 +96,12 @@ class LogMelConfig:
         return self.n_fft // 2 + 1
 
     def __post_init__(self) -> None:
+        check_fields(self, ("sample_rate", "n_fft", "n_mels"),
+                     ("win_ms", "hop_ms", "fmin", "fmax", "log_floor"))  # fmt: skip
+
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"frontend.{name} {why}, got {getattr(self, name)!r}")
 
-        for name in ("sample_rate", "n_fft", "n_mels"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise bad(name, "must be a positive integer")
-        for name in ("win_ms", "hop_ms", "fmin", "fmax", "log_floor"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise bad(name, "must be a finite number")
         if self.hop < 1:
             raise bad("hop_ms", "must be at least one sample")
         if not self.hop <= self.win <= self.n_fft:
@@ -108,13 +127,7 @@ class LogMelConfig:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> LogMelConfig:
-        """From a model config's ``frontend`` dict (``kind`` dropped); unknown keys refused."""
-        d = {k: v for k, v in (d or {}).items() if k != "kind"}
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"frontend: unknown field(s) {unknown}; known: {sorted(known)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
     def to_dict(self) -> dict:
         return {"kind": "logmel", **asdict(self)}

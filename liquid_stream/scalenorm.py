@@ -40,10 +40,12 @@ front end's).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 from torch import Tensor, nn
+
+from .frontend import check_fields, config_from_dict
 
 
 @dataclass(frozen=True)
@@ -62,19 +64,11 @@ class ScaleNormConfig:
     eps: float = 1e-12
 
     def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"frontend.{name} {why}, got {getattr(self, name)!r}")
-
-        for name in ("channels", "hop"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise bad(name, "must be a positive integer")
-        for name in ("sample_rate", "tau_s", "clip", "eps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise bad(name, "must be a finite number")
-            if v <= 0:
-                raise bad(name, "must be positive")
+        positive = ("sample_rate", "tau_s", "clip", "eps")
+        check_fields(self, ("channels", "hop"), positive)
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"frontend.{name} must be positive, got {getattr(self, name)!r}")
 
     @property
     def beta(self) -> float:
@@ -87,13 +81,7 @@ class ScaleNormConfig:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> ScaleNormConfig:
-        """From a model config's ``frontend`` dict (``kind`` dropped); unknown keys refused."""
-        d = {k: v for k, v in (d or {}).items() if k != "kind"}
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"frontend: unknown field(s) {unknown}; known: {sorted(known)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
     def to_dict(self) -> dict:
         return {"kind": "scalenorm", **asdict(self)}
