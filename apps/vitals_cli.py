@@ -308,6 +308,7 @@ def _summary(result, source, monitor, speed) -> dict:
             a.rule.name: {"episodes": a.episodes, "active_s": a.active_s, "events": a.events}
             for a in result.alarms
         },
+        "alarm_check": result.alarm_check() if result.has_reference else None,
         "compute_s": result.compute_s,
         "wall_s": result.wall_s,
         "real_time_factor": result.real_time_factor,
@@ -365,8 +366,14 @@ def _print_summary(s: dict, echo) -> None:
                 f"  out of range {t}: {o['samples']} sample(s) beyond the model's input bound "
                 f"(first at {o['first_s']:.3f} s), treated as gaps"
             )
+    check = s.get("alarm_check") or {}
     for name, a in s["alarms"].items():
-        echo(f"  alarm {name}: {a['episodes']} episode(s), active {a['active_s']} s")
+        c = check.get(name)
+        echo(
+            f"  alarm {name}: {a['episodes']} episode(s), active {a['active_s']} s"
+            + (f"; vs the reference: {c['true_s']} s true, {c['false_s']} s false, "
+               f"{c['missed_s']} s missed" if c else "")
+        )  # fmt: skip
     rtf = s["real_time_factor"]
     echo(
         f"timing: {s['duration_s']:.1f} s of signal, {s['compute_s']:.3f} s compute -> "
