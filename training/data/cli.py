@@ -120,41 +120,31 @@ def bidmc_sim_cmd(out, records, minutes, seed, workers, force, randomised, famil
     HR/PULSE/RESP/SpO2 numerics, NeuroKit2 waveforms warped onto known trajectories) to OUT."""
     from liquid_stream.training.data.bidmc_sim import write_bidmc_sim
 
-    if randomised:
-        from liquid_stream.training.data.vitals_sim import write_vitals_sim
+    fams = tuple(f.strip() for f in families.split(",") if f.strip())
+    try:
+        if randomised:
+            from liquid_stream.training.data.vitals_sim import write_vitals_sim
 
-        fams = tuple(f.strip() for f in families.split(",") if f.strip())
-        try:
             rep = write_vitals_sim(
                 out, records, minutes, seed, fams, workers=workers, progress=True,
                 overwrite=force,
             )  # fmt: skip
-        except (FileExistsError, ValueError) as e:
-            raise click.ClickException(str(e)) from e
-        click.echo(
-            f"wrote {rep.records} randomised record pairs ({rep.minutes:g} min each, "
-            f"families {rep.family_counts}) to {rep.root} in {rep.seconds:.1f} s"
-        )
-        click.echo(
-            f"  numerics: HR {rep.hr_range[0]:.0f}-{rep.hr_range[1]:.0f} bpm, "
-            f"RR {rep.rr_range[0]:.0f}-{rep.rr_range[1]:.0f} breaths/min, "
-            f"SpO2 {rep.spo2_range[0]:.0f}-{rep.spo2_range[1]:.0f} %"
-        )
-        return
-    try:
-        rep = write_bidmc_sim(
-            out, records, minutes, seed, workers=workers, progress=True, overwrite=force
-        )
+        else:
+            rep = write_bidmc_sim(
+                out, records, minutes, seed, workers=workers, progress=True, overwrite=force
+            )
     except (FileExistsError, ValueError) as e:
         raise click.ClickException(str(e)) from e
+    kind = f"randomised record pairs (families {rep.family_counts})" if randomised else (
+        "record pairs")  # fmt: skip
     click.echo(
-        f"wrote {rep.records} record pairs ({rep.minutes:g} min each) to {rep.root} "
+        f"wrote {rep.records} {kind}, {rep.minutes:g} min each, to {rep.root} "
         f"in {rep.seconds:.1f} s"
     )
     click.echo(
-        f"  baselines: HR {rep.hr_range[0]:.0f}-{rep.hr_range[1]:.0f} bpm, "
-        f"RR {rep.rr_range[0]:.0f}-{rep.rr_range[1]:.0f} breaths/min, "
-        f"SpO2 {rep.spo2_range[0]:.0f}-{rep.spo2_range[1]:.0f} %"
+        f"  {'numerics' if randomised else 'baselines'}: HR {rep.hr_range[0]:.0f}-"
+        f"{rep.hr_range[1]:.0f} bpm, RR {rep.rr_range[0]:.0f}-{rep.rr_range[1]:.0f} "
+        f"breaths/min, SpO2 {rep.spo2_range[0]:.0f}-{rep.spo2_range[1]:.0f} %"
     )
 
 
