@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from liquid_stream.bidmc_vocab import WITHIN
+
 MODELS = Path(__file__).resolve().parents[1] / "liquid_stream" / "models"
 
 
@@ -43,7 +45,7 @@ def main() -> None:
         ).stdout.strip()
     )
     m, d = cfg["model"], cfg["data"]
-    u, tol = res["units"], {"hr": 5, "rr": 2, "spo2": 2}[t]
+    u, tol = res["units"], f"{WITHIN[t]:g}"
     base = res.get("baseline_n", 0) > 0
     table = [
         "| | model | NeuroKit2 (same windows) |",

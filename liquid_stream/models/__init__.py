@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from liquid_stream.bidmc_vocab import channel_key
+
 HERE = Path(__file__).resolve().parent
 KWS = "kws-sc10"  # the keyword spotter `liquid-stream kws` uses when no MODEL is given
 # The vital-sign models `liquid-stream vitals` uses when no MODEL is given, by sensor set
@@ -48,10 +50,10 @@ def vitals_for(channels) -> list[Path]:
     ``"PLETH,"`` or ``"pleth"``): those of the richest sensor set the record carries whose
     files are all installed; ``ShippedModelMissing`` (naming what the record has and what
     would be needed) when none fits."""
-    have = {c.strip().rstrip(",").strip().lower() for c in channels}
+    have = {channel_key(c) for c in channels}
     for name, needs in VITALS_SETS.items():
         paths = [HERE / f"{m}.onnx" for m in VITALS_TARGETS[name]]
-        if {c.lower() for c in needs} <= have and all(p.is_file() for p in paths):
+        if {channel_key(c) for c in needs} <= have and all(p.is_file() for p in paths):
             return paths
     wanted = " or ".join("+".join(v) for v in VITALS_SETS.values())
     raise ShippedModelMissing(
