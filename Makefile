@@ -15,9 +15,11 @@ STAMP  := $(VENV)/.installed-stamp
 # Debian packages: the synthetic Speech Commands generator (training/data/speech_synth.py:
 # espeak-ng, flite, festival + voices, sox) and live audio for the KWS app (PortAudio for
 # sounddevice; PulseAudio for the virtual microphone of scripts/virtual-mic.sh) and the real
-# images available offline (Fashion-MNIST, the image tasks' stand-in for CIFAR-10).
+# images available offline (Fashion-MNIST, the image tasks' stand-in for CIFAR-10), and the
+# headless browser of the dashboard test (chromium + chromium-driver).
 APT_PACKAGES := espeak-ng flite sox festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts \
-	libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins dataset-fashion-mnist
+	libportaudio2 pulseaudio pulseaudio-utils libasound2-plugins dataset-fashion-mnist \
+	chromium chromium-driver
 
 # Project-local KeOps build cache (its default folder name embeds the hostname).
 export KEOPS_CACHE_FOLDER := $(CURDIR)/.cache/keops
