@@ -90,10 +90,21 @@ def default_sub_block(chunk: int) -> int:
     return 1 << min(6, max(0, (int(chunk) // 4).bit_length() - 1))
 
 
+def default_ltc_sub_block(steps: int) -> int:
+    """Q, the sub-block of the LTC layers' blocked scan, for chunks of ``steps`` stack steps:
+    ~5Q ops for the positions, ~11⌈log₂(steps/Q + 1)⌉ for the scan across sub-blocks.
+    Measured (bench/stream.py --liquid ltc, paper model, 1 thread): Q = 8 best at 160
+    steps, Q = 16 at 1600."""
+    return 8 if steps <= 256 else 16
+
+
 class _Emitter:
     """Emits the graph of one StreamingModel; collects the state specification."""
 
-    def __init__(self, sm, sub_block: int, max_chunk: int, opset: int, input_mean, input_std):
+    def __init__(
+        self, sm, sub_block: int, max_chunk: int, opset: int, input_mean, input_std,
+        ltc_sub_block: int | None = None,
+    ):  # fmt: skip
         self.sm, self.S, self.opset = sm, sub_block, opset
         self.input_mean, self.input_std = input_mean, input_std
         self.g = Graph(opset)
@@ -104,6 +115,10 @@ class _Emitter:
         n_blocks = -(-(self.S - 1 + steps) // self.S) + 1
         self.levels = math.ceil(math.log2(n_blocks))
         self.max_chunk = (self.S * (2**self.levels - 1) - (self.S - 1)) * hop
+        # LTC layers: sub-blocks of Q steps, at most ltc_max_blocks of them per call
+        self.ltc_Q = ltc_sub_block or default_ltc_sub_block(steps)
+        max_steps = -(-self.max_chunk // hop)  # of the longest chunk the graph takes
+        self.ltc_max_blocks = -(-max_steps // self.ltc_Q)
         self.state_out: dict[str, str] = {}
         self.spec: list[dict] = []
         self._cache: dict[tuple, str] = {}
@@ -403,62 +418,141 @@ class _Emitter:
                 mixed = g.op("Add", mixed, g.slice(ext_w, j, self.t_plus(j), axis=2))
         return mixed
 
+    def ltc_dims(self) -> dict[str, str]:
+        """Shape arithmetic of the LTC layers' sub-blocks (int64 tensors, built once): n_b =
+        ⌈T/Q⌉, the pads of ``(H, B, T)`` to n_b·Q steps, and the position (T − 1) mod Q of the
+        chunk's last step within the last sub-block."""
+        if "ltc" not in self._cache:
+            g, d, Q = self.g, self.dims, self.ltc_Q
+            nb = g.op("Div", g.op("Add", d["T"], g.const([Q - 1])), g.const([Q]))
+            pad = g.op("Sub", g.op("Mul", nb, g.const([Q])), d["T"])
+            self._cache["ltc"] = {
+                "nb": nb,
+                "pads": g.op("Concat", g.const([0, 0, 0, 0, 0]), pad, axis=0),
+                "last": g.op("Sub", g.const([Q - 1]), pad),
+            }
+        return self._cache["ltc"]
+
     def ltc_layer(self, i: int, step, u: str) -> str:
         """↔ the ``ltc`` branch of :meth:`LiquidS4Step.forward` (``ltc.ltc_scan``):
-        x_t = (Ā + B̃ tanh(u_t)) x_{t−1} + B̄ u_t, y_t = s·Re(C x_t) + D u_t on ``u (H, B, T)``.
+        x_t = a_t x_{t−1} + b_t, a_t = Ā + B̃ tanh(u_t), b_t = B̄ u_t, y_t = s·Re(C x_t) + D u_t
+        on ``u (H, B, T)``.
 
-        A log-depth Hillis–Steele scan over [x_{−1}, x_0, …, x_{T−1}] (the carried state
-        enters as the first element), complex numbers as separate real and imaginary
-        tensors ``(H, B, T+1, M)``; depth ⌈log₂(max_chunk + 1)⌉, so any T ≤ max_chunk."""
-        g = self.g
-        H, pre = step.H, f"block{i}."
+        A blocked scan (the decomposition of :func:`liquid_stream.ltc._scan_tf`) in few,
+        large ops. The chunk is cut into n_b sub-blocks of Q steps (zero-padded at the end),
+        laid out ``(Q, c, s, M, B, n_b, H)``: every broadcast is over leading axes or along
+        contiguous H (onnxruntime is slow on broadcasts with a short innermost axis). Complex
+        numbers are stacked on the axis c = (Re, Im), so that a product by a takes three ops:
+        a·z = Re(a)·z + [−Im a; Im a]·rev_c(z). One unrolled loop over the Q positions
+        advances every sub-block at once, carrying on the axis s the local state
+        X_q = a_q X_{q−1} + b_q (from zero) and the cumulative transition P_q = a_q P_{q−1}
+        (from one): 5 ops per position. The states entering the sub-blocks, x_in[k+1] =
+        P[Q−1, k] x_in[k] + X[Q−1, k] with x_in[0] the carried state, come from a log-depth
+        Hillis–Steele scan over the n_b sub-block summaries (small tensors, 11 ops a level).
+        Then y = s·Re(C X) + Re((s C x_in) P) + D u is one product and one sum over (c, s, M),
+        and the next state is X + P x_in at the chunk's last step. Products and sums of
+        numbers of modulus < 1 only: nothing overflows."""
+        g, Q, H, pre = self.g, self.ltc_Q, step.H, f"block{i}."
         sys = {k: getattr(step, f"ltc_{k}").double() for k in ("A_bar", "B_liq", "B_bar", "C")}
         M = sys["A_bar"].shape[1]
+        dl, B = self.ltc_dims(), self.dims["B"]
 
-        def coef(t: torch.Tensor) -> str:  # (H, M) → (H, 1, 1, M)
-            return g.const(_f32(t)[:, None, None, :])
+        def coef(*parts: np.ndarray) -> str:
+            """(H, M) arrays stacked on c → (c, 1, M, 1, 1, H)."""
+            return g.const(np.stack([p.T for p in parts])[:, None, :, None, None, :])
 
-        x_in = self.state(pre + "ltc.x", [H, "batch", 2, M])
-        u4 = g.op("Unsqueeze", u, g.const([3]))  # (H, B, T, 1)
-        tu = g.op("Tanh", u4)
-        first = self.zeros(H, self.dims["B"], 1, M)  # a_{−1}: never used
-        A = [
-            g.op("Concat", first, g.op("Add", coef(sys["A_bar"][..., c]),
-                                        g.op("Mul", tu, coef(sys["B_liq"][..., c]))), axis=2)
-            for c in (0, 1)
-        ]  # fmt: skip
-        X = [
-            g.op("Concat", g.slice(x_in, c, c + 1, axis=2),
-                 g.op("Mul", u4, coef(sys["B_bar"][..., c])), axis=2)
-            for c in (0, 1)
-        ]  # fmt: skip
-        levels = math.ceil(math.log2(self.max_chunk + 1))
-        for lvl in range(levels):
-            sh = 2**lvl
-            pads = g.const([0, 0, sh, 0, 0, 0, 0, 0])
+        def rev(z: str) -> str:  # swap Re and Im (axis c, the first of these tensors)
+            return g.slice(z, -1, -(2**62), axis=0, step=-1)
 
-            def shifted(x: str, fill: float, pads=pads, sh=sh) -> str:  # x[t − sh], fill before
-                padded = g.op("Pad", x, pads, g.const(np.array(fill, np.float32)))
-                return g.slice(padded, 0, -sh, axis=2)
+        A, Bl, Bb = (_f32(sys[k]) for k in ("A_bar", "B_liq", "B_bar"))  # (H, M, 2)
+        sC = _f32(step.ltc_scale * sys["C"])
+        sign6, sign5 = (
+            g.const(np.array([-1.0, 1.0], np.float32).reshape(2, *[1] * k)) for k in (5, 4)
+        )  # fmt: skip  [−1; 1] on c
+        # Slice arguments: Re P and Im P of a (c, s, …) tensor (s = 1 is the P track)
+        re_p = (g.const([0, 1]), g.const([1, 2]), g.const([0, 1]))
+        im_p = (g.const([1, 1]), g.const([2, 2]), g.const([0, 1]))
+        x_state = self.state(pre + "ltc.x", [H, "batch", 2, M])
 
-            Xs = [shifted(x, 0.0) for x in X]
-            X = [
-                g.op("Add", X[0], g.op("Sub", g.op("Mul", A[0], Xs[0]), g.op("Mul", A[1], Xs[1]))),
-                g.op("Add", X[1], g.op("Add", g.op("Mul", A[0], Xs[1]), g.op("Mul", A[1], Xs[0]))),
-            ]
-            if lvl < levels - 1:
-                As = [shifted(A[0], 1.0), shifted(A[1], 0.0)]
-                A = [
-                    g.op("Sub", g.op("Mul", A[0], As[0]), g.op("Mul", A[1], As[1])),
-                    g.op("Add", g.op("Mul", A[0], As[1]), g.op("Mul", A[1], As[0])),
-                ]
-        self.set_state(
-            pre + "ltc.x", g.op("Concat", *[g.slice(x, -1, END, axis=2) for x in X], axis=2)
+        # u (H, B, T) → (Q, 1, 1, 1, B, n_b, H); a = Ā + B̃ tanh u as Re a (Q, 1, 1, M, B, n_b, H)
+        # and [−Im a; Im a] (Q, 2, 1, …); b = B̄ u (Q, c, s, M, B, n_b, H), zero on s = P
+        blk = g.op("Concat", g.const([H]), B, dl["nb"], g.const([Q]), axis=0)
+        uq = g.op("Transpose", g.op("Reshape", g.op("Pad", u, dl["pads"]), blk), perm=[3, 1, 2, 0])
+        uq = g.op("Unsqueeze", uq, g.const([1, 2, 3]))
+        tu = g.op("Tanh", uq)
+        a_re = g.op("Add", g.op("Mul", tu, coef(Bl[..., 0])), coef(A[..., 0]))
+        a_im = g.op(
+            "Add", g.op("Mul", tu, coef(-Bl[..., 1], Bl[..., 1])), coef(-A[..., 1], A[..., 1])
         )
-        x = g.op("Concat", *[g.slice(x, 1, END, axis=2) for x in X], axis=3)  # (H, B, T, 2M)
-        C = step.ltc_scale * sys["C"]
-        w = torch.cat([C[..., 0], -C[..., 1]], -1)[:, None, :, None]  # (H, 1, 2M, 1)
-        y = g.op("Squeeze", g.op("MatMul", x, g.const(_f32(w))), g.const([3]))
+        b = g.op(
+            "Pad", g.op("Mul", uq, coef(Bb[..., 0], Bb[..., 1])), g.const([0] * 9 + [1] + [0] * 4)
+        )
+        if Q > 1:
+            split = g.const([1] * Q)
+            a_re, a_im, b = (g.op("Split", x, split, axis=0, n_out=Q) for x in (a_re, a_im, b))
+        else:
+            a_re, a_im, b = [a_re], [a_im], [b]
+        # Y_0 = a_0·[0; 1] + [b_0; 0] (on s), then Y_q = b_q + a_q Y_{q−1}: (1, c, s, M, B, n_b, H)
+        e = np.zeros((1, 2, 2, 1, 1, 1, 1), np.float32)
+        e[0, 0, 1] = 1.0
+        Y = g.op("Add", b[0], g.op("Add", g.op("Mul", a_re[0], g.const(e)),
+                                   g.op("Mul", a_im[0], g.const(e[:, ::-1].copy()))))  # fmt: skip
+        outs = [Y]
+        for q in range(1, Q):
+            rY = g.slice(Y, -1, -(2**62), axis=1, step=-1)
+            Y = g.op("Add", b[q], g.op("Add", g.op("Mul", a_re[q], Y), g.op("Mul", a_im[q], rY)))
+            outs.append(Y)
+        Yall = g.op("Concat", *outs, axis=0) if Q > 1 else Y  # (Q, c, s, M, B, n_b, H)
+
+        # the carried state and the sub-block summaries: Z (c, s, M, B, n_b + 1, H)
+        x0 = g.op("Unsqueeze", g.op("Transpose", x_state, perm=[2, 3, 1, 0]), g.const([1, 4]))
+        x0 = g.op("Pad", x0, g.const([0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]))  # P_{−1}: unused
+        Z = g.op("Concat", x0, g.op("Squeeze", Y, g.const([0])), axis=4)
+        keep_x = g.const(np.array([1.0, 0.0], np.float32).reshape(1, 2, 1, 1, 1, 1))
+        levels = max(1, math.ceil(math.log2(self.ltc_max_blocks + 1)))
+        for lvl in range(levels):  # Z_k ← (X_k + P_k X_{k−sh}, P_k P_{k−sh})
+            sh = 2**lvl
+            Zs = g.slice(g.op("Pad", Z, g.const([0, 0, 0, 0, sh, 0] + [0] * 6)), 0, -sh, axis=4)
+            P_re = g.op("Slice", Z, *re_p)
+            P_im = g.op("Mul", g.op("Slice", Z, *im_p), sign6)  # [−Im P; Im P]
+            Z = g.op("Add", g.op("Mul", Z, keep_x),
+                     g.op("Add", g.op("Mul", P_re, Zs), g.op("Mul", P_im, rev(Zs))))  # fmt: skip
+        xin = g.op(
+            "Slice",
+            Z,
+            g.const([0, 0]),
+            g.op("Concat", g.const([1]), dl["nb"], axis=0),
+            g.const([1, 4]),
+        )  # fmt: skip  (c, 1, M, B, n_b, H): states entering the sub-blocks
+
+        # y = Σ_{c,s,M} Yall·W, W = [s·Re C; −s·Im C] on X, [Re c'; −Im c'] on P, c' = s C x_in
+        conj = g.const(np.array([1.0, -1.0], np.float32).reshape(2, 1, 1, 1, 1, 1))
+        sC_re, sC_im = coef(sC[..., 0], sC[..., 0]), coef(sC[..., 1], sC[..., 1])
+        wP = g.op("Sub", g.op("Mul", g.op("Mul", xin, conj), sC_re), g.op("Mul", rev(xin), sC_im))
+        wX = g.op("Expand", coef(sC[..., 0], -sC[..., 1]), g.op("Shape", wP))
+        W = g.op("Concat", wX, wP, axis=1)  # (c, s, M, B, n_b, H)
+        yq = g.op("ReduceSum", g.op("Mul", Yall, W), g.const([1, 2, 3]), keepdims=0)
+        y = g.op(
+            "Reshape",
+            g.op("Transpose", yq, perm=[3, 1, 2, 0]),
+            g.op("Concat", g.const([H]), B, g.const([-1]), axis=0),
+        )  # fmt: skip  (H, B, n_b·Q)
+        y = g.slice(y, 0, self.dims["T"], axis=2)
+
+        # next state: X + P x_in at the chunk's last step (position `last`, last sub-block)
+        yl = g.op(
+            "Squeeze",
+            g.slice(g.op("Gather", Yall, dl["last"], axis=0), -1, END, axis=5),
+            g.const([0, 5]),
+        )  # fmt: skip  (c, s, M, B, H)
+        xl = g.op("Squeeze", g.slice(xin, -1, END, axis=4), g.const([4]))  # (c, 1, M, B, H)
+        Xl = g.slice(yl, 0, 1, axis=1)
+        Pl_re = g.op("Slice", yl, *re_p)
+        Pl_im = g.op("Mul", g.op("Slice", yl, *im_p), sign5)  # [−Im P; Im P]
+        xT = g.op("Add", Xl, g.op("Add", g.op("Mul", Pl_re, xl), g.op("Mul", Pl_im, rev(xl))))
+        self.set_state(
+            pre + "ltc.x", g.op("Transpose", g.op("Squeeze", xT, g.const([1])), perm=[3, 2, 0, 1])
+        )  # fmt: skip  (H, B, c, M)
         return g.op("Add", y, g.op("Mul", u, g.const(_f32(step.D)[:, None, None])))
 
     def block(self, i: int, block, x: str) -> str:
@@ -781,6 +875,7 @@ def build_onnx(
     opset: int = 17,
     input_mean=0.0,
     input_std=1.0,
+    ltc_sub_block: int | None = None,
 ) -> tuple[onnx.ModelProto, dict]:
     """ONNX graph of a float32 :class:`StreamingModel` and its ``info`` (state spec, sub-block,
     longest chunk per call). ``sub_block`` defaults to :func:`default_sub_block` of max_chunk.
@@ -794,9 +889,13 @@ def build_onnx(
         raise ValueError(f"sub_block must be a power of two, got {S}")
     if np.any(np.asarray(input_std) <= 0):
         raise ValueError("input_std must be positive")
-    em = _Emitter(sm, S, max_chunk, opset, input_mean, input_std)
+    if ltc_sub_block is not None and ltc_sub_block < 1:
+        raise ValueError(f"ltc_sub_block must be >= 1, got {ltc_sub_block}")
+    em = _Emitter(sm, S, max_chunk, opset, input_mean, input_std, ltc_sub_block)
     model = em.build()
     info = {"state_spec": em.spec, "sub_block": S, "max_chunk": em.max_chunk, "levels": em.levels}
+    if any(b.ssm.liquid == "ltc" for b in sm.blocks):
+        info["ltc_sub_block"] = em.ltc_Q
     return model, info
 
 

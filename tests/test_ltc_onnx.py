@@ -1,0 +1,82 @@
+"""The LTC layer's ONNX graph (export/to_onnx.py ``ltc_layer``: a blocked scan with Q-step
+sub-blocks and a Hillis–Steele scan across them) against the float64 recurrence, for every
+sub-block size and chunking that exercises a different path: T < Q, T not a multiple of Q,
+one sub-block, many, a chunk of exactly the graph's ``max_chunk``, two streams in a batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_layer import randomize
+
+from liquid_stream import LiquidS4Model, OnnxStreamer
+from liquid_stream.export import to_onnx
+from liquid_stream.export.pipeline import export_model
+
+
+def ltc_model(seed=0) -> LiquidS4Model:
+    torch.manual_seed(seed)
+    m = LiquidS4Model(
+        2, 3, d_model=8, n_layers=2, d_state=8, mode="diag", liquid="ltc", norm="layer",
+        decoder="window", decoder_window=20, dt_min=0.005, dt_max=0.3,
+    )  # fmt: skip
+    for block in m.blocks:
+        randomize(block.ssm, seed)
+    return m.eval()
+
+
+def stream(path, x: np.ndarray, sizes: list[int]) -> tuple[np.ndarray, dict]:
+    s = OnnxStreamer(path, batch=x.shape[0], threads=1)
+    out, pos = [], 0
+    for c in sizes:
+        out.append(s.process(x[:, pos : pos + c]))
+        pos += c
+    return np.concatenate(out, 1), s.state
+
+
+@pytest.mark.parametrize("Q", [1, 2, 3, 8, 16])
+@pytest.mark.parametrize("sizes", ["small", "mixed", "max"])
+def test_blocked_scan_equals_float64_recurrence(tmp_path, monkeypatch, Q, sizes):
+    """float32 graph within docs/design.md §5's contract (1e-4·max|y|) of the float64 model
+    (whose LTC scan tests/test_ltc.py checks against the literal loop to 1e-9), outputs and
+    final states, for any chunking."""
+    monkeypatch.setattr(to_onnx, "default_ltc_sub_block", lambda steps: Q)
+    m = ltc_model()
+    info = export_model(m, tmp_path / "m.onnx", chunk=40)
+    assert info["ltc_sub_block"] == Q
+    mc = info["max_chunk"]
+    plan = {
+        "small": [1, Q - 1 or 1, Q, Q + 1, 7, 2 * Q + 3],  # inside and across one sub-block
+        "mixed": [37, 5, mc, 1, 13, mc - 1, 40],
+        "max": [mc] * 4,  # every call as long as the graph takes: n_b at its most
+    }[sizes]
+    L = sum(plan)
+    rng = np.random.default_rng(Q)
+    x = rng.standard_normal((2, L, 2)).astype(np.float32)
+    x[1] *= 3.0  # the second stream larger: tanh(u) near saturation
+    y, state = stream(tmp_path / "m.onnx", x, plan)
+    m64 = ltc_model().double()
+    ref = m64.forward_steps(torch.from_numpy(x).double()).detach().numpy()
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+    # the carried LTC states equal the float64 recurrence's last states
+    sm = m64.streaming(dtype=torch.float64)
+    _, st = sm.step(torch.from_numpy(x).double(), sm.init_state(2))
+    for i in range(2):
+        got = state[f"state.block{i}.ltc.x"]  # (H, B, 2, M)
+        want = st[f"block{i}.ltc.x"].detach().numpy().transpose(1, 0, 3, 2)
+        assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_extreme_inputs_keep_the_state_bounded(tmp_path):
+    """|u| up to 1e4 (tanh saturated, b huge): outputs and states finite and within the
+    contract of the float64 model — the blocked scan multiplies numbers of modulus < 1 only."""
+    m = ltc_model(1)
+    export_model(m, tmp_path / "m.onnx", chunk=160)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((1, 800, 2)) * 10.0 ** rng.integers(-3, 5, (1, 800, 1)))
+    x = x.astype(np.float32)
+    y, state = stream(tmp_path / "m.onnx", x, [160] * 5)
+    assert all(np.isfinite(v).all() for v in state.values())
+    ref = ltc_model(1).double().forward_steps(torch.from_numpy(x).double()).detach().numpy()
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
