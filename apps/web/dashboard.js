@@ -71,24 +71,26 @@
   }
 
   /**
-   * A time field that may be a Unix time (seconds since 1970) or stream seconds: a Unix
-   * time is shown as the age relative to the server clock ("12 s ago"), stream seconds
-   * as "at 12 s".
+   * "0.4 s ago" for `t`, the seconds since an event (the contract's health.last_seen_s);
+   * a Unix time (a server that sends one) is taken against the server clock.
    */
-  function when(t, serverTime) {
+  function ago(t, serverTime) {
     if (!isNum(t)) return "";
-    if (t > 1e9 && isNum(serverTime)) return `${duration(serverTime - t)} ago`;
-    return `at ${duration(t)}`;
+    if (t > 1e9) {
+      if (!isNum(serverTime)) return "";
+      t = serverTime - t;
+    }
+    return t < 10 ? `${Math.max(0, t).toFixed(1)} s ago` : `${duration(t)} ago`;
   }
 
   /**
-   * How long an alarm has been active: "for 1 m 5 s" from its onset `since` (a Unix time,
-   * against the server clock, or stream seconds, against the seconds received).
+   * How long an alarm has been active: "for 1 m 5 s" from its onset `since` in stream
+   * seconds, against `streamNow` (or a Unix time, against the server clock).
    */
-  function alarmAge(since, received, serverTime) {
+  function alarmAge(since, streamNow, serverTime) {
     if (!isNum(since)) return "";
     if (since > 1e9) return isNum(serverTime) ? `for ${duration(serverTime - since)}` : "";
-    if (isNum(received) && received >= since) return `for ${duration(received - since)}`;
+    if (isNum(streamNow) && streamNow >= since) return `for ${duration(streamNow - since)}`;
     return `since ${duration(since)}`;
   }
 
@@ -227,10 +229,11 @@
       if (added.length) announce(`Bed ${s.id}: alarm ${added.map(alarmText).join(", ")}`);
       bed.alarmKey = key;
     }
-    const received = s.health ? s.health.received_s : null;
+    // the stream time of the latest event (serve_state's stream_time_s), else the seconds received
+    const streamNow = isNum(s.stream_time_s) ? s.stream_time_s : s.health && s.health.received_s;
     alarms.forEach((a, i) => {
       const since = bed.alarms.children[i].querySelector(".alarm-since");
-      setText(since, alarmAge(a.since_s, received, serverTime));
+      setText(since, alarmAge(a.since_s, streamNow, serverTime));
     });
 
     updateHealth(bed.health, s.health, serverTime, connected);
@@ -242,7 +245,7 @@
     if (isNum(h.lag_ms)) bits.push(`lag ${Math.round(h.lag_ms)} ms`);
     bits.push(`dropped ${isNum(h.dropped_blocks) ? h.dropped_blocks : 0}`);
     bits.push(`errors ${isNum(h.errors) ? h.errors : 0}`);
-    if (isNum(h.last_seen_s)) bits.push(`seen ${when(h.last_seen_s, serverTime)}`);
+    if (isNum(h.last_seen_s)) bits.push(`seen ${ago(h.last_seen_s, serverTime)}`);
     setText(p, bits.join(" \u00b7 "));
     const warn = !connected || h.dropped_blocks > 0 || h.errors > 0 || h.lag_ms > 1000;
     p.classList.toggle("warn", Boolean(warn));
