@@ -1,0 +1,1048 @@
+"""``liquid-stream serve``: many live streams over WebSocket, each model's streams
+micro-batched into one onnxruntime call per step (asyncio; no torch).
+
+    server = StreamServer(default_hosts(), port=8765)      # kws-sc10 + the shipped vitals
+    asyncio.run(server.run())                               # until cancelled
+    with ServerThread(StreamServer(hosts, port=0)) as srv:  # or in a background thread
+        print(srv.url)                                      # ws://127.0.0.1:PORT/stream
+
+**Hosted models.** Each :class:`HostedModel` is a named bank of
+:mod:`liquid_stream.apps.batch`: a :class:`~.batch_kws.KwsBank` (one keyword spotter) or
+a :class:`~.batch_vitals.VitalsBank` (one set of 1..3 vital-sign models, one per target).
+Its streams are stepped together, on its own worker thread (every call into a bank runs
+there, so a bank is never used by two threads, and onnxruntime runs while the event loop
+goes on receiving).
+
+**Protocol** (``ws://HOST:PORT/stream``; docs/serving.md has it in full). One stream per
+connection. The client sends a JSON text message ``{"op": "open", "model": NAME,
+"sample_rate": Hz, "channels": [...], "alarms": "hr>120", "id": "bed-3", "token": ...,
+"overflow": "drop"|"wait"}`` and gets ``{"type": "opened", "id", "model", "task",
+"info", ...}`` or ``{"type": "error", "message"}``. Then sample blocks: binary frames of
+float32 little-endian ``(T, C)`` samples (row-major, any T), or ``{"op": "samples",
+"data": [[...], ...]}`` (float64, ``null`` for a missing sample); and finally
+``{"op": "close"}``, answered by the stream's last events and ``{"type": "closed",
+"stats"}``. The server sends the bank's events as JSON text messages, one per message:
+``estimate``, ``detection``, ``scores``, ``error``, plus ``dropped`` (input blocks the
+server dropped). Model ``"kws"`` / ``"vitals"`` (or none) picks the first hosted model of
+that task (for vitals the first whose channels the stream has).
+
+**Scheduling.** A received block goes into its stream's inbox. Per hosted model a batcher
+task steps the bank when every open stream of it has input waiting or when the oldest
+waiting block has waited ``budget_ms``, whichever is first: in the worker thread it
+pushes every waiting block (``bank.push``; a refused block is an ``error`` event for its
+stream only, nothing changed) and runs ``bank.step()``; then it routes the events to
+their streams' outboxes, from which one sender task per connection writes them.
+
+**Back-pressure and faults.**
+
+- Input: a stream's inbox holds at most ``queue_blocks`` blocks and ``queue_s`` seconds.
+  With ``"overflow": "drop"`` (the default: a live source) a block arriving at a full
+  inbox is dropped and counted; the client is told (``{"type": "dropped", "blocks",
+  "samples", "total_blocks"}``); for a vitals stream the dropped samples become a NaN
+  gap of the same length (the monitor's gap rules bridge or reset it), so the stream's
+  time stays the bed's time. With ``"overflow": "wait"`` (a file sent as fast as it goes)
+  the server stops reading that connection until its inbox has room: TCP pushes back
+  on the client, nothing is lost, no other stream waits.
+- Output: a stream's outbox holds ``out_queue`` messages; past that the oldest
+  ``scores`` message is dropped (counted, ``dropped_events``), never an estimate,
+  detection, error or notice. A client that reads nothing at all is disconnected (close
+  code 1008) once ``out_hard`` messages wait.
+- A client that vanishes (socket closed, process killed) ends its stream: the bank
+  forgets it (``bank.close``), the stream count drops; the others go on. A malformed
+  message or block is an ``error`` for that stream only, which stays open.
+- ``max_streams`` caps the open streams (and each bank its own): the ``open`` is refused
+  with ``server full``. A ``token`` (required when listening beyond the loopback
+  interface) must come with the handshake (``Authorization: Bearer T`` or ``?token=T``)
+  or in the ``open`` message; the dashboard's ``/api/state`` needs it too
+  (header, query, or the cookie set by ``GET /?token=T``).
+
+**HTTP** on the same port: ``GET /`` the dashboard (``apps/web/index.html``), ``GET
+/web/<file>`` its files, ``GET /api/state`` the JSON of :mod:`.serve_state`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import hmac
+import ipaddress
+import itertools
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+
+from liquid_stream.apps.serve_state import WEB_DIR, StreamView, json_safe, static_file
+
+DEFAULT_PORT = 8765
+DEFAULT_BUDGET_MS = 20.0
+DEFAULT_QUEUE_BLOCKS = 256
+DEFAULT_QUEUE_S = 10.0
+DEFAULT_OUT_QUEUE = 256
+DEFAULT_OUT_HARD = 8192
+MAX_MESSAGE = 1 << 22  # bytes of one WebSocket message
+KEEP_CLOSED = 200  # closed streams kept on the dashboard (connected: false)
+KEEP_CLOSED_S = 300.0
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,63}$")
+COOKIE = "ls_token"
+log = logging.getLogger("liquid_stream.serve")
+
+
+class ServeError(ValueError):
+    """A server setting that cannot be used (message says what and why)."""
+
+
+@dataclass
+class HostedModel:
+    """One named bank the server hosts.
+
+    ``task`` is ``"kws"`` or ``"vitals"``; ``channels`` the input channels a stream of
+    it may send (vitals: every channel one of its models reads; kws: ``["audio"]``);
+    ``needs`` (vitals) the channels of each model; ``sample_rate`` the models' rate."""
+
+    name: str
+    task: str
+    bank: object
+    paths: list[Path]
+    sample_rate: float
+    channels: list[str]
+    needs: list[list[str]] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"bank-{self.name}")
+        self.streams: dict[str, _Stream] = {}  # open streams of this bank
+        self.pending: dict[_Stream, None] = {}  # streams with input waiting (ordered set)
+        self.wake = asyncio.Event()
+        self.full = asyncio.Event()
+        self.stats = _HostStats()
+
+    def describe(self) -> dict:
+        """What ``/api/state`` and the open reply say about this model."""
+        return {
+            "name": self.name,
+            "task": self.task,
+            "files": [p.name for p in self.paths],
+            "sample_rate": self.sample_rate,
+            "channels": list(self.channels),
+            "streams": len(self.streams),
+        }
+
+    def fits(self, channels: list[str]) -> int:
+        """How well a stream with ``channels`` fits (vitals): 2 every model of the set
+        runs, 1 some do, 0 none."""
+        have = {c.upper().rstrip(",").strip() for c in channels}
+        ok = [set(c.upper() for c in need) <= have for need in self.needs]
+        return 2 if ok and all(ok) else int(any(ok))
+
+
+class _HostStats:
+    """Timing of one bank's steps: where the time goes (``/api/state`` server.hosts)."""
+
+    def __init__(self):
+        self.steps = 0
+        self.blocks = 0
+        self.push_s = 0.0
+        self.step_s = 0.0
+        self.route_s = 0.0
+        self.latency = deque(maxlen=4096)  # seconds from a block's arrival to its events routed
+        self.batch = deque(maxlen=256)  # streams per step
+
+    def to_json(self) -> dict:
+        lat = np.array(self.latency) * 1000 if self.latency else np.zeros(1)
+        n = max(1, self.steps)
+        return {
+            "steps": self.steps,
+            "blocks": self.blocks,
+            "push_ms_per_step": 1000 * self.push_s / n,
+            "step_ms_per_step": 1000 * self.step_s / n,
+            "route_ms_per_step": 1000 * self.route_s / n,
+            "streams_per_step": float(np.mean(self.batch)) if self.batch else 0.0,
+            "block_latency_ms": {
+                "p50": float(np.percentile(lat, 50)),
+                "p95": float(np.percentile(lat, 95)),
+                "max": float(lat.max()),
+            },
+        }
+
+
+# ------------------------------------------------------------------------------ hosts
+
+
+def kws_host(
+    path: str | Path,
+    name: str | None = None,
+    threads: int = 1,
+    max_streams: int = 256,
+    threshold: float | None = None,
+) -> HostedModel:
+    """Host the keyword spotter ``path`` as ``name`` (default: the file's stem)."""
+    from liquid_stream.apps.batch import KwsBank
+
+    path = Path(path)
+    bank = KwsBank(path, threshold=threshold, threads=threads, max_streams=max_streams)
+    return HostedModel(name or path.stem, "kws", bank, [path], float(bank.sample_rate), ["audio"])
+
+
+def vitals_host(name: str, paths, threads: int = 1, max_streams: int = 2048) -> HostedModel:
+    """Host the vital-sign model set ``paths`` (1..3 models, one per target) as ``name``."""
+    from liquid_stream.apps.batch import VitalsBank
+
+    paths = [Path(p) for p in paths]
+    bank = VitalsBank(paths, threads=threads, max_streams=max_streams)
+    needs = [list(m.channels) for m in bank.models]
+    channels = list(dict.fromkeys(c for n in needs for c in n))
+    return HostedModel(name, "vitals", bank, paths, float(bank.sample_rate), channels, needs)
+
+
+def default_hosts(threads: int = 1, max_streams: int = 2048) -> list[HostedModel]:
+    """The shipped models: the spotter ``kws-sc10`` and each shipped vital-sign set
+    (``vitals-ppg-ecg``, ``vitals-ppg``; :data:`liquid_stream.models.VITALS_TARGETS`)."""
+    from liquid_stream.models import KWS, VITALS_TARGETS, available, shipped
+
+    have = set(available())
+    hosts = []
+    if KWS in have:
+        hosts.append(kws_host(shipped(KWS), KWS, threads, min(max_streams, 1024)))
+    for name, targets in VITALS_TARGETS.items():
+        if all(t in have for t in targets):
+            hosts.append(
+                vitals_host(f"vitals-{name}", [shipped(t) for t in targets], threads, max_streams)
+            )
+    if not hosts:
+        raise ServeError("no shipped models installed: give --kws / --vitals")
+    return hosts
+
+
+def parse_kws_spec(spec: str) -> tuple[Path, str | None]:
+    """``PATH[=NAME]`` (or a shipped model's name) -> (path, name)."""
+    path, _, name = spec.partition("=")
+    return _model_path(path), (name or None)
+
+
+def parse_vitals_spec(spec: str) -> tuple[str, list[Path]]:
+    """``NAME=PATH,PATH,...`` (a path may be a shipped model's name) -> (name, paths)."""
+    name, sep, rest = spec.partition("=")
+    if not sep or not name or not rest:
+        raise ServeError(f"--vitals takes NAME=MODEL,MODEL,..., got {spec!r}")
+    return name, [_model_path(p) for p in rest.split(",") if p]
+
+
+def _model_path(spec: str) -> Path:
+    from liquid_stream.models import available, shipped
+
+    p = Path(spec)
+    if p.is_file():
+        return p
+    if spec in available():
+        return shipped(spec)
+    raise ServeError(
+        f"model {spec!r} is neither a file nor a shipped model ({', '.join(available())})"
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost / 127.x / ::1 (a server there needs no token)."""
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------------------- streams
+
+
+class _Stream:
+    """One open stream: its connection, inbox of blocks, outbox of messages, view."""
+
+    def __init__(
+        self,
+        sid: str,
+        host: HostedModel,
+        conn,
+        columns: int,
+        rate: float,
+        overflow: str,
+        view: StreamView,
+    ):
+        self.id, self.host, self.conn = sid, host, conn
+        self.columns, self.rate, self.overflow, self.view = columns, rate, overflow, view
+        self.inbox: deque[tuple[float, np.ndarray | int]] = deque()  # (arrival, block | gap T)
+        self.queued_blocks = 0
+        self.queued_samples = 0
+        self.room = asyncio.Event()  # set while the inbox has room ("wait" mode)
+        self.room.set()
+        self.outbox: deque[tuple[str, str | None]] = deque()  # (type, JSON text | None = end)
+        self.out_ready = asyncio.Event()
+        self.new_drops = [0, 0]  # blocks, samples not yet reported
+        self.last_latency = 0.0
+        self.open = True
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+class StreamServer:
+    """The WebSocket + HTTP server of the module docstring.
+
+    Args:
+        hosts: the hosted models (:func:`default_hosts`, :func:`kws_host`,
+            :func:`vitals_host`); names must differ.
+        host, port: where to listen (port 0: a free one, see :attr:`port`).
+        token: shared secret clients must give; required unless ``host`` is loopback.
+        max_streams: most open streams over all models.
+        budget_ms: longest a waiting block waits for its step to start.
+        queue_blocks, queue_s: a stream's inbox bound (blocks, and seconds of input).
+        out_queue: a stream's outbox bound before ``scores`` messages are dropped;
+            ``out_hard``: the bound past which a non-reading client is disconnected.
+        web_dir: the dashboard's files.
+    """
+
+    def __init__(
+        self,
+        hosts: list[HostedModel],
+        *,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        token: str | None = None,
+        max_streams: int = 4096,
+        budget_ms: float = DEFAULT_BUDGET_MS,
+        queue_blocks: int = DEFAULT_QUEUE_BLOCKS,
+        queue_s: float = DEFAULT_QUEUE_S,
+        out_queue: int = DEFAULT_OUT_QUEUE,
+        out_hard: int = DEFAULT_OUT_HARD,
+        web_dir: Path = WEB_DIR,
+    ):
+        if not hosts:
+            raise ServeError("no models to serve")
+        names = [h.name for h in hosts]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ServeError(f"two hosted models are named {sorted(dup)[0]!r}: name them apart")
+        if token is not None and not token:
+            raise ServeError("--token must not be empty")
+        if not is_loopback(host) and not token:
+            raise ServeError(
+                f"listening on {host} (beyond this machine) needs a shared --token "
+                "(or the LIQUID_STREAM_TOKEN environment variable)"
+            )
+        for what, v in (
+            ("max_streams", max_streams),
+            ("queue_blocks", queue_blocks),
+            ("out_queue", out_queue),
+            ("out_hard", out_hard),
+        ):
+            if int(v) < 1:
+                raise ServeError(f"{what} must be >= 1, got {v}")
+        if not (budget_ms >= 0 and math.isfinite(budget_ms)) or not queue_s > 0:
+            raise ServeError("budget_ms must be >= 0 and queue_s > 0")
+        self.hosts = {h.name: h for h in hosts}
+        self.bind, self.port, self.token = host, int(port), token
+        self.max_streams = int(max_streams)
+        self.budget = budget_ms / 1000
+        self.queue_blocks, self.queue_s = int(queue_blocks), float(queue_s)
+        self.out_queue, self.out_hard = int(out_queue), max(int(out_hard), int(out_queue))
+        self.web_dir = Path(web_dir)
+        self.streams: dict[str, _Stream] = {}  # open streams by id
+        self.views: dict[str, StreamView] = {}  # open and recently closed, by id
+        self.started = time.time()
+        self._ids = itertools.count(1)
+        self._reserved: set[str] = set()  # ids being opened
+        self._server = None
+        self._tasks: list[asyncio.Task] = []
+        self.ready = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def url(self) -> str:
+        """The stream endpoint, ``ws://HOST:PORT/stream``."""
+        host = f"[{self.bind}]" if ":" in self.bind else self.bind
+        return f"ws://{host}:{self.port}/stream"
+
+    async def start(self) -> None:
+        """Listen (the port is known after this) and start the batchers."""
+        from websockets.asyncio.server import serve
+
+        for h in self.hosts.values():  # events made outside a running loop: rebind
+            h.wake, h.full = asyncio.Event(), asyncio.Event()
+        self._server = await serve(
+            self._handle,
+            self.bind,
+            self.port,
+            process_request=self._http,
+            max_size=MAX_MESSAGE,
+            max_queue=64,
+            ping_interval=20,
+            ping_timeout=20,
+            logger=log,
+            server_header="liquid-stream",
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._tasks = [asyncio.create_task(self._batcher(h)) for h in self.hosts.values()]
+        self.ready.set()
+
+    async def stop(self) -> None:
+        """Close every connection and stop the batchers and worker threads."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for h in self.hosts.values():
+            h.executor.shutdown(wait=True)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Serve until ``stop`` is set (or the task is cancelled)."""
+        await self.start()
+        try:
+            await (stop.wait() if stop is not None else asyncio.Future())
+        finally:
+            await self.stop()
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _token_ok(self, request, query: dict) -> bool | None:
+        """True: a right token came with the request; False: a wrong one; None: none."""
+        if not self.token:
+            return True
+        given = None
+        auth = request.headers.get("Authorization", "")
+        if auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        given = given or (query.get("token") or [None])[0]
+        if given is None:
+            for part in request.headers.get("Cookie", "").split(";"):
+                k, _, v = part.strip().partition("=")
+                if k == COOKIE:
+                    given = v
+        if given is None:
+            return None
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    def _http(self, conn, request):
+        """``process_request``: answer plain HTTP, let ``/stream`` through to the handshake."""
+        from websockets.datastructures import Headers
+        from websockets.http11 import Response
+
+        parts = urlsplit(request.path)
+        query = parse_qs(parts.query)
+        ok = self._token_ok(request, query)
+
+        def respond(status: int, kind: str, body: bytes, extra=()) -> Response:
+            headers = Headers(
+                [
+                    ("Date", email.utils.formatdate(usegmt=True)),
+                    ("Connection", "close"),
+                    ("Content-Length", str(len(body))),
+                    ("Content-Type", kind),
+                    ("Cache-Control", "no-store"),
+                    ("X-Content-Type-Options", "nosniff"),
+                    *extra,
+                ]
+            )
+            return Response(status, HTTPStatus(status).phrase, headers, body)
+
+        if parts.path == "/stream":
+            if ok is False:
+                return respond(401, "text/plain; charset=utf-8", b"wrong token\n")
+            return None  # the WebSocket handshake goes on
+        if parts.path == "/api/state":
+            if not ok:
+                return respond(401, "text/plain; charset=utf-8", b"token required\n")
+            body = json.dumps(self.state(), allow_nan=False).encode()
+            return respond(200, "application/json", body)
+        status, kind, body = static_file(request.path, self.web_dir)
+        extra = ()
+        if parts.path in ("/", "/index.html") and self.token and ok:  # let the page fetch
+            extra = (("Set-Cookie", f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"),)
+        return respond(status, kind, body, extra)
+
+    def state(self) -> dict:
+        """The ``/api/state`` JSON (schema in :mod:`.serve_state`)."""
+        now = time.time()
+        self._forget_closed(now)
+        streams = []
+        for sid, view in self.views.items():
+            s = self.streams.get(sid)
+            if s is not None and s.view is view:
+                view.lag_ms = 1000 * (
+                    time.monotonic() - s.inbox[0][0] if s.inbox else s.last_latency
+                )
+            streams.append(view.to_json(now))
+        return json_safe(
+            {
+                "server": {
+                    "time": now,
+                    "uptime_s": now - self.started,
+                    "streams": len(self.streams),
+                    "max_streams": self.max_streams,
+                    "models": list(self.hosts),
+                    "hosts": [{**h.describe(), **h.stats.to_json()} for h in self.hosts.values()],
+                    "budget_ms": self.budget * 1000,
+                },
+                "streams": streams,
+            }
+        )
+
+    def _forget_closed(self, now: float) -> None:
+        closed = [sid for sid, v in self.views.items() if not v.connected]
+        drop = set(closed[: max(0, len(closed) - KEEP_CLOSED)])
+        drop |= {sid for sid in closed if now - (self.views[sid].closed_at or now) > KEEP_CLOSED_S}
+        for sid in drop:
+            del self.views[sid]
+
+    # ------------------------------------------------------------------ connections
+
+    async def _handle(self, conn) -> None:
+        """One connection: the open, then blocks and ops until it closes or is lost."""
+        from websockets.exceptions import ConnectionClosed
+
+        query = parse_qs(urlsplit(conn.request.path).query)
+        authed = self._token_ok(conn.request, query) is True
+        stream: _Stream | None = None
+        sender: asyncio.Task | None = None
+        graceful = False
+        try:
+            async for msg in conn:
+                if stream is None:
+                    stream, fatal = await self._open(conn, msg, query, authed)
+                    if fatal:
+                        await conn.close(1008, fatal)
+                        return
+                    if stream is not None:
+                        sender = asyncio.create_task(self._sender(stream))
+                    continue
+                if isinstance(msg, bytes):
+                    block = self._binary_block(stream, msg)
+                else:
+                    block, graceful = self._text(stream, msg)
+                    if graceful:
+                        break
+                if block is not None:
+                    self._receive(stream, block)
+                    if stream.overflow == "wait" and not stream.room.is_set():
+                        await stream.room.wait()  # TCP pushes back on this client only
+        except ConnectionClosed:
+            pass
+        finally:
+            if stream is not None:
+                await self._end(stream, graceful, sender)
+
+    async def _send_now(self, conn, ev: dict) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        with contextlib.suppress(ConnectionClosed):
+            await conn.send(json.dumps(json_safe(ev)))
+
+    async def _open(self, conn, msg, query: dict, authed: bool):
+        """Handle the first message; returns (stream or None, fatal close reason or None)."""
+        try:
+            req = json.loads(msg) if isinstance(msg, str) else None
+        except json.JSONDecodeError:
+            req = None
+        if not isinstance(req, dict) or req.get("op") != "open":
+            await self._send_now(
+                conn,
+                {"type": "error", "message": 'open the stream first: {"op": "open", "model": ...}'},
+            )
+            return None, None
+        if self.token and not authed:
+            given = req.get("token")
+            if not (
+                isinstance(given, str) and hmac.compare_digest(given.encode(), self.token.encode())
+            ):
+                await self._send_now(
+                    conn, {"type": "error", "message": "unauthorized: wrong or missing token"}
+                )
+                return None, "unauthorized"
+        try:
+            host, sid, kwargs, columns, rate, overflow = self._open_request(req, query)
+        except ValueError as e:
+            await self._send_now(conn, {"type": "error", "message": str(e)})
+            return None, None
+        self._reserved.add(sid)
+        try:
+            info = await asyncio.get_running_loop().run_in_executor(
+                host.executor, lambda: host.bank.open(sid, **kwargs)
+            )
+        except ValueError as e:
+            await self._send_now(conn, {"type": "error", "message": str(e)})
+            return None, None
+        finally:
+            self._reserved.discard(sid)
+        view = StreamView(sid, host.task, host.name, rate)
+        stream = _Stream(sid, host, conn, columns, rate, overflow, view)
+        self.streams[sid] = stream
+        host.streams[sid] = stream
+        self.views.pop(sid, None)
+        self.views[sid] = view
+        await self._send_now(
+            conn,
+            {
+                "type": "opened",
+                "id": sid,
+                "model": host.name,
+                "task": host.task,
+                "channels": kwargs.get("channels", ["audio"]),
+                "columns": columns,
+                "sample_rate": rate,
+                "overflow": overflow,
+                "info": info,
+                "limits": {
+                    "queue_blocks": self.queue_blocks,
+                    "queue_s": self.queue_s,
+                    "max_message_bytes": MAX_MESSAGE,
+                },
+            },
+        )
+        return stream, None
+
+    def _open_request(self, req: dict, query: dict):
+        """Check an open request; (host, id, bank.open kwargs, columns, rate, overflow)."""
+        unknown = set(req) - {
+            "op",
+            "model",
+            "sample_rate",
+            "channels",
+            "alarms",
+            "id",
+            "token",
+            "overflow",
+        }
+        if unknown:
+            raise ValueError(f"unknown open field(s): {', '.join(sorted(unknown))}")
+        channels = req.get("channels")
+        if channels is not None and (
+            not isinstance(channels, list) or not all(isinstance(c, str) for c in channels)
+        ):
+            raise ValueError(f"channels must be a list of names, got {channels!r}")
+        host = self._pick_host(req.get("model"), channels)
+        qid = (query.get("id") or [None])[0]
+        sid = req.get("id", qid)
+        if qid is not None and sid != qid:
+            raise ValueError(f"the open's id {sid!r} differs from the URL's id {qid!r}")
+        if sid is None:
+            sid = f"s{next(self._ids)}"
+            while sid in self.streams or sid in self._reserved:
+                sid = f"s{next(self._ids)}"
+        if not isinstance(sid, str) or not ID_RE.match(sid):
+            raise ValueError(
+                f"stream id must be 1-64 characters A-Z a-z 0-9 . _ : @ + - (not starting "
+                f"with a sign), got {sid!r}"
+            )
+        if sid in self.streams or sid in self._reserved:
+            raise ValueError(f"stream {sid!r} is already open")
+        if len(self.streams) + len(self._reserved) >= self.max_streams:
+            raise ValueError(f"server full: {self.max_streams} streams open; try later")
+        overflow = req.get("overflow", "drop")
+        if overflow not in ("drop", "wait"):
+            raise ValueError(f'overflow must be "drop" or "wait", got {overflow!r}')
+        rate = req.get("sample_rate", host.sample_rate)
+        if (
+            isinstance(rate, bool)
+            or not isinstance(rate, (int, float))
+            or not rate > 0
+            or not math.isfinite(rate)
+        ):
+            raise ValueError(f"sample_rate must be a positive number of Hz, got {rate!r}")
+        alarms = req.get("alarms")
+        if host.task == "kws":
+            if channels is not None and len(channels) != 1:
+                raise ValueError(f"a keyword stream is mono: 1 channel, got {len(channels)}")
+            if alarms:
+                raise ValueError("alarms are for vitals streams")
+            return host, sid, {"sample_rate": rate}, 1, float(rate), overflow
+        if not channels:
+            raise ValueError(
+                f"give the stream's channels (model {host.name} reads {', '.join(host.channels)})"
+            )
+        if alarms is not None and not isinstance(alarms, str):
+            raise ValueError(f'alarms must be a string like "hr>120,spo2<90", got {alarms!r}')
+        kwargs = {"channels": channels, "sample_rate": rate, "alarms": alarms}
+        return host, sid, kwargs, len(channels), float(rate), overflow
+
+    def _pick_host(self, model, channels) -> HostedModel:
+        if model is not None and not isinstance(model, str):
+            raise ValueError(f"model must be a name, got {model!r}")
+        if model in self.hosts:
+            return self.hosts[model]
+        task = model or ("vitals" if channels and channels != ["audio"] else "kws")
+        if task not in ("kws", "vitals"):
+            raise ValueError(f"no model {model!r} here (models: {', '.join(self.hosts)})")
+        hosts = [h for h in self.hosts.values() if h.task == task]
+        if not hosts:
+            raise ValueError(f"no {task} model here (models: {', '.join(self.hosts)})")
+        if task == "vitals" and channels:
+            best = max(hosts, key=lambda h: h.fits(channels))  # first of the best fit
+            if best.fits(channels):
+                return best
+        return hosts[0]
+
+    def _binary_block(self, s: _Stream, msg: bytes) -> np.ndarray | None:
+        size = 4 * s.columns
+        if len(msg) % size:
+            self._error(
+                s,
+                f"binary block of {len(msg)} bytes is not whole rows of {s.columns} "
+                "float32 samples; block refused",
+            )
+            return None
+        return np.frombuffer(msg, "<f4").reshape(-1, s.columns)
+
+    def _text(self, s: _Stream, msg: str) -> tuple[np.ndarray | None, bool]:
+        """A text message: (block or None, True when it closes the stream)."""
+        try:
+            req = json.loads(msg)
+        except json.JSONDecodeError as e:
+            self._error(s, f"message is not JSON ({e.msg})")
+            return None, False
+        op = req.get("op") if isinstance(req, dict) else None
+        if op == "close":
+            return None, True
+        if op == "samples":
+            try:
+                x = np.array(req.get("data"), dtype=np.float64)
+            except (TypeError, ValueError):
+                self._error(s, "samples data must be numbers (null for a missing sample)")
+                return None, False
+            if x.ndim == 1 and s.columns == 1:
+                x = x[:, None]
+            if x.ndim != 2 or x.shape[1] != s.columns:
+                self._error(
+                    s,
+                    f"samples data must be (T, {s.columns}) rows, got shape "
+                    f"{x.shape}; block refused",
+                )
+                return None, False
+            return x, False
+        if op == "open":
+            self._error(s, f"stream {s.id!r} is already open on this connection")
+        else:
+            self._error(s, f'unknown op {op!r} (ops: "samples", "close")')
+        return None, False
+
+    def _error(self, s: _Stream, message: str) -> None:
+        self._post(s, {"type": "error", "message": message})
+
+    def _receive(self, s: _Stream, block: np.ndarray) -> None:
+        """Queue a block in the stream's inbox, or drop it when the inbox is full."""
+        n = len(block)
+        s.view.seen(n)
+        if n == 0:
+            return
+        if n > self.queue_s * s.rate:
+            self._error(
+                s,
+                f"block of {n} samples is longer than {self.queue_s:g} s; "
+                "send shorter blocks; block refused",
+            )
+            return
+        host = s.host
+        full = s.queued_blocks >= self.queue_blocks or (
+            s.queued_samples + n > self.queue_s * s.rate
+        )
+        if full and s.overflow == "drop":
+            s.view.dropped_blocks += 1
+            s.view.dropped_samples += n
+            s.new_drops[0] += 1
+            s.new_drops[1] += n
+            if host.task == "vitals":  # keep the bed's time: the dropped samples are a gap
+                if s.inbox and isinstance(s.inbox[-1][1], int):
+                    s.inbox[-1] = (s.inbox[-1][0], s.inbox[-1][1] + n)
+                else:
+                    s.inbox.append((time.monotonic(), n))
+                self._mark_pending(s)
+            return
+        s.inbox.append((time.monotonic(), block))
+        s.queued_blocks += 1
+        s.queued_samples += n
+        if s.queued_blocks >= self.queue_blocks or s.queued_samples >= self.queue_s * s.rate:
+            s.room.clear()
+        self._mark_pending(s)
+
+    def _mark_pending(self, s: _Stream) -> None:
+        host = s.host
+        host.pending[s] = None
+        host.wake.set()
+        if len(host.pending) >= len(host.streams):
+            host.full.set()
+
+    def _post(self, s: _Stream, ev: dict) -> None:
+        """Queue an event for the stream's client (bounded: module docstring)."""
+        kind = ev.get("type", "")
+        if s.view is not None:
+            s.view.on_event(ev)
+        if not s.open and kind != "closed":
+            return
+        if len(s.outbox) >= self.out_queue:
+            for i, (k, _) in enumerate(s.outbox):
+                if k == "scores":
+                    del s.outbox[i]
+                    s.view.dropped_events += 1
+                    break
+            else:
+                if kind == "scores":
+                    s.view.dropped_events += 1
+                    return
+                if len(s.outbox) >= self.out_hard:
+                    s.view.dropped_events += 1
+                    if s.open:
+                        s.open = False
+                        asyncio.create_task(
+                            s.conn.close(
+                                1008, f"client not reading: {len(s.outbox)} messages unsent"
+                            )
+                        )
+                    return
+        s.outbox.append((kind, json.dumps(json_safe(ev))))
+        s.out_ready.set()
+
+    async def _sender(self, s: _Stream) -> None:
+        """Write the stream's outbox to its connection, in order, until the end mark."""
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            while True:
+                while not s.outbox:
+                    s.out_ready.clear()
+                    await s.out_ready.wait()
+                _, text = s.outbox.popleft()
+                if text is None:
+                    return
+                await s.conn.send(text)
+        except ConnectionClosed:
+            s.open = False
+
+    async def _end(self, s: _Stream, graceful: bool, sender: asyncio.Task | None) -> None:
+        """The stream ends: its waiting blocks and ``bank.close`` run (in order after any
+        step in flight); a client that asked to close gets the last events and
+        ``closed``; the bank, the counts and the dashboard forget or mark it."""
+        host = s.host
+        host.pending.pop(s, None)
+        host.streams.pop(s.id, None)
+        if len(host.pending) >= len(host.streams) and host.pending:
+            host.full.set()
+        blocks = list(s.inbox)
+        s.inbox.clear()
+        s.room.set()
+        if not graceful:
+            s.open = False
+        loop = asyncio.get_running_loop()
+        try:
+            errors, events = await loop.run_in_executor(
+                host.executor, self._close_in_worker, s, blocks
+            )
+        finally:
+            self.streams.pop(s.id, None)
+            s.view.close()
+        for msg in errors:
+            self._error(s, msg)
+        for ev in events:
+            self._post(s, ev)
+        if s.new_drops[0]:
+            self._notice_drops(s)
+        if graceful and s.open:
+            self._post(s, {"type": "closed", "id": s.id, "stats": s.view.to_json()["health"]})
+            s.outbox.append(("end", None))
+            s.out_ready.set()
+            if sender is not None:
+                with contextlib.suppress(asyncio.TimeoutError, Exception):
+                    await asyncio.wait_for(asyncio.shield(sender), 30)
+            with contextlib.suppress(Exception):
+                await s.conn.close()
+        s.open = False
+        if sender is not None and not sender.done():
+            sender.cancel()
+
+    def _close_in_worker(self, s: _Stream, blocks) -> tuple[list[str], list[dict]]:
+        errors = self._push_blocks(s, blocks)
+        try:
+            events = s.host.bank.close(s.id)
+        except ValueError as e:
+            errors.append(str(e))
+            events = []
+        return errors, events
+
+    def _push_blocks(self, s: _Stream, blocks) -> list[str]:
+        """In the worker: push a stream's waiting blocks (a gap as NaN rows); the refusals."""
+        errors = []
+        for _, block in blocks:
+            if isinstance(block, int):
+                block = np.full((block, s.columns), np.nan)
+            try:
+                s.host.bank.push(s.id, block)
+            except ValueError as e:
+                errors.append(f"{e}")
+        return errors
+
+    # ------------------------------------------------------------------ batching
+
+    async def _batcher(self, host: HostedModel) -> None:
+        """Step ``host``'s bank whenever input waits (module docstring: scheduling)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if not host.pending:
+                host.wake.clear()
+                await host.wake.wait()
+                continue
+            oldest = min((s.inbox[0][0] for s in host.pending if s.inbox), default=0.0)
+            wait = oldest + self.budget - time.monotonic()
+            if wait > 0 and len(host.pending) < len(host.streams):
+                host.full.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(host.full.wait(), wait)
+            work = []
+            for s in host.pending:
+                if s.inbox and s.id in host.streams:
+                    work.append((s, list(s.inbox)))
+                s.inbox.clear()
+                s.queued_blocks = s.queued_samples = 0
+                s.room.set()
+            host.pending.clear()
+            if not work:
+                continue
+            try:
+                errors, events, t_push, t_step = await loop.run_in_executor(
+                    host.executor, self._step_in_worker, host, work
+                )
+            except Exception:  # noqa: BLE001 - a bank bug must not end the server
+                log.exception("step of %s failed", host.name)
+                for s, _ in work:
+                    self._error(s, "internal error while stepping this model; see the server log")
+                continue
+            t0 = time.perf_counter()
+            now = time.monotonic()
+            for s, blocks in work:
+                for msg in errors.get(s, ()):
+                    self._error(s, msg)
+                s.last_latency = now - blocks[0][0]
+                host.stats.latency.extend(now - a for a, _ in blocks)
+            stepped = {s.id: s for s, _ in work}
+            for sid, evs in events.items():
+                s = stepped.get(sid) or host.streams.get(sid)
+                if s is None:
+                    continue
+                for ev in evs:
+                    self._post(s, ev)
+            for s, _ in work:
+                if s.new_drops[0]:
+                    self._notice_drops(s)
+            st = host.stats
+            st.steps += 1
+            st.blocks += sum(len(b) for _, b in work)
+            st.batch.append(len(work))
+            st.push_s += t_push
+            st.step_s += t_step
+            st.route_s += time.perf_counter() - t0
+
+    def _step_in_worker(self, host: HostedModel, work):
+        t0 = time.perf_counter()
+        errors = {}
+        for s, blocks in work:
+            errs = self._push_blocks(s, blocks)
+            if errs:
+                errors[s] = errs
+        t1 = time.perf_counter()
+        events = host.bank.step()
+        return errors, events, t1 - t0, time.perf_counter() - t1
+
+    def _notice_drops(self, s: _Stream) -> None:
+        blocks, samples = s.new_drops
+        s.new_drops = [0, 0]
+        self._post(
+            s,
+            {
+                "type": "dropped",
+                "blocks": blocks,
+                "samples": samples,
+                "total_blocks": s.view.dropped_blocks,
+            },
+        )
+
+
+# ------------------------------------------------------------------------- in a thread
+
+
+class ServerThread:
+    """Run a :class:`StreamServer` on its own event loop in a daemon thread.
+
+    with ServerThread(StreamServer(hosts, port=0)) as srv:
+        client = ServeClient(srv.url)
+    """
+
+    def __init__(self, server: StreamServer):
+        self.server = server
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="serve", daemon=True)
+
+    def _main(self) -> None:
+        async def main():
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            await self.server.run(self._stop)
+
+        try:
+            asyncio.run(main())
+        except BaseException as e:  # noqa: BLE001 - reported by start()
+            self._error = e
+            self.server.ready.set()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def http(self) -> str:
+        """``http://HOST:PORT``."""
+        return self.server.url.replace("ws://", "http://").removesuffix("/stream")
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+        self.server.ready.wait(60)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def call(self, fn, timeout: float = 10.0):
+        """Run ``fn()`` on the server's loop (thread-safe read of its state)."""
+        import concurrent.futures
+
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run():
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001
+                fut.set_exception(e)
+
+        self._loop.call_soon_threadsafe(run)
+        return fut.result(timeout)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,228 @@
+"""What the streaming server shows about its streams: the per-stream view behind the
+dashboard's ``/api/state``, and the dashboard's static files (no torch, no onnxruntime).
+
+    view = StreamView("bed-3", "vitals", "vitals-ppg", sample_rate=125)
+    view.on_event({"type": "estimate", "t": 31, "values": {"HR": 72.4}, ...})
+    view.to_json()     # the stream's entry of /api/state (schema below)
+
+One :class:`StreamView` per stream, fed every event the server sends to that stream's
+client (:meth:`StreamView.on_event`) and the stream's transport counters (samples
+received, dropped blocks, errors, lag). ``/api/state`` is::
+
+    {"server": {"time": unix s, "uptime_s", "streams": open streams, "models": [names], ...},
+     "streams": [{"id", "task": "vitals"|"kws", "model", "connected",
+                  "health": {"received_s": stream seconds received, "lag_ms",
+                             "dropped_blocks", "errors", "last_seen_s": seconds since the
+                             client's last message},
+                  "vitals": {"HR": {"value": float|null, "valid", "units",
+                                    "history": [[t, v|null], … the last 120]}},
+                  "alarms": [{"name": "hr>120", "vital": "HR", "since_s": t}],
+                  "detections": [{"t", "label", "score"}, … the last 20]}]}
+
+:func:`static_file` answers ``GET /`` (``index.html``) and ``GET /web/<file>`` from the
+dashboard folder ``apps/web/``, refusing any path that leaves it.
+"""
+
+from __future__ import annotations
+
+import math
+import mimetypes
+import time
+from collections import deque
+from pathlib import Path
+
+from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
+from liquid_stream.bidmc_vocab import VITALS
+
+WEB_DIR = Path(__file__).resolve().parent / "web"
+DISPLAY = {"hr": "HR", "rr": "RR", "spo2": "SpO2"}  # a target's name on the dashboard
+HISTORY = 120  # points of a vital's sparkline
+DETECTIONS = 20  # recent detections per KWS stream
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".txt": "text/plain; charset=utf-8",
+    ".map": "application/json",
+}
+PLACEHOLDER = b"""<!doctype html><html><head><meta charset="utf-8">
+<title>liquid-stream serve</title></head><body>
+<h1>liquid-stream serve</h1><p>The dashboard page is not installed
+(<code>apps/web/index.html</code>); the stream state is at
+<a href="/api/state">/api/state</a>.</p></body></html>
+"""
+
+
+def finite(v) -> float | None:
+    """``v`` as a float, None when it is missing or not finite (JSON has no NaN)."""
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def json_safe(obj):
+    """``obj`` with every non-finite float replaced by None (strict JSON: browsers'
+    ``JSON.parse`` refuses NaN)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def display(target: str) -> str:
+    """A target's dashboard name: ``hr`` -> ``HR``, ``spo2`` -> ``SpO2`` (others as given)."""
+    return DISPLAY.get(target.lower(), target) if target.lower() in VITALS else target
+
+
+def alarm_vital(name: str) -> str:
+    """The dashboard name of the vital an alarm rule (``hr>120``) watches (``HR``)."""
+    try:
+        target = parse_alarms(name)[0].vital
+    except (AlarmSyntaxError, IndexError):
+        target = name.split("<")[0].split(">")[0]
+    return display(target)
+
+
+class StreamView:
+    """The dashboard's view of one stream: health counters, the last values, sparkline
+    history and active alarms of a vitals stream, the recent detections of a KWS stream."""
+
+    def __init__(self, sid: str, task: str, model: str, sample_rate: float):
+        self.id, self.task, self.model = sid, task, model
+        self.sample_rate = float(sample_rate)
+        self.opened = time.time()
+        self.connected = True
+        self.closed_at: float | None = None
+        self.received_samples = 0
+        self.dropped_blocks = 0
+        self.dropped_samples = 0
+        self.dropped_events = 0
+        self.errors = 0
+        self.lag_ms = 0.0
+        self.last_seen = time.time()
+        self.stream_time = 0.0  # the t of the latest event
+        self.vitals: dict[str, dict] = {}
+        self.alarms: dict[str, dict] = {}  # active, by rule name
+        self.detections: deque[dict] = deque(maxlen=DETECTIONS)
+
+    def seen(self, samples: int = 0) -> None:
+        """The client sent a message (``samples`` of stream input)."""
+        self.last_seen = time.time()
+        self.received_samples += samples
+
+    def on_event(self, ev: dict) -> None:
+        """Take in one event sent to the stream's client."""
+        kind = ev.get("type")
+        t = finite(ev.get("t"))
+        if t is not None:
+            self.stream_time = max(self.stream_time, t)
+        if kind == "estimate":
+            values, valid = ev.get("values") or {}, ev.get("valid") or {}
+            units = ev.get("units") or {}
+            for target, v in values.items():
+                name = display(target)
+                slot = self.vitals.get(name)
+                if slot is None:
+                    slot = self.vitals[name] = {"history": deque(maxlen=HISTORY)}
+                slot["value"] = finite(v)
+                slot["valid"] = bool(valid.get(target, False))
+                slot["units"] = units.get(target, slot.get("units", ""))
+                slot["history"].append([t, finite(v) if slot["valid"] else None])
+            for name in ev.get("raised") or ():
+                self.alarms[name] = {"name": name, "vital": alarm_vital(name), "since_s": t}
+            for name in ev.get("cleared") or ():
+                self.alarms.pop(name, None)
+            active = ev.get("alarms")
+            if active is not None:  # the monitor's list of active rules is the truth
+                for name in list(self.alarms):
+                    if name not in active:
+                        del self.alarms[name]
+                for name in active:
+                    if name not in self.alarms:
+                        self.alarms[name] = {"name": name, "vital": alarm_vital(name), "since_s": t}
+        elif kind == "detection":
+            self.detections.append(
+                {"t": t, "label": ev.get("label"), "score": finite(ev.get("score"))}
+            )
+        elif kind == "error":
+            self.errors += 1
+
+    def close(self) -> None:
+        """The stream ended (closed by its client, or its connection was lost)."""
+        self.connected = False
+        self.closed_at = time.time()
+
+    def to_json(self, now: float | None = None) -> dict:
+        """The stream's entry of ``/api/state``."""
+        now = time.time() if now is None else now
+        return {
+            "id": self.id,
+            "task": self.task,
+            "model": self.model,
+            "connected": self.connected,
+            "sample_rate": self.sample_rate,
+            "stream_time_s": self.stream_time,
+            "health": {
+                "received_s": self.received_samples / self.sample_rate,
+                "lag_ms": round(self.lag_ms, 3),
+                "dropped_blocks": self.dropped_blocks,
+                "dropped_samples": self.dropped_samples,
+                "dropped_events": self.dropped_events,
+                "errors": self.errors,
+                "last_seen_s": round(max(0.0, now - self.last_seen), 3),
+            },
+            "vitals": {
+                name: {
+                    "value": slot.get("value"),
+                    "valid": slot.get("valid", False),
+                    "units": slot.get("units", ""),
+                    "history": [list(p) for p in slot["history"]],
+                }
+                for name, slot in self.vitals.items()
+            },
+            "alarms": list(self.alarms.values()),
+            "detections": list(self.detections),
+        }
+
+
+def static_file(path: str, web_dir: Path = WEB_DIR) -> tuple[int, str, bytes]:
+    """``(status, content type, body)`` for ``GET path`` of the dashboard: ``/`` is
+    ``index.html`` (a placeholder page when it is not installed), ``/web/<file>`` a file
+    of ``web_dir``; a path that leaves ``web_dir`` (``..``, an absolute or encoded
+    one) is 403, a missing file 404."""
+    from urllib.parse import unquote
+
+    path = path.split("?", 1)[0].split("#", 1)[0]
+    if path in ("/", "/index.html"):
+        index = web_dir / "index.html"
+        if not index.is_file():
+            return 200, CONTENT_TYPES[".html"], PLACEHOLDER
+        return 200, CONTENT_TYPES[".html"], index.read_bytes()
+    if not path.startswith("/web/"):
+        return 404, "text/plain; charset=utf-8", b"not found\n"
+    rel = unquote(path[len("/web/") :])
+    parts = rel.replace("\\", "/").split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in rel:
+        return 403, "text/plain; charset=utf-8", b"forbidden\n"
+    root = web_dir.resolve()
+    target = (root / rel).resolve()
+    if not target.is_relative_to(root):  # a symlink out of the folder
+        return 403, "text/plain; charset=utf-8", b"forbidden\n"
+    if not target.is_file():
+        return 404, "text/plain; charset=utf-8", b"not found\n"
+    kind = CONTENT_TYPES.get(target.suffix.lower()) or (
+        mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+    )
+    return 200, kind, target.read_bytes()
