@@ -7,6 +7,15 @@ and units, and how BIDMC channel names are cleaned and matched.
     TARGETS             target -> (numerics channel, unit)
     strip_name("PLETH,") == "PLETH"      BIDMC channel names end with a comma
     channel_key("PLETH,") == "pleth"     names are matched ignoring that comma, blanks, case
+    SIGNALS             ("PLETH", "II", "RESP"): the waveform channels the models read
+    signal_channel("PPG") == "PLETH"     a device's channel label -> one of SIGNALS (or None)
+
+Signal labels (:data:`SIGNAL_ALIASES`): a label names a channel of :data:`SIGNALS` when its
+:func:`label_key` (case, blanks, ``_ - . ,`` and a trailing comma ignored) is the channel's
+own name or one of its aliases: PLETH (``PPG``, ``BVP``, ...), II (``ECG``, ``ECG II``,
+``Lead II``, ``EKG``, ...: a single-lead ECG is taken as lead II), RESP (``Resp``,
+``Respiration``, ``RSP``, ...). Live inputs (:mod:`liquid_stream.lsl`) map their labels this
+way.
 
 Used by the training data (``training/data/bidmc.py``), the task's checkpoint metadata, the
 vital-sign monitor and its alarms, and the main job.
@@ -33,3 +42,35 @@ def strip_name(name: str) -> str:
 def channel_key(name: str) -> str:
     """``"PLETH,"`` -> ``"pleth"``: the key two channel names are matched by."""
     return strip_name(name).lower()
+
+
+# The waveform channels the vital-sign models read (BIDMC names), and the other labels
+# devices and tools give them besides those names (compared by label_key). A single-lead
+# ECG ("ECG", "EKG") is taken as lead II: the lead BIDMC records and the models were
+# trained on.
+SIGNALS: tuple[str, ...] = ("PLETH", "II", "RESP")
+SIGNAL_ALIASES: dict[str, tuple[str, ...]] = {
+    "PLETH": ("ppg", "plethysmogram", "photoplethysmogram", "bvp", "ppg green",
+              "ppg ir", "ppg red", "spo2 pleth"),
+    "II": ("ecg", "ekg", "ecg ii", "ekg ii", "lead ii", "ecg lead ii", "ii lead", "mlii"),
+    "RESP": ("respiration", "rsp", "breathing", "resp belt", "respiratory effort",
+             "impedance pneumography"),
+}  # fmt: skip
+
+
+def label_key(label: str) -> str:
+    """``"ECG_II,"`` -> ``"ecg ii"``: a device's channel label, compared ignoring case, a
+    trailing comma and the separators ``_ - .`` (each read as one blank)."""
+    text = strip_name(label).lower()
+    for sep in "_-.":
+        text = text.replace(sep, " ")
+    return " ".join(text.split())
+
+
+_ALIAS_INDEX = {label_key(a): ch for ch, names in SIGNAL_ALIASES.items() for a in (ch, *names)}
+
+
+def signal_channel(label: str) -> str | None:
+    """The channel of :data:`SIGNALS` a device's label names (``"PPG"`` -> ``"PLETH"``,
+    ``"ECG"`` -> ``"II"``, ``"Respiration"`` -> ``"RESP"``), None for any other label."""
+    return _ALIAS_INDEX.get(label_key(label))
