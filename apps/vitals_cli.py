@@ -1,7 +1,9 @@
-"""``liquid-stream vitals``: the streaming vital-sign monitor on a WFDB record.
+"""``liquid-stream vitals``: the streaming vital-sign monitor on a WFDB record
+(``--record``) or on a live Lab Streaming Layer stream (``--lsl``, its estimates published
+with ``--lsl-out``; docs/lsl.md).
 
-onnxruntime, wfdb, rich and matplotlib are imported inside the command (``--help`` stays
-fast); torch is never imported on this path.
+onnxruntime, wfdb, pylsl, rich and matplotlib are imported inside the command (``--help``
+stays fast); torch is never imported on this path.
 """
 
 from __future__ import annotations
@@ -121,8 +123,53 @@ def _num(v) -> str:
 @click.argument("models", nargs=-1, required=False, type=click.Path(dir_okay=False))
 @click.option(
     "--record",
-    required=True,
+    default=None,
     help="WFDB record path without extension, e.g. data/bidmc/bidmc01 (numerics: bidmc01n).",
+)
+@click.option(
+    "--lsl",
+    "lsl_name",
+    default=None,
+    metavar="NAME",
+    help="Instead of --record: read the live LSL stream NAME (channel labels such as PPG, "
+    "ECG, Resp mapped to PLETH / II / RESP; any nominal rate, resampled). LSL stays on this "
+    "machine unless LSLAPICFG names another config (docs/lsl.md).",
+)
+@click.option(
+    "--lsl-out",
+    default=None,
+    metavar="NAME",
+    help="With --lsl: publish the estimates as the LSL stream NAME (one channel per vital, "
+    "1 Hz, NaN when not valid; labels and units in its description).",
+)
+@click.option(
+    "--lsl-timeout",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds to find the --lsl stream.",
+)
+@click.option(
+    "--lsl-labels",
+    default=None,
+    help="Comma-separated labels of the --lsl stream's channels, in order, for a stream "
+    "without labels in its description (e.g. 'PPG,ECG').",
+)
+@click.option(
+    "--lsl-block",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds of the --lsl stream pushed to the models at once (1: the chunks of "
+    "--record, same estimates bit for bit; 0: each arrival at once, equal up to float32 "
+    "rounding, less latency when resampling).",
+)
+@click.option(
+    "--duration",
+    default=None,
+    type=click.FloatRange(0, min_open=True),
+    help="With --lsl: stop after this many seconds of signal [default: until the stream "
+    "ends, or Ctrl-C].",
 )
 @click.option(
     "--speed",
@@ -167,9 +214,13 @@ def _num(v) -> str:
 @click.option(
     "--threads", default=1, show_default=True, type=click.IntRange(1), help="ORT threads/model."
 )
-def vitals_cmd(models, record, speed, alarms, alarm_hold, max_gap, out_dir, no_ui, threads):
-    """Stream a WFDB RECORD through 1-3 exported vital-sign MODELS (hr / rr / spo2); with
-    no MODEL, the shipped models that fit the record's channels (PLETH + II, or PLETH).
+def vitals_cmd(
+    models, record, lsl_name, lsl_out, lsl_timeout, lsl_labels, lsl_block, duration, speed,
+    alarms, alarm_hold, max_gap, out_dir, no_ui, threads,
+):  # fmt: skip
+    """Stream a WFDB RECORD (or the live LSL stream --lsl NAME) through 1-3 exported
+    vital-sign MODELS (hr / rr / spo2); with no MODEL, the shipped models that fit the
+    channels (PLETH + II, or PLETH).
 
     Emits HR/RR/SpO2 once per second from the models' causal outputs, raises alarms with
     hysteresis, compares with the record's numerics (RMSE/MAE), and writes a CSV and a
@@ -178,7 +229,24 @@ def vitals_cmd(models, record, speed, alarms, alarm_hold, max_gap, out_dir, no_u
     beyond a model's input bound (10^6 input standard deviations: a corrupt value) counts
     as a NaN. A record at another sampling rate is resampled (causal polyphase FIR) to the
     models' rate.
+
+    With --lsl NAME the monitor reads a live Lab Streaming Layer stream instead (--speed
+    does not apply), prints each second's estimates, publishes them with --lsl-out, and
+    writes the CSV, PNG and summary when the stream ends (or at --duration, or Ctrl-C).
     """
+    if (record is None) == (lsl_name is None):
+        raise click.UsageError("give --record RECORD or --lsl NAME (one of them)")
+    if lsl_name is None:
+        for opt, val in (("--lsl-out", lsl_out), ("--lsl-labels", lsl_labels),
+                         ("--duration", duration)):  # fmt: skip
+            if val is not None:
+                raise click.UsageError(f"{opt} needs --lsl")
+    else:
+        labels = None if lsl_labels is None else [x.strip() for x in lsl_labels.split(",")]
+        return _vitals_lsl(
+            models, lsl_name, lsl_out, lsl_timeout, labels, lsl_block, duration, alarms,
+            alarm_hold, max_gap, out_dir, threads,
+        )  # fmt: skip
     from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
     from liquid_stream.apps.vitals_model import VitalsError
     from liquid_stream.apps.vitals_run import open_record, run_record
@@ -267,6 +335,120 @@ def vitals_cmd(models, record, speed, alarms, alarm_hold, max_gap, out_dir, no_u
     echo(f"wrote {csv_path}, {png_path}, {json_path}")
     if result.error:
         raise click.ClickException(f"record {source.name}: {result.error}")
+
+
+def _vitals_lsl(
+    models, name, lsl_out, timeout, labels, block_s, duration, alarms, alarm_hold, max_gap,
+    out_dir, threads,
+):  # fmt: skip
+    """``vitals --lsl NAME``: the monitor on a live LSL stream (apps/vitals_lsl.py)."""
+    import re
+
+    from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
+    from liquid_stream.apps.vitals_lsl import LslSource, monitor_for, run_lsl
+    from liquid_stream.apps.vitals_model import VitalsError
+    from liquid_stream.lsl import ESTIMATE_LABELS, LslError, LslPublisher, LslReader
+
+    echo = click.echo
+    try:
+        rules = parse_alarms(list(alarms), hold_s=alarm_hold)
+    except AlarmSyntaxError as e:
+        raise click.ClickException(str(e)) from None
+    try:
+        reader = LslReader(name, timeout=timeout, labels=labels)
+    except LslError as e:
+        raise click.ClickException(str(e)) from None
+    publisher = None
+    try:
+        echo(f"LSL stream {reader.describe()}")
+        for w in reader.warnings:
+            echo(f"warning: {w}", err=True)
+        if not models:  # the shipped models that fit the stream's channels
+            from liquid_stream.models import ShippedModelMissing, vitals_for
+
+            try:
+                models = [str(p) for p in vitals_for(reader.channels)]
+            except ShippedModelMissing as e:
+                raise click.ClickException(f"LSL stream {name!r}: {e}") from None
+            echo(f"no MODEL given: the shipped models {', '.join(Path(m).stem for m in models)}")
+        try:
+            monitor = monitor_for(models, reader, rules, max_gap, threads)
+        except (VitalsError, AlarmSyntaxError) as e:
+            raise click.ClickException(str(e)) from None
+        for m in monitor.models:
+            echo(
+                f"model {m.target}: {m.path.name} <- {', '.join(m.channels)}; window "
+                f"{m.window_s:g} s at {m.sample_rate:g} Hz"
+            )
+        if monitor.resampler is not None:
+            r = monitor.resampler
+            echo(
+                f"note: stream at {reader.rate:g} Hz, models at {monitor.sample_rate:g} Hz: "
+                f"resampling x{r.up}/{r.down} (causal FIR, {r.delay_s * 1000:.0f} ms delay)"
+            )
+        for a in monitor.alarms:
+            echo(f"alarm {a.rule}")
+        if lsl_out:
+            try:
+                publisher = LslPublisher(
+                    lsl_out, monitor.targets, monitor.units, source=name,
+                    info={"models": ", ".join(m.path.name for m in monitor.models)},
+                )  # fmt: skip
+            except LslError as e:
+                raise click.ClickException(str(e)) from None
+            chans = ", ".join(
+                f"{ESTIMATE_LABELS.get(t, t)} [{monitor.units[t]}]" for t in monitor.targets
+            )
+            echo(f"publishing the estimates as LSL stream {lsl_out!r}: {chans} (NaN: not valid)")
+        until = f"for {duration:g} s of signal" if duration else "until the stream ends"
+        total = reader.total_samples
+        if total is not None:
+            until += f" (a replayed record: {total / reader.rate:.1f} s)"
+        echo(f"reading {until}; Ctrl-C stops")
+
+        def on_estimate(e):
+            for rule, ev in e.events:
+                echo(f"[{e.time_s:6d} s] ALARM {rule} {'ON' if ev == 'on' else 'cleared'}")
+            parts = [
+                f"{t} {e.values[t]:.1f} {monitor.units[t]} ({e.status[t]})"
+                if math.isfinite(e.values[t])
+                else f"{t} -- ({e.status[t]})"
+                for t in monitor.targets
+            ]
+            echo(f"[{e.time_s:6d} s] " + ", ".join(parts))
+
+        source = LslSource(name, reader.rate, list(reader.channels), list(reader.warnings))
+        result = run_lsl(
+            monitor, reader, publisher, on_estimate, block_s=block_s, duration_s=duration,
+            source=source,
+        )  # fmt: skip
+    finally:
+        reader.close()
+        if publisher is not None:
+            publisher.close()
+    echo(f"end: {source.end or 'stopped'} ({result.duration_s:.1f} s of signal)")
+    if result.error:
+        echo("stopped at a refused sample: writing what was streamed before it", err=True)
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "stream"
+    out = Path(out_dir) if out_dir else Path("runs") / "vitals" / f"lsl-{safe}"
+    stem = f"lsl-{safe}"
+    try:
+        csv_path = result.write_csv(out / f"{stem}_vitals.csv")
+        png_path = result.plot(out / f"{stem}_vitals.png", title=f"LSL {name}")
+        summary = _summary(result, source, monitor, "live")
+        summary["lsl"] = {
+            "stream": name, "channels": dict(zip(reader.channels, reader.labels, strict=True)),
+            "ignored": reader.ignored, "end": source.end, "published_as": lsl_out,
+            "published_samples": publisher.samples if publisher else 0,
+        }  # fmt: skip
+        json_path = out / f"{stem}_summary.json"
+        json_path.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    except OSError as e:
+        raise click.ClickException(f"cannot write results to {out}: {e}") from None
+    _print_summary(summary, echo)
+    echo(f"wrote {csv_path}, {png_path}, {json_path}")
+    if result.error:
+        raise click.ClickException(f"LSL stream {name}: {result.error}")
 
 
 def _run_with_ui(monitor, source, speed, run_record):
