@@ -234,3 +234,57 @@ def kws_stream_cmd(out_wav, labels_path, root, minutes, keywords, seed, noise_ga
     n_kw = sum(r.is_keyword for r in rows)
     click.echo(f"wrote {out_wav} ({len(x) / 16000:.1f} s, {n_kw} keywords, "
                f"{len(rows) - n_kw} other words) and {labels_path}")  # fmt: skip
+
+
+@data.command("lsl-replay")
+@click.argument("record")
+@click.option("--name", default=None, help="LSL stream name [default: the record's name].")
+@click.option("--speed", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Times real time (10: ten times faster).")  # fmt: skip
+@click.option("--loop", is_flag=True, help="Start over at the end, until Ctrl-C.")
+@click.option("--rename", "renames", multiple=True, metavar="CHANNEL=LABEL",
+              help="Publish a channel under another label, e.g. PLETH=PPG (repeatable).",
+              )  # fmt: skip
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait for the first consumer (inlet) before pushing the first sample.",
+              )  # fmt: skip
+@click.option("--linger", default=10.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds the outlet stays open after the last sample while consumers "
+              "are connected.")  # fmt: skip
+def lsl_replay_cmd(record, name, speed, loop, renames, wait, linger):
+    """Publish WFDB RECORD as a live Lab Streaming Layer outlet (float64, at the record's
+    rate, paced at --speed times real time; channel labels and units in its description,
+    its length under replay/samples) for demos and tests of `liquid-stream vitals --lsl`.
+    LSL stays on this machine unless LSLAPICFG names another config (docs/lsl.md)."""
+    from liquid_stream.lsl import LslError, replay_record
+    from liquid_stream.wfdb import WfdbError
+
+    rename = {}
+    for r in renames:
+        old, sep, new = r.partition("=")
+        if not sep or not old.strip() or not new.strip():
+            raise click.BadParameter(f"{r!r} is not CHANNEL=LABEL", param_hint="--rename")
+        rename[old.strip()] = new.strip()
+
+    def ready(rep):
+        click.echo(
+            f"LSL stream {rep.name!r}: record {rep.record}, {rep.fs:g} Hz, channels "
+            f"{', '.join(rep.labels)}; speed {speed:g}x" + (", looping" if loop else "")
+        )
+        if wait:
+            click.echo("waiting for a consumer (Ctrl-C to stop) ...")
+
+    try:
+        rep = replay_record(
+            record, name=name, speed=speed, loop=loop, rename=rename,
+            wait_for_consumer=1e9 if wait else None, linger_s=linger, on_ready=ready,
+        )  # fmt: skip
+    except (LslError, WfdbError) as e:
+        raise click.ClickException(str(e)) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return
+    click.echo(
+        f"published {rep.samples} samples ({rep.samples / rep.fs:.1f} s of signal, "
+        f"{rep.loops} pass(es)) in {rep.wall_s:.1f} s"
+    )
