@@ -17,9 +17,17 @@ from .cauchy import vandermonde
 from .hippo import diag_init
 from .kernel_base import Discrete, SSMKernel, complex_param
 
+DIAG_INITS = ("legs", "lin", "inv", "legs-inside")  # the ``init`` values of DiagKernel
+# ``init="legs-inside"``: B scaled so that |B̄| ≤ INSIDE_MARGIN·ρ(1 − |Ā|) for every mode at
+# init, i.e. the LTC recurrence's liquid coefficient is B̄ itself (its clamp inactive).
+INSIDE_MARGIN = 0.5
+
 
 class DiagKernel(SSMKernel):
-    """S4D kernel: inits ``legs`` / ``lin`` / ``inv``; ``bilinear`` or ``zoh`` discretisation."""
+    """S4D kernel: inits ``legs`` / ``lin`` / ``inv`` (and ``legs-inside``: LegS with B scaled
+    per mode so that |B̄| ≤ ½·ρ(1 − |Ā|), the bound under which the LTC liquid coefficient
+    B̃ = B̄ · min(1, ρ(1 − |Ā|)/|B̄|) is B̄ itself; :mod:`liquid_stream.ltc`); ``bilinear`` or
+    ``zoh`` discretisation."""
 
     def __init__(
         self,
@@ -35,11 +43,26 @@ class DiagKernel(SSMKernel):
         if disc not in ("bilinear", "zoh"):
             raise ValueError(f"unknown disc {disc!r}; expected 'bilinear' or 'zoh'")
         self.disc = disc
-        Lambda, B = diag_init(d_state, init)
+        if init not in DIAG_INITS:
+            raise ValueError(f"unknown diag init {init!r}; expected one of {', '.join(DIAG_INITS)}")
+        inside = init == "legs-inside"
+        Lambda, B = diag_init(d_state, "legs" if inside else init)
         H = d_model
         self._set_Lambda(Lambda.expand(H, -1))
         self._register_complex("B", B.expand(H, -1))
         self._register_complex("C", torch.randn(channels, H, self.M, dtype=torch.cfloat))
+        if inside:
+            self._fit_liquid_bound()
+
+    @torch.no_grad()
+    def _fit_liquid_bound(self, margin: float = INSIDE_MARGIN) -> None:
+        """Scale B per (h, m) so that |B̄| ≤ margin·ρ(1 − |Ā|) (B̄ is linear in B)."""
+        from .ltc import LTC_RHO
+
+        A_bar, B_bar = self.bar(1.0, torch.float64)
+        room = margin * LTC_RHO * (1 - A_bar.abs())
+        factor = torch.clamp(room / B_bar.abs().clamp_min(1e-300), max=1.0)  # (H, M)
+        self.B.mul_(factor[..., None].to(self.B.dtype))
 
     def bar(self, rate: float = 1.0, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
         """(Ā, B̄), each (H, M) complex, computed from a ``dtype`` view of the parameters

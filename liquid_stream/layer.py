@@ -86,7 +86,9 @@ class SSMConfig:
         liquid_len: L̃, window of the PB correlation kernel.
         dt_min, dt_max: range of the log-uniform initial step sizes Δ.
         bidirectional: add an anti-causal kernel (non-streamable).
-        init: diagonal init for ``mode="diag"``: ``legs``, ``lin`` or ``inv``.
+        init: diagonal init for ``mode="diag"``: ``legs``, ``lin``, ``inv``, or
+            ``legs-inside`` (LegS with B scaled per mode so that the LTC liquid coefficient
+            is B̄ itself at init: |B̄| ≤ ½ρ(1 − |Ā|), :class:`~liquid_stream.diag.DiagKernel`).
         disc: ``bilinear`` (default) or ``zoh`` (diag only).
         backend: Cauchy backend for dplr: ``auto``, ``torch`` or ``keops``.
 

@@ -177,3 +177,26 @@ def test_invalid_configurations():
         LiquidS4(4, mode="dplr", liquid="ltc")
     with pytest.raises(ValueError, match="bidirectional"):
         LiquidS4(4, mode="diag", liquid="ltc", bidirectional=True)
+
+
+@pytest.mark.parametrize("N", [7, 64])
+def test_inside_init_makes_the_liquid_coefficient_b_bar(N):
+    """init="legs-inside": at init B̃ = B̄ for every (h, m) (the model is eq. (10) with the
+    paper's coefficient), with margin: |B̄| ≤ ½ρ(1 − |Ā|); the plain LegS init has the clamp
+    active for every mode. The scaling touches B only (Λ, Δ, C unchanged), so the linear
+    kernel changes by a per-mode factor of B alone."""
+    torch.manual_seed(0)
+    legs = LiquidS4(16, d_state=N, mode="diag", liquid="ltc", init="legs")
+    torch.manual_seed(0)
+    inside = LiquidS4(16, d_state=N, mode="diag", liquid="ltc", init="legs-inside")
+    s_legs = ltc_system(legs.kernel, 1.0, torch.float64)
+    s_in = ltc_system(inside.kernel, 1.0, torch.float64)
+    assert (s_legs.B_liq.abs() < s_legs.B_bar.abs() * (1 - 1e-9)).all()  # clamp active
+    assert torch.equal(s_in.B_liq, s_in.B_bar)  # clamp inactive: B̃ = B̄
+    assert (s_in.B_bar.abs() <= 0.5 * LTC_RHO * (1 - s_in.A_bar.abs()) * (1 + 1e-6)).all()
+    torch.testing.assert_close(s_in.A_bar, s_legs.A_bar, rtol=0, atol=0)
+    torch.testing.assert_close(s_in.C, s_legs.C, rtol=0, atol=0)
+    ratio = s_in.B_bar / s_legs.B_bar  # a positive real factor ≤ 1 per mode
+    assert ratio.imag.abs().max() < 1e-6 and (ratio.real > 0).all() and (ratio.real <= 1).all()
+    with pytest.raises(ValueError, match="unknown diag init"):
+        LiquidS4(4, d_state=8, mode="diag", liquid="ltc", init="legs-outside")

@@ -414,7 +414,6 @@ TRAIN_FIELDS: dict[str, Spec] = {
 }
 # LiquidS4 (liquid_stream/layer.py) takes these; it names no constant for them.
 SSM_MODES = ("dplr", "diag")
-DIAG_INITS = ("legs", "lin", "inv")  # liquid_stream.hippo.diag_init
 DISCRETISATIONS = ("bilinear", "zoh")  # zoh: diag only (liquid_stream.dplr / diag)
 
 
@@ -422,6 +421,7 @@ def model_fields() -> dict[str, Spec]:
     """The spec of every ``model:`` key (the arguments of ``LiquidS4Model``), with the
     choices the model code accepts (:mod:`liquid_stream.model`, ``.liquid``, ``.cauchy``)."""
     from liquid_stream.cauchy import BACKENDS
+    from liquid_stream.diag import DIAG_INITS
     from liquid_stream.liquid import LIQUID_KINDS, MAX_LIQUID_ORDER
     from liquid_stream.model import DECODERS, NORMS
 
