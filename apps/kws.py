@@ -30,6 +30,11 @@ policy of :mod:`liquid_stream.validate`) is refused with :class:`KwsInputError`,
 names the stream time of the first bad sample (``time_s``). The spotter is then exactly
 as before the frame (model state, smoothing, time, arming), so nothing detected earlier
 is lost and feeding can go on with good frames.
+
+The decision rule after the model (posteriors, smoothing, arming, refractory period,
+stream time) is a :class:`KeywordTracker`: one per stream, so that
+:class:`~liquid_stream.apps.batch.KwsBank` runs many streams of one model through one
+batched session with the spotter's own rule.
 """
 
 from __future__ import annotations
@@ -209,24 +214,41 @@ class KeywordSpotter:
         self.chunk = max(1, int(round(chunk_ms * self.sample_rate / 1000)))
         self.reset()
 
+    def new_tracker(self) -> KeywordTracker:
+        """A fresh :class:`KeywordTracker` with this spotter's keywords, thresholds,
+        smoothing and refractory period: the decision state of one more stream of the same
+        model (what :class:`~liquid_stream.apps.batch.KwsBank` keeps per stream)."""
+        return KeywordTracker(
+            self.keywords, self._cls, self.thresholds, self.smooth,
+            self.refractory * self.sample_rate, self.sample_rate,
+        )  # fmt: skip
+
     # ------------------------------------------------------------------ state
 
     def reset(self) -> None:
         """Start a new stream: zero model state, empty smoothing window, time 0."""
         self.streamer.reset()
-        k = len(self.keywords)
-        self._hist = np.zeros((self.smooth - 1, k))  # last smooth-1 posteriors
-        self._n = 0  # samples seen
-        self._armed = np.ones(k, bool)
-        self._last_det = -np.inf  # sample index of the last detection
-        self.scores: dict[str, float] = dict.fromkeys(self.keywords, 0.0)
-        self.detections: list[Detection] = []
-        self.last_trace: np.ndarray = np.zeros((0, k))
+        self.tracker = self.new_tracker()
 
     @property
     def time_s(self) -> float:
         """Stream time: seconds of audio consumed."""
-        return self._n / self.sample_rate
+        return self.tracker.time_s
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """The smoothed keyword scores at the last sample fed."""
+        return self.tracker.scores
+
+    @property
+    def detections(self) -> list[Detection]:
+        """The detections the last frame triggered."""
+        return self.tracker.detections
+
+    @property
+    def last_trace(self) -> np.ndarray:
+        """The last frame's per-sample smoothed scores ``(T, keywords)``."""
+        return self.tracker.last_trace
 
     # ------------------------------------------------------------------ run
 
@@ -236,29 +258,15 @@ class KeywordSpotter:
         Detections triggered inside this frame are in :attr:`detections` (replaced on
         every call); the per-sample smoothed scores in :attr:`last_trace` (T, keywords).
         """
-        x = np.asarray(frame)
-        if x.ndim == 2 and x.shape[1] == 1:
-            x = x[:, 0]
-        if x.ndim != 1:
-            raise ValueError(f"expected a mono frame (T,) or (T, 1), got shape {x.shape}")
-        if x.dtype == np.int16:
-            x = x.astype(np.float32) / 32768.0
-        self.detections = []
+        x = mono_frame(frame)
+        self.tracker.detections = []
         if len(x) == 0:
             return dict(self.scores)
         try:
             logits = self.streamer.process(x[:, None])
         except StreamInputError as e:  # nothing below ran: the spotter is as it was
-            raise KwsInputError(e.reason, (self._n + (e.index or 0)) / self.sample_rate) from e
-        z = logits - logits.max(-1, keepdims=True)
-        p = np.exp(z)
-        p = (p[:, self._cls] / p.sum(-1, keepdims=True)).astype(np.float64)
-        s = self._smooth(p)
-        self.last_trace = s
-        self._detect(s)
-        self._n += len(x)
-        self.scores = {k: float(v) for k, v in zip(self.keywords, s[-1], strict=True)}
-        return dict(self.scores)
+            raise KwsInputError(e.reason, self.tracker.time_at(e.index or 0)) from e
+        return self.tracker.update(logits)
 
     def detect(self, frame: np.ndarray) -> list[Detection]:
         """Feed a frame; return the detections it triggered (scores in :attr:`scores`)."""
@@ -272,6 +280,75 @@ class KeywordSpotter:
             out.extend(self.detect(audio[pos : pos + self.chunk]))
         return out
 
+
+def mono_frame(frame) -> np.ndarray:
+    """A frame as the model's samples ``(T,)``: ``(T,)`` or ``(T, 1)`` input, int16 scaled
+    by 1/32768; ValueError for any other shape."""
+    x = np.asarray(frame)
+    if x.ndim == 2 and x.shape[1] == 1:
+        x = x[:, 0]
+    if x.ndim != 1:
+        raise ValueError(f"expected a mono frame (T,) or (T, 1), got shape {x.shape}")
+    if x.dtype == np.int16:
+        x = x.astype(np.float32) / 32768.0
+    return x
+
+
+class KeywordTracker:
+    """The decision state of one stream, after the model: posteriors, smoothing window,
+    arming, refractory period and stream time (the rule of the module docstring).
+
+    :meth:`update` takes the model's logits ``(T, classes)`` of the next T samples and
+    sets :attr:`scores` (smoothed, last sample), :attr:`detections` (what these samples
+    triggered) and :attr:`last_trace` ``(T, keywords)``. Built by
+    :meth:`KeywordSpotter.new_tracker`.
+    """
+
+    def __init__(
+        self,
+        keywords: list[str],
+        classes: np.ndarray,
+        thresholds: np.ndarray,
+        smooth: int,
+        refractory: float,
+        sample_rate: int,
+    ):
+        self.keywords, self._cls, self.thresholds = keywords, classes, thresholds
+        self.smooth, self.refractory, self.sample_rate = smooth, refractory, sample_rate
+        k = len(keywords)
+        self._hist = np.zeros((smooth - 1, k))  # last smooth-1 posteriors
+        self._n = 0  # samples seen
+        self._armed = np.ones(k, bool)
+        self._last_det = -np.inf  # sample index of the last detection
+        self.scores: dict[str, float] = dict.fromkeys(keywords, 0.0)
+        self.detections: list[Detection] = []
+        self.last_trace: np.ndarray = np.zeros((0, k))
+
+    @property
+    def time_s(self) -> float:
+        """Stream time: seconds of audio consumed."""
+        return self._n / self.sample_rate
+
+    def time_at(self, index: int) -> float:
+        """Stream time of sample ``index`` of the next block."""
+        return (self._n + index) / self.sample_rate
+
+    def update(self, logits: np.ndarray) -> dict[str, float]:
+        """Consume the logits ``(T, classes)`` of the next T samples; return the smoothed
+        keyword scores at the last one."""
+        self.detections = []
+        if len(logits) == 0:
+            return dict(self.scores)
+        z = logits - logits.max(-1, keepdims=True)
+        p = np.exp(z)
+        p = (p[:, self._cls] / p.sum(-1, keepdims=True)).astype(np.float64)
+        s = self._smooth(p)
+        self.last_trace = s
+        self._detect(s)
+        self._n += len(logits)
+        self.scores = {k: float(v) for k, v in zip(self.keywords, s[-1], strict=True)}
+        return dict(self.scores)
+
     def _smooth(self, p: np.ndarray) -> np.ndarray:
         if self.smooth == 1:
             return p
@@ -284,9 +361,8 @@ class KeywordSpotter:
 
     def _detect(self, s: np.ndarray) -> None:
         fired, self._last_det = detect_events(
-            s, self.thresholds, self.refractory * self.sample_rate, self._armed, self._last_det,
-            self._n,
-        )  # fmt: skip
+            s, self.thresholds, self.refractory, self._armed, self._last_det, self._n
+        )
         self.detections += [
             Detection((t + 1) / self.sample_rate, self.keywords[k], float(s[t - self._n, k]))
             for t, k in fired
