@@ -44,6 +44,7 @@ Signal problems, per model (its own channels):
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,10 +114,22 @@ class _Lane:
     - long gap: bad samples are skipped (seconds ending in it are ``gap``); the next good
       sample closes it and is the first fed since the reset (``warmup`` until W fed).
     - end of stream: an undecided gap is long (never bridged).
+
+    The model work is separable from this rule: a fed run of rows becomes the rows, its
+    start index and the *marks* ``(second, sample index, status)`` of the seconds ending
+    in it (their status is known when the rows are fed); the model's outputs at the marked
+    samples are then *settled* into the per-second results. ``deferred=False`` (the
+    monitor) runs the model at once; ``deferred=True`` queues ``("feed", rows, g0,
+    marks)`` and ``("reset",)`` in :attr:`queue` for a caller that runs many lanes'
+    models in batches (:class:`~liquid_stream.apps.batch.VitalsBank`) and settles the
+    marks later, in order; a second is ready to emit once every mark up to it is settled.
     """
 
-    def __init__(self, model: VitalModel, cols: list[int], max_gap: int):
+    def __init__(self, model: VitalModel, cols: list[int], max_gap: int, deferred: bool = False):
         self.model, self.cols, self.max_gap = model, cols, max_gap
+        self.deferred = deferred
+        self.queue: list[tuple] = []  # deferred model work, in order
+        self.pending: deque[int] = deque()  # seconds whose marks await their outputs
         self.sps = int(round(model.sample_rate))
         self.W = model.window
         self.n_in = 0  # samples pushed so far (global index of the next one)
@@ -145,12 +158,10 @@ class _Lane:
         return np.arange(first, g0 + n, self.sps)
 
     def _feed(self, rows: np.ndarray, g0: int) -> None:
-        try:
-            y = self.model.streamer.process(rows.astype(np.float32))[:, 0]
-        except StreamInputError as e:  # e.g. an overflow inside the model
-            raise _LaneRefusal(f"{self.model.path.name}: {e.reason}", g0 + (e.index or 0)) from e
+        """Feed ``rows`` (model-rate samples ``g0 …``) to the model: now, or queued."""
         if self.first_fed is None:
             self.first_fed = g0
+        marks = []  # (second, sample index, status) of the seconds ending in these rows
         for i in self._boundaries(g0, len(rows)):
             if i - self.first_fed + 1 < self.W:
                 status = "warmup"
@@ -158,8 +169,34 @@ class _Lane:
                 status = "bridged"
             else:
                 status = "ok"
-            self.out[(i + 1) // self.sps] = (float(y[i - g0]), status)
+            marks.append(((int(i) + 1) // self.sps, int(i), status))
         self.anchor = rows[-1].copy()
+        rows = rows.astype(np.float32)
+        if self.deferred:
+            self.queue.append(("feed", rows, g0, marks))
+            self.pending.extend(sec for sec, _, _ in marks)
+            return
+        try:
+            y = self.model.streamer.process(rows)[:, 0]
+        except StreamInputError as e:  # e.g. an overflow inside the model
+            raise _LaneRefusal(f"{self.model.path.name}: {e.reason}", g0 + (e.index or 0)) from e
+        self.settle([(sec, float(y[i - g0]), status) for sec, i, status in marks])
+
+    def settle(self, results: list[tuple[int, float, str]]) -> None:
+        """Record ``(second, model output, status)`` of marks (deferred: in their order)."""
+        for sec, value, status in results:
+            if self.deferred:
+                if not self.pending or self.pending[0] != sec:
+                    raise RuntimeError(f"lane settles second {sec} out of order")
+                self.pending.popleft()
+            self.out[sec] = (value, status)
+
+    def refuse_rows(self, seconds: list[int], last: int) -> None:
+        """Deferred: the model refused the queued rows up to sample ``last`` (an overflow),
+        its state staying as before them. The ``seconds`` ending in them are reported NaN
+        with status ``gap``; later estimates whose window covers them are ``bridged``."""
+        self.settle([(sec, math.nan, "gap") for sec in seconds])
+        self.last_bridged = max(self.last_bridged, last)
 
     def _skip(self, g0: int, n: int) -> None:
         for i in self._boundaries(g0, n):
@@ -167,7 +204,10 @@ class _Lane:
         self.long_gap_samples += n
 
     def _reset(self) -> None:
-        self.model.streamer.reset()
+        if self.deferred:
+            self.queue.append(("reset",))
+        else:
+            self.model.streamer.reset()
         self.anchor, self.first_fed = None, None
 
     _STATE = ("n_in", "gap_start", "gap_long", "held", "anchor", "first_fed", "last_bridged",
@@ -177,13 +217,20 @@ class _Lane:
     def snapshot(self) -> tuple:
         """Everything :meth:`push` changes (arrays are replaced, never written in place)."""
         fields = {k: getattr(self, k) for k in self._STATE}
-        return fields, dict(self.out), self.model.streamer.state
+        model = self.model.streamer.state
+        if self.deferred:
+            model = (list(self.queue), deque(self.pending))
+        return fields, dict(self.out), model
 
     def restore(self, snap: tuple) -> None:
-        fields, out, state = snap
+        fields, out, model = snap
         for k, v in fields.items():
             setattr(self, k, v)
-        self.out, self.model.streamer.state = out, state
+        self.out = out
+        if self.deferred:
+            self.queue, self.pending = model
+        else:
+            self.model.streamer.state = model
 
     def beyond_bound(self, x: np.ndarray) -> np.ndarray:
         """``(T, C)`` mask of the finite samples of ``x`` (this lane's columns) beyond the
@@ -252,12 +299,18 @@ class _Lane:
     def resolved_seconds(self) -> int:
         return self.n_resolved // self.sps
 
+    def ready_seconds(self) -> int:
+        """Seconds up to this one have their results (resolved, and every mark settled)."""
+        done = self.resolved_seconds()
+        return min(done, self.pending[0] - 1) if self.pending else done
+
 
 class VitalsMonitor:
     """Runs 1..3 vital-sign models on a multi-channel stream; one :class:`Estimate` per second.
 
     Args:
-        models: paths of exported ``bidmc`` ONNX models (at most one per target).
+        models: paths of exported ``bidmc`` ONNX models (at most one per target), or
+            models already opened by :func:`~liquid_stream.apps.vitals_model.load_model`.
         alarms: ``"hr>120,spo2<90"`` (see :mod:`liquid_stream.apps.alarms`) or rules.
         channels: column names of the chunks given to :meth:`push` (default: the union of
             the models' channels, in model order).
@@ -271,6 +324,12 @@ class VitalsMonitor:
             :class:`VitalsInputError`; ``"gap"``: the sample is invalid for that model,
             like a NaN (bridged or reset by the gap rules, counted in
             :meth:`out_of_range_counts`), so a long record survives a glitch.
+        deferred: run no model here: every model step is queued (:meth:`take_work`) for
+            a caller that runs the models of many monitors in batches and hands the outputs
+            back (:meth:`settle`); estimates come once their seconds are settled
+            (:meth:`emit`). Used by :class:`~liquid_stream.apps.batch.VitalsBank`, which
+            shares the opened ``models`` between monitors (their streamers' own state is
+            then unused).
 
     :meth:`push` is all-or-nothing: a refused chunk (an out-of-range sample with
     ``out_of_range="refuse"``, a model overflow, a malformed chunk) raises a ValueError
@@ -287,6 +346,7 @@ class VitalsMonitor:
         max_gap_s: float = DEFAULT_MAX_GAP_S,
         threads: int | None = 1,
         out_of_range: str = "refuse",
+        deferred: bool = False,
     ):
         if not models:
             raise VitalsError("give at least one model")
@@ -295,7 +355,7 @@ class VitalsMonitor:
         self.out_of_range = out_of_range
         if len(models) > len(VITALS):
             raise VitalsError(f"at most {len(VITALS)} models (one each for {', '.join(VITALS)})")
-        self.models = [load_model(p, threads) for p in models]
+        self.models = [p if isinstance(p, VitalModel) else load_model(p, threads) for p in models]
         seen: dict[str, Path] = {}
         for m in self.models:
             if m.target in seen:
@@ -331,7 +391,8 @@ class VitalsMonitor:
         self.samples_in = 0
         self.set_input_rate(input_rate or self.sample_rate)
         max_gap = int(round(max_gap_s * self.sample_rate))
-        self._lanes = [_Lane(m, [self.channels.index(c) for c in m.channels], max_gap)
+        self.deferred = deferred
+        self._lanes = [_Lane(m, [self.channels.index(c) for c in m.channels], max_gap, deferred)
                        for m in self.models]  # fmt: skip
         if alarms and isinstance(next(iter(alarms)), AlarmRule):
             rules = list(alarms)
@@ -386,7 +447,7 @@ class VitalsMonitor:
             if isinstance(e, _LaneRefusal):
                 raise VitalsInputError(e.reason, self._stream_time(e.index)) from None
             raise
-        return self._emit()
+        return self.emit()
 
     def _lane_input(self, lane: _Lane, x: np.ndarray) -> np.ndarray:
         """The lane's columns of the (resampled) chunk ``x``; a finite sample beyond its
@@ -422,10 +483,34 @@ class VitalsMonitor:
         gets no estimate)."""
         for lane in self._lanes:
             lane.close()
-        return self._emit()
+        return self.emit()
 
-    def _emit(self) -> list[Estimate]:
-        upto = min(lane.resolved_seconds() for lane in self._lanes)
+    def take_work(self) -> list[list[tuple]]:
+        """Deferred: the model work queued since the last call, one list per model (in
+        :attr:`models` order) of ``("feed", rows (T, C) float32, g0, marks)`` and
+        ``("reset",)`` in stream order; ``marks`` are ``(second, sample index, status)`` of
+        the seconds ending in those rows, to :meth:`settle` with the model's outputs at
+        those samples."""
+        work = [lane.queue for lane in self._lanes]
+        for lane in self._lanes:
+            lane.queue = []
+        return work
+
+    def settle(self, model: int, results: list[tuple[int, float, str]]) -> None:
+        """Deferred: ``(second, model output, status)`` of marks of model ``model``, in
+        the order they were queued."""
+        self._lanes[model].settle(results)
+
+    def refuse_rows(self, model: int, seconds: list[int], last: int) -> None:
+        """Deferred: model ``model`` refused queued rows up to sample ``last``; its state
+        is as before them and the ``seconds`` ending in them become NaN, status ``gap``
+        (later estimates whose window covers them: ``bridged``)."""
+        self._lanes[model].refuse_rows(seconds, last)
+
+    def emit(self) -> list[Estimate]:
+        """The estimates of the seconds now complete and not yet returned (with a
+        deferred monitor: once their marks are settled)."""
+        upto = min(lane.ready_seconds() for lane in self._lanes)
         out = []
         for k in range(self._next_second, upto + 1):
             values, status = {}, {}
