@@ -1,6 +1,8 @@
 """Click command ``export`` (added to ``liquid-stream`` by the main CLI).
 
     liquid-stream export runs/speech/best.pt --onnx kws.onnx [--chunk 160] [--verify]
+    liquid-stream export runs/speech/best.pt --onnx kws-int8.onnx --quantize int8 --verify
+    liquid-stream export kws.onnx --onnx kws-int8.onnx --quantize int8 --verify
 
 Heavy imports (torch, onnx, the pipeline) stay inside the function so ``--help`` is fast.
 """
@@ -26,18 +28,34 @@ import click
                    "against the torch convolutional forward (fails the export if "
                    "off-contract).")  # fmt: skip
 @click.option("--verify-length", default=16000, show_default=True, type=click.IntRange(1))
-def export_cmd(checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_length):
-    """Convert a trained CHECKPOINT to its exact step-wise form and write it as ONNX."""
+@click.option("--quantize", type=click.Choice(["int8"]), default=None,
+              help="Store the weight MatMuls in 8 bits (onnxruntime dynamic quantization); "
+                   "the state path, the SSM tables and the front end stay float32. "
+                   "--verify then also checks the int8 graph against the float32 one "
+                   "(looser tolerance, in the metadata).")  # fmt: skip
+def export_cmd(checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_length, quantize):
+    """Convert a trained CHECKPOINT to its exact step-wise form and write it as ONNX.
+
+    With --quantize, CHECKPOINT may also be an exported float32 .onnx graph: it is
+    quantized as it is (--chunk, --opset and --sub-block are then the graph's own)."""
     from liquid_stream.checkpoint import CheckpointError
 
     from .pipeline import describe, export_checkpoint
+    from .quantize import quantize_file
 
     try:
-        info, report = export_checkpoint(
-            checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_length
-        )
+        if checkpoint.endswith(".onnx"):
+            if quantize is None:
+                raise ValueError(f"{checkpoint} is an ONNX graph: exporting one needs --quantize")
+            info, report = quantize_file(checkpoint, onnx_path, verify, verify_length)
+        else:
+            info, report = export_checkpoint(
+                checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_length, quantize
+            )
     except (CheckpointError, ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from e
     click.echo(f"wrote {describe(info)}")
+    if "float32_verify" in info:
+        click.echo(info["float32_verify"])
     if report is not None:
         click.echo(str(report))

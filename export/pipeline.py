@@ -1,6 +1,11 @@
 """Checkpoint → streaming form → ONNX file, and the exactness check of the result.
 
 liquid-stream export run/best.pt --onnx kws.onnx --chunk 160 --verify
+liquid-stream export run/best.pt --onnx kws-int8.onnx --chunk 160 --quantize int8 --verify
+
+With ``quantize="int8"`` the float32 graph is written to a temporary file, verified against
+the torch model (the float32 contract), quantized (:mod:`.quantize`) into the output and
+verified against the float32 graph with the looser :data:`.quantize.QUANT_RTOL`.
 
 The checkpoint's ``meta`` is copied into the graph's metadata through the schema of
 :mod:`liquid_stream.meta`: an unknown (e.g. renamed) key or a malformed value, and for a
@@ -13,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +31,7 @@ from liquid_stream.checkpoint import model_from_checkpoint
 from liquid_stream.meta import ModelMeta
 from liquid_stream.model import LiquidS4Model
 
+from .quantize import QuantVerifyReport, quantize_file
 from .to_onnx import build_onnx, default_sub_block, metadata_props
 
 # docs/design.md §5: float32 over L = 16000 steps, max |Δy| ≤ 1e-4 · max |y|.
@@ -132,11 +139,33 @@ def export_checkpoint(
     sub_block: int | None = None,
     verify: bool = False,
     verify_length: int = 16000,
-) -> tuple[dict, VerifyReport | None]:
+    quantize: str | None = None,
+) -> tuple[dict, VerifyReport | QuantVerifyReport | None]:
     """``liquid-stream export``: load, export, and optionally verify (raises if it fails).
-    The checkpoint's metadata must be complete for its task (else a ``MetaError``)."""
+    The checkpoint's metadata must be complete for its task (else a ``MetaError``).
+    ``quantize="int8"``: the int8 graph (module docstring); the report is then the int8
+    one, the float32 graph's in ``info["float32_verify"]``."""
+    if quantize not in (None, "int8"):
+        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
     model, meta = model_from_checkpoint(checkpoint)
     ModelMeta.from_dict(meta).check_complete()
+    if quantize is None:
+        return _export_verified(model, meta, out, chunk, opset, sub_block, verify, verify_length)
+    with tempfile.TemporaryDirectory() as tmp:
+        f32 = Path(tmp) / "float32.onnx"
+        info, report = _export_verified(
+            model, meta, f32, chunk, opset, sub_block, verify, verify_length
+        )
+        qinfo, qreport = quantize_file(f32, out, verify=verify, verify_length=verify_length)
+    info = dict(info, **qinfo)
+    if report is not None:
+        info["float32_verify"] = str(report)
+    return info, qreport
+
+
+def _export_verified(
+    model: LiquidS4Model, meta: dict, out, chunk, opset, sub_block, verify, verify_length
+) -> tuple[dict, VerifyReport | None]:
     info = export_model(model, out, chunk, opset, sub_block, meta)
     report = None
     if verify:
@@ -148,4 +177,5 @@ def export_checkpoint(
 
 
 def describe(info: dict) -> str:
-    return json.dumps({k: info[k] for k in ("path", "nodes", "bytes", "sub_block", "max_chunk")})
+    keys = ("path", "nodes", "bytes", "sub_block", "max_chunk", "quantized", "source_bytes")
+    return json.dumps({k: info[k] for k in keys if k in info})

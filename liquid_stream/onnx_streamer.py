@@ -22,7 +22,9 @@ as if the refused one had never been sent, and no input can leave the state non-
 Model files: a missing, corrupt or foreign file, and a liquid-stream model whose metadata
 is missing or malformed (``state_spec``, ``d_input``, ``d_output``, ``max_chunk``,
 ``chunk``, ``sample_rate``, ``labels``; read through :mod:`liquid_stream.meta`'s schema),
-raise :class:`OnnxModelError` naming the file and the entry.
+raise :class:`OnnxModelError` naming the file and the entry; so does an int8 graph whose
+quantization parameters do not match the checksums in its ``quantization`` entry
+(:mod:`liquid_stream.quantized`: a scale changed or not finite).
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class OnnxStreamer:
         self.path = path
         self.metadata: dict[str, str] = dict(meta)
         self._parse_metadata()
+        if "quantization" in meta:
+            self._check_quantized()
         self.batch = int(batch)
         self.input_center, self.input_half_width = self._input_range()
         self._outputs = ["y"] + [f"next.{s['name']}" for s in self.state_spec]
@@ -155,6 +159,21 @@ class OnnxStreamer:
         )
         self.labels: list[str] = [] if meta.labels is None else meta.labels
         self.task: str = meta.task or ""
+
+    def _check_quantized(self) -> None:
+        """An int8 graph: its quantization parameters must match the checksums in its
+        metadata (:func:`liquid_stream.quantized.check_quantized`), else OnnxModelError."""
+        import onnx
+
+        from .quantized import QuantizationError, check_quantized
+
+        try:
+            raw = {"quantization": self.metadata["quantization"]}
+            check_quantized(onnx.load(self.path), ModelMeta.from_onnx_props(raw).quantization)
+        except (MetaError, QuantizationError) as e:
+            raise OnnxModelError(
+                f"{self.path}: {e}; re-export the model (liquid-stream export … --quantize int8)"
+            ) from None
 
     def _input_range(self) -> tuple[np.ndarray, np.ndarray]:
         """The accepted input ``center ± half_width`` in raw units: ``input_mean ± 1e6 ·

@@ -1,0 +1,205 @@
+"""int8 export (export/quantize.py): what is quantized and what stays float32, the metadata,
+the verify tolerance, corrupted scales refused at load and by verify, and the int8 graphs
+in a real onnxruntime session (the shipped models and a tiny trained-form checkpoint)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import numpy_helper
+from test_onnx import model
+
+from liquid_stream import OnnxStreamer
+from liquid_stream.checkpoint import save_checkpoint
+from liquid_stream.cli import main
+from liquid_stream.export.quantize import (
+    QUANT_RTOL,
+    float_tables_unchanged,
+    quantize_file,
+    verify_quantized,
+    weight_roles,
+)
+from liquid_stream.meta import ModelMeta
+from liquid_stream.models import shipped
+from liquid_stream.onnx_streamer import OnnxModelError
+from liquid_stream.quantized import QuantizationError, tensor_digest
+
+KWS, VITALS = shipped("kws-sc10"), shipped("vitals-ppg-hr")
+
+
+@pytest.fixture(scope="module")
+def kws_int8(tmp_path_factory):
+    out = tmp_path_factory.mktemp("q") / "kws-int8.onnx"
+    info, _ = quantize_file(KWS, out)
+    return out, info
+
+
+@pytest.fixture(scope="module")
+def vitals_int8(tmp_path_factory):
+    out = tmp_path_factory.mktemp("q") / "vitals-int8.onnx"
+    quantize_file(VITALS, out)
+    return out
+
+
+def _props(proto: onnx.ModelProto) -> dict[str, str]:
+    return {p.key: p.value for p in proto.metadata_props}
+
+
+def _io_types(proto: onnx.ModelProto) -> dict[str, int]:
+    vals = [*proto.graph.input, *proto.graph.output]
+    return {v.name: v.type.tensor_type.elem_type for v in vals}
+
+
+def test_weight_roles_of_the_shipped_graphs():
+    kws = weight_roles(onnx.load(KWS))
+    counts = {r: sum(v == r for v in kws.values()) for r in ("linear", "ssm", "frontend")}
+    # encoder + 6 blocks × 2 GLU halves + decoder; 6 × (G, [K_loc; E]); DFT conv + mel
+    assert counts == {"linear": 14, "ssm": 12, "frontend": 2}
+    front = onnx.load(KWS)
+    ops = {n.name: n.op_type for g in [front.graph] for n in g.node}
+    assert "Conv" not in {ops.get(n) for n, r in kws.items() if r != "frontend"}
+    vit = weight_roles(onnx.load(VITALS))  # scale-norm front end: no weight node before the encoder
+    assert sorted(set(vit.values())) == ["linear", "ssm"]
+    assert sum(v == "linear" for v in vit.values()) == 1 + 4 * 2 + 1
+
+
+def test_int8_graph_metadata_and_what_stays_float32(kws_int8):
+    path, info = kws_int8
+    f32, q = onnx.load(KWS), onnx.load(path)
+    props = _props(q)
+    record = ModelMeta.from_onnx_props(props, strict=True).quantization
+    assert record["method"] == "dynamic" and record["dtype"] == "int8"
+    assert record["rtol"] == QUANT_RTOL
+    roles = weight_roles(f32)
+    assert record["quantized"] == [n for n, r in roles.items() if r == "linear"]
+    assert record["float32"] == {
+        "ssm": [n for n, r in roles.items() if r == "ssm"],
+        "frontend": [n for n, r in roles.items() if r == "frontend"],
+    }
+    assert record["params"] and all(len(v) == 16 for v in record["params"].values())
+    # every other entry of the float32 graph's metadata is carried over unchanged
+    for key, value in _props(f32).items():
+        assert props[key] == value, key
+    # the state path: same inputs and outputs, same float32 types; the state spec unchanged
+    assert _io_types(q) == _io_types(f32)
+    # every float initializer (SSM tables, scan powers, front end, norms, biases) bit for bit
+    assert float_tables_unchanged(f32, q) == []
+    ints = [n for n in _walk(q.graph) if n.op_type == "MatMulInteger"]
+    assert len(ints) == len(record["quantized"]) == info["quantized"] == 14
+    assert info["bytes"] < 0.8 * KWS.stat().st_size
+
+
+def _walk(g):
+    for n in g.node:
+        yield n
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _walk(a.g)
+
+
+def test_verify_passes_and_the_streamer_runs_the_int8_graph(vitals_int8):
+    report = verify_quantized(VITALS, vitals_int8, length=4000)
+    assert report.ok and report.finite and 0 < report.rel <= QUANT_RTOL, str(report)
+    assert "OK" in str(report)
+    ref, q = OnnxStreamer(VITALS), OnnxStreamer(vitals_int8)
+    assert q.state_spec == ref.state_spec and q.chunk == ref.chunk
+    rng = np.random.default_rng(1)
+    # a minute of a large PPG-like signal in mixed chunks: finite, close to float32
+    x = 500 * np.sin(np.arange(7500) / 125 * 2 * np.pi * 1.3) + rng.normal(0, 50, 7500)
+    x = x.astype(np.float32)[:, None]
+    pos = 0
+    for c in [1, 7, 125, 300, 2000, 5067]:
+        y0, y1 = ref.process(x[pos : pos + c]), q.process(x[pos : pos + c])
+        assert np.isfinite(y1).all()
+        assert np.abs(y1 - y0).max() <= QUANT_RTOL * max(np.abs(y0).max(), 1.0)
+        pos += c
+    assert pos == len(x)
+    for k, v in q.state.items():
+        assert v.dtype == ref.state[k].dtype and np.isfinite(v).all(), k
+
+
+def _restamped(src, dst, edit) -> None:
+    """Copy the int8 graph ``src`` to ``dst`` with ``edit(array)`` applied to its first
+    weight scale; the checksum in the metadata updated to match (so only verify can tell)."""
+    q = onnx.load(src)
+    props = _props(q)
+    record = json.loads(props["quantization"])
+    name = next(n for n in record["params"] if n.endswith("_scale"))
+    t = next(t for t in q.graph.initializer if t.name == name)
+    t.CopyFrom(numpy_helper.from_array(edit(numpy_helper.to_array(t)), name))
+    record["params"][name] = tensor_digest(t)
+    props["quantization"] = json.dumps(record)
+    del q.metadata_props[:]
+    for k, v in props.items():
+        q.metadata_props.add(key=k, value=v)
+    onnx.save(q, dst)
+
+
+def test_verify_enforces_the_tolerance(tmp_path, vitals_int8):
+    good = verify_quantized(VITALS, vitals_int8, length=3000)
+    assert good.ok
+    strict = verify_quantized(VITALS, vitals_int8, length=3000, rtol=good.rel / 2)
+    assert not strict.ok and "FAILED" in str(strict)  # the same graph, a tolerance it misses
+    bad = tmp_path / "bad.onnx"  # a scale ×2, consistently stamped: loads, runs, is wrong
+    _restamped(vitals_int8, bad, lambda a: (a * 2).astype(a.dtype))
+    OnnxStreamer(bad).process(np.zeros((10, 1), np.float32))
+    report = verify_quantized(VITALS, bad, length=3000)
+    assert report.finite and report.rel > QUANT_RTOL and not report.ok, str(report)
+    # and the quantization itself, refused past the tolerance: its SSM tables quantized too
+    with pytest.raises(RuntimeError, match="outside its tolerance; removed"):
+        quantize_file(VITALS, tmp_path / "t.onnx", verify=True, roles=("linear", "ssm"))
+    assert not (tmp_path / "t.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "edit,why",
+    [(lambda a: a * 1e3, "does not match its checksum"), (lambda a: a * np.nan, "not finite")],
+)
+def test_corrupted_scale_is_refused_at_load_and_by_verify(tmp_path, kws_int8, edit, why):
+    path, _ = kws_int8
+    q = onnx.load(path)
+    name = next(n for n in json.loads(_props(q)["quantization"])["params"] if "scale" in n)
+    t = next(t for t in q.graph.initializer if t.name == name)
+    t.CopyFrom(numpy_helper.from_array(edit(numpy_helper.to_array(t)).astype(np.float32), name))
+    bad = tmp_path / "corrupt.onnx"
+    onnx.save(q, bad)
+    with pytest.raises(OnnxModelError, match=why) as e:
+        OnnxStreamer(bad)
+    assert "\n" not in str(e.value) and name in str(e.value) and str(bad) in str(e.value)
+    with pytest.raises(QuantizationError, match=why):
+        verify_quantized(KWS, bad, length=100)
+
+
+def test_cli_export_int8_from_a_checkpoint_and_from_onnx(tmp_path):
+    m = model("dplr", "pb", 2, "batch")
+    ckpt = tmp_path / "m.pt"
+    save_checkpoint(ckpt, m, meta={"task": "test", "sample_rate": 125})
+    out = tmp_path / "m-int8.onnx"
+    args = ["export", str(ckpt), "--onnx", str(out), "--chunk", "32", "--quantize", "int8",
+            "--verify", "--verify-length", "3000"]  # fmt: skip
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "verify: 3000 steps" in r.output and "contract ≤ 0.0001) OK" in r.output
+    assert "verify int8:" in r.output and f"tolerance ≤ {QUANT_RTOL:g})" in r.output
+    assert json.loads(r.output.splitlines()[0].removeprefix("wrote "))["quantized"] == 2 * 2 + 2
+    s = OnnxStreamer(out)
+    y = s.process(np.random.default_rng(0).standard_normal((200, 2)).astype(np.float32))
+    assert y.shape == (200, 4) and np.isfinite(y).all()
+    assert json.loads(s.metadata["quantization"])["method"] == "dynamic"
+    # an exported float32 graph is quantized directly; an int8 graph is not quantized twice
+    f32 = tmp_path / "m.onnx"
+    assert CliRunner().invoke(main, ["export", str(ckpt), "--onnx", str(f32)]).exit_code == 0
+    again = tmp_path / "again.onnx"
+    r = CliRunner().invoke(main, ["export", str(f32), "--onnx", str(again), "--quantize", "int8",
+                                  "--verify", "--verify-length", "2000"])  # fmt: skip
+    assert r.exit_code == 0 and "verify int8:" in r.output and "OK" in r.output, r.output
+    r = CliRunner().invoke(main, ["export", str(again), "--onnx", str(tmp_path / "x.onnx"),
+                                  "--quantize", "int8"])  # fmt: skip
+    assert r.exit_code != 0 and "already quantized" in r.output
+    r = CliRunner().invoke(main, ["export", str(f32), "--onnx", str(tmp_path / "y.onnx")])
+    assert r.exit_code != 0 and "needs --quantize" in r.output
+    assert not (tmp_path / "x.onnx").exists() and not (tmp_path / "y.onnx").exists()
