@@ -4,12 +4,15 @@
     python bench/kernel.py --quick         # L = 1024, 4000, N = 7, PB only (~45 s)
     python bench/kernel.py --rounds 2      # two interleaved passes, medians over both
     python bench/kernel.py --profile       # torch.profiler of dplr/PB, N=64, L=16000 only
+    python bench/kernel.py --batch 8 --lengths 4000 --states 7
+    python bench/kernel.py --compare-official PATH --rounds 3   # vs the official code
 
 What is measured: ``LiquidS4(d_model=128, d_state=N, mode, liquid, liquid_order=2, backend)``
-on ``u (B=2, L, H=128)``, loss ``y.square().mean()``, ``torch.set_num_threads(2)``, one
-``forward + backward`` per call; L ∈ {1024, 4000, 16000}, N ∈ {7, 64}, mode ∈ {dplr, diag},
-liquid ∈ {None, pb, kb, ltc}, Cauchy backend ∈ {torch, keops} (dplr only: diag uses a Vandermonde
-product, no Cauchy sum, so its backend is irrelevant and it runs once; ltc is diag only).
+on ``u (B, L, H=128)`` (B = ``--batch``, default 2), loss ``y.square().mean()``,
+``torch.set_num_threads(2)``, one ``forward + backward`` per call; L ∈ {1024, 4000, 16000},
+N ∈ {7, 64}, mode ∈ {dplr, diag}, liquid ∈ {None, pb, kb, ltc}, Cauchy backend ∈ {torch,
+keops} (dplr only: diag uses a Vandermonde product, no Cauchy sum, so its backend is
+irrelevant and it runs once; ltc is diag only).
 
 Every configuration runs in a fresh subprocess: 1 warm-up call (absorbs the KeOps probe and
 compile; KEOPS_CACHE_FOLDER defaults to ``.cache/keops``) then ``--reps`` timed calls. Time is
@@ -24,7 +27,27 @@ For ``ltc`` (diag) the naive alternative is the literal recurrence x_t = a_t x_{
 Python loop over time through autograd (instead of the blocked scan with its adjoint backward).
 
 Also: a memory check (H=512, N=64, L=16384, B=1, dplr, PB, torch; fwd+bwd) and the issue's
-targets (B=2, H=128, L=16000, dplr, PB p=2, fwd+bwd: N=64 ≤ 3 s, N=7 ≤ 0.8 s) as PASS/FAIL.
+targets (B=2, H=128, L=16000, dplr, PB p=2, fwd+bwd: N=64 ≤ 3 s, N=7 ≤ 0.8 s) as PASS/FAIL
+(judged at B = 2 only).
+
+``--compare-official PATH``: PATH holds the official Liquid-S4 code (a checkout of github
+raminmh/liquid-s4; never a dependency of this project). Its layer
+``src/models/sequence/ss/s4.py`` ``S4(d_model=H, d_state=N, l_max=L, transposed=False,
+liquid_kernel="polyb", liquid_degree=2, mode="nplr", measure="legs")`` (its defaults
+otherwise: GELU, GLU output linear, all-combinations correlations) runs beside ours
+(``dplr``, PB, p = 2, torch backend) at the same B, H, L, N, fwd + bwd of
+``y.square().mean()``, each in its own process, ours and theirs adjacent in every round and
+the order reversed every other round (``--rounds``); the table gives per implementation
+the median and [min, max] over all timed calls of all rounds, the peak RSS, and the
+ratios official / ours. Its pure-torch Cauchy and Vandermonde paths are used (pykeops is
+hidden from it and its CUDA extension is not built); its package ``__init__`` files, which
+pull in its training framework (hydra, pytorch-lightning, omegaconf), are not run: the
+worker registers empty packages for ``src``, ``src.models``, ``src.models.sequence``,
+``src.models.sequence.ss`` and ``src.utils``, and ``src.utils.train`` as ``logging``'s
+``getLogger`` (all the layer takes from it). Its own requirements ``einops`` and
+``opt_einsum`` must be importable (e.g. ``pip install --target DIR einops opt_einsum`` and
+``PYTHONPATH=DIR``). A PATH without that file, or a layer that cannot be imported, is
+skipped with a note; the sweep then times ours alone.
 The machine is noisy (±50% run to run) and may be shared: before each run the script waits
 (up to ``--idle-wait`` s) for other processes to leave the CPUs idle, measures the CPU share
 other processes take during the timed calls (/proc/stat minus this process's CPU time), reruns
@@ -93,10 +116,13 @@ def worker(cfg: Config) -> dict[str, Any]:
 
     torch.set_num_threads(2)
     torch.manual_seed(0)
-    layer = LiquidS4(
-        d_model=cfg["H"], d_state=cfg["N"], mode=cfg["mode"], liquid=cfg["liquid"],
-        liquid_order=2, backend=cfg["backend"],
-    )  # fmt: skip
+    if cfg.get("official"):
+        layer = official_layer(cfg)
+    else:
+        layer = LiquidS4(
+            d_model=cfg["H"], d_state=cfg["N"], mode=cfg["mode"], liquid=cfg["liquid"],
+            liquid_order=2, backend=cfg["backend"],
+        )  # fmt: skip
     u = torch.randn(cfg["B"], cfg["L"], cfg["H"])
     rel_err = None
     if cfg["naive"]:
@@ -115,6 +141,7 @@ def worker(cfg: Config) -> dict[str, Any]:
         layer.zero_grad(set_to_none=True)
         t = time.perf_counter()
         y = layer(u)
+        y = y[0] if isinstance(y, tuple) else y  # the official layer returns (y, state)
         y.square().mean().backward()
         return time.perf_counter() - t
 
@@ -132,6 +159,44 @@ def worker(cfg: Config) -> dict[str, Any]:
         rel_err = float((y - ref).abs().max() / ref.abs().max())
     return {"warmup_s": warm, "times": times, "peak_gb": rss_gb(), "base_gb": base_gb,
             "load": load, "others": others, "rel_err": rel_err}  # fmt: skip
+
+
+OFFICIAL_LAYER = Path("src/models/sequence/ss/s4.py")
+OFFICIAL_STUBS = ("src", "src.models", "src.models.sequence", "src.models.sequence.ss", "src.utils")
+
+
+def official_layer(cfg: Config):
+    """The official Liquid-S4 layer from the checkout ``cfg["official"]`` (module
+    docstring: polyb, legs, its pure-torch Cauchy path; its framework imports stubbed)."""
+    import logging
+    import types
+
+    root = Path(cfg["official"]).resolve()
+    sys.path.insert(0, str(root))
+    sys.modules["pykeops"] = None  # type: ignore[assignment]  # its pure-torch path
+    for name in OFFICIAL_STUBS:  # packages without their __init__ (hydra, lightning, ...)
+        pkg = types.ModuleType(name)
+        pkg.__path__ = [str(root / name.replace(".", "/"))]
+        sys.modules[name] = pkg
+    train = types.ModuleType("src.utils.train")
+    train.get_logger = logging.getLogger  # type: ignore[attr-defined]
+    sys.modules["src.utils.train"] = train
+    for name in (*OFFICIAL_STUBS[1:], "src.utils.train"):
+        parent, _, leaf = name.rpartition(".")
+        setattr(sys.modules[parent], leaf, sys.modules[name])
+    logging.disable(logging.ERROR)  # its import warns about the missing fast kernels
+    from src.models.sequence.ss.s4 import S4  # type: ignore[import-not-found]
+
+    return S4(d_model=cfg["H"], d_state=cfg["N"], l_max=cfg["L"], transposed=False,
+              liquid_kernel="polyb", liquid_degree=2, mode="nplr", measure="legs")  # fmt: skip
+
+
+def official_note(path: str) -> str | None:
+    """Why the official code at ``path`` cannot be timed (None: it looks usable)."""
+    if not (Path(path) / OFFICIAL_LAYER).is_file():
+        return (f"no official Liquid-S4 code at {path} (expected {OFFICIAL_LAYER} of a "
+                "github raminmh/liquid-s4 checkout)")  # fmt: skip
+    return None
 
 
 def rss_gb() -> float:
@@ -225,7 +290,14 @@ def naive_estimate_gb(cfg: Config) -> float:
 def configs(args: argparse.Namespace) -> list[Config]:
     """All configurations of the sweep, with a ``kind`` of main / naive / memcheck."""
     out: list[Config] = []
-    base = {"H": 128, "B": 2, "reps": args.reps, "naive": False, "kind": "main"}
+    base = {"H": 128, "B": args.batch, "reps": args.reps, "naive": False, "kind": "main"}
+    if args.compare_official:  # ours (dplr, PB, torch) and the official layer, side by side
+        for L in args.lengths:
+            for N in args.states:
+                cfg = dict(base, L=L, N=N, mode="dplr", liquid="pb", backend="torch")
+                out.append(cfg)
+                out.append(dict(cfg, kind="official", official=args.compare_official))
+        return out
     for L in args.lengths:
         for N in args.states:
             for liquid in args.liquids:
@@ -261,6 +333,10 @@ def main() -> None:
     ap.add_argument("--backends", nargs="+", default=["torch", "keops"])
     ap.add_argument("--rounds", type=int, default=1, help="interleaved passes over the sweep")
     ap.add_argument("--reps", type=int, default=3, help="timed calls per process (after 1 warm-up)")
+    ap.add_argument("--batch", type=int, default=2, help="batch size B of u (B, L, H)")
+    ap.add_argument("--compare-official", metavar="PATH", default=None,
+                    help="time the official Liquid-S4 layer (a raminmh/liquid-s4 checkout at "
+                         "PATH) beside ours (dplr, PB) at the same B, H, L, N")  # fmt: skip
     ap.add_argument("--naive-max-gb", type=float, default=8.0)
     ap.add_argument("--no-naive", dest="naive", action="store_false")
     ap.add_argument("--no-memcheck", dest="memcheck", action="store_false")
@@ -284,6 +360,9 @@ def main() -> None:
         args.lengths, args.states, args.liquids = [1024, 4000], [7], ["pb"]
         args.memcheck = False
     args.liquids = [None if x == "none" else x for x in args.liquids]
+    note = official_note(args.compare_official) if args.compare_official else None
+    if note:
+        print(f"--compare-official skipped: {note}; timing ours alone", flush=True)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -293,9 +372,12 @@ def main() -> None:
     for rnd in range(args.rounds):
         order = todo if rnd % 2 == 0 else todo[::-1]  # interleave: alternate the order
         for i, cfg in enumerate(order):
-            tag = " ".join(f"{k}={cfg[k]}" for k in ("kind", "mode", "backend", "liquid", "N", "L"))
+            tag = " ".join(f"{k}={cfg[k]}" for k in ("kind", "mode", "backend", "liquid", "B",
+                                                     "N", "L"))  # fmt: skip
             if cfg["naive"] and cfg["naive_est_gb"] > args.naive_max_gb:
                 res = {"skipped": f"estimated {cfg['naive_est_gb']:.1f} GB > {args.naive_max_gb}"}
+            elif cfg["kind"] == "official" and note:
+                res = {"skipped": note}
             else:
                 res = measure(cfg, args)
             samples.setdefault(key(cfg), []).append(res)
@@ -307,9 +389,15 @@ def main() -> None:
                   f"{tag}: {msg}", flush=True)  # fmt: skip
 
     rows = [summarise(cfg, samples[key(cfg)]) for cfg in todo]
-    print_report(rows, args)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "argv": sys.argv[1:],
             "wall_s": time.perf_counter() - t0, "commit": git_commit()}  # fmt: skip
+    if args.compare_official:
+        print_official(rows, args, note)
+        path = out_dir / "kernel_official.json"
+        path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        print(f"\nwrote {path} ({meta['wall_s']:.0f} s)")
+        return
+    print_report(rows, args)
     (out_dir / "kernel.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     plot(rows, args, out_dir / "kernel.png")
     print(f"\nwrote {out_dir / 'kernel.json'} and {out_dir / 'kernel.png'} "
@@ -318,7 +406,7 @@ def main() -> None:
 
 def summarise(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
     """One row: the configuration plus median time / peak RSS over all rounds."""
-    row = {k: v for k, v in cfg.items() if k not in ("reps", "naive")}
+    row = {k: v for k, v in cfg.items() if k not in ("reps", "naive", "official")}
     ok = [r for r in results if "times" in r]
     if not ok:
         row["status"] = results[0].get("error") or results[0].get("skipped")
@@ -428,6 +516,48 @@ def print_report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
                       f"others used {max(r['others']):.0%} of the CPUs)")  # fmt: skip
     else:
         print("\ntargets (L=16000, dplr, PB) not measured in this run")
+
+
+def print_official(rows: list[dict[str, Any]], args: argparse.Namespace, note: str | None) -> None:
+    """The side-by-side table of ``--compare-official``."""
+    by = {(r["kind"], r["L"], r["N"]): r for r in rows}
+
+    def cell(r: dict[str, Any] | None) -> tuple[str, str]:
+        if r is None or r["status"] != "ok":
+            return "skip", "—"
+        t = r["times"]
+        mark = "*" if max(r["others"]) > BUSY else ""
+        return (f"{r['median_s']:.3f}{mark} [{min(t):.3f}, {max(t):.3f}]", f"{r['peak_gb']:.2f}")
+
+    print(f"\nfwd+bwd of one layer, ours (dplr, PB p=2, torch backend) vs the official "
+          f"Liquid-S4 S4 layer (polyb, degree 2, legs, pure-torch Cauchy); B={args.batch}, "
+          f"H=128, 2 threads; median s [min, max] over {args.rounds} interleaved round(s) × "
+          f"{args.reps} calls; peak RSS GB\n")  # fmt: skip
+    print("| L | N | ours s | ours GB | official s | official GB | time official/ours "
+          "| memory official/ours |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    notes = []
+    for L in args.lengths:
+        for N in args.states:
+            ours, off = by.get(("main", L, N)), by.get(("official", L, N))
+            (ts, gs), (to, go) = cell(ours), cell(off)
+            rt = rm = "—"
+            if ours and off and ours["status"] == off["status"] == "ok":
+                rt = f"{off['median_s'] / ours['median_s']:.1f}×"
+                rm = f"{off['peak_gb'] / ours['peak_gb']:.1f}×"
+            elif off is not None and off["status"] != "ok" and not note:
+                notes.append(f"official L={L} N={N}: {off['status']}")
+            print(f"| {L} | {N} | {ts} | {gs} | {to} | {go} | {rt} | {rm} |")
+    if note:
+        print(f"- official layer skipped: {note}")
+    for n in notes:
+        print(f"- {n}")
+    others = [x for r in rows if r["status"] == "ok" for x in r["others"]]
+    if others:
+        print(
+            f"- `*` = other processes used > {BUSY:.0%} of the CPUs during the timed calls "
+            f"(max {max(others):.0%}); peak RSS includes ≈0.25 GB of interpreter + torch"
+        )
 
 
 def plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> None:
