@@ -105,8 +105,9 @@
   // ---- sparkline ----------------------------------------------------------------------
 
   /**
-   * The SVG path of history [[t, v|null], ...] over the SPARK_W seconds ending at its last
-   * t; a null (or non-finite) value breaks the line. Returns "" when nothing is drawable.
+   * The SVG path of history [[t, v|null], ...] over the seconds from its first t to its
+   * last, at most the last SPARK_W; a null (or non-finite) value breaks the line. `d` is
+   * "" when nothing is drawable.
    */
   function sparkPath(history, range) {
     const pts = Array.isArray(history)
@@ -114,7 +115,7 @@
       : [];
     if (!pts.length) return { d: "", lo: range[0], hi: range[1] };
     const tEnd = pts[pts.length - 1][0];
-    const tStart = tEnd - (SPARK_W - 1);
+    const tStart = Math.min(Math.max(pts[0][0], tEnd - (SPARK_W - 1)), tEnd - 1);
     let lo = range[0];
     let hi = range[1];
     for (const [t, v] of pts) {
@@ -133,7 +134,7 @@
         pen = false;
         continue;
       }
-      const x = ((t - tStart) / (SPARK_W - 1)) * SPARK_W;
+      const x = ((t - tStart) / (tEnd - tStart)) * SPARK_W;
       const y = SPARK_H - ((v - lo) / (hi - lo)) * SPARK_H;
       d += `${pen ? "L" : "M"}${x.toFixed(1)} ${y.toFixed(1)}`;
       pen = true;
@@ -147,7 +148,7 @@
     svg.setAttribute("viewBox", `0 0 ${SPARK_W} ${SPARK_H}`);
     svg.setAttribute("preserveAspectRatio", "none");
     svg.setAttribute("role", "img");
-    svg.setAttribute("aria-label", `${label}, last 2 minutes`);
+    svg.setAttribute("aria-label", `${label} trend (up to the last 2 minutes)`);
     const path = document.createElementNS(SVG_NS, "path");
     path.setAttribute("vector-effect", "non-scaling-stroke");
     svg.appendChild(path);
