@@ -2,7 +2,8 @@
 ``vitals --lsl``, ``data lsl-replay``) with the real liblsl, kept on this machine.
 
 The module points LSLAPICFG at the machine-local config (resolve scope ``machine``, IPv6
-off, known peer 127.0.0.1) before liblsl starts, so nothing here reaches another address.
+off, known peer 127.0.0.1) before liblsl starts and turns onnxruntime's telemetry off, so
+nothing here reaches another address (checked with ``strace -f -e trace=connect,sendto``).
 Every stream name is unique to the run (other tests may publish streams at the same time).
 """
 
@@ -25,6 +26,9 @@ from click.testing import CliRunner
 from liquid_stream import lsl
 
 os.environ[lsl.CONFIG_ENV] = str(lsl.write_config(lsl.local_config_path()))  # before liblsl
+# onnxruntime >= 1.29 on Linux sends telemetry (DNS for mobile.events.data.microsoft.com)
+# unless this is set before its first session: off, so these tests reach no other address.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 import pylsl  # noqa: E402
 
