@@ -72,6 +72,7 @@ import json
 import logging
 import math
 import re
+import socket
 import threading
 import time
 from collections import deque
@@ -138,12 +139,13 @@ class HostedModel:
             "streams": len(self.streams),
         }
 
-    def fits(self, channels: list[str]) -> int:
-        """How well a stream with ``channels`` fits (vitals): 2 every model of the set
-        runs, 1 some do, 0 none."""
+    def fits(self, channels: list[str]) -> tuple[int, int]:
+        """How well a stream with ``channels`` fits (vitals): (2 every model of the set
+        runs, 1 some do, 0 none; then the number of the stream's channels they read)."""
         have = {c.upper().rstrip(",").strip() for c in channels}
         ok = [set(c.upper() for c in need) <= have for need in self.needs]
-        return 2 if ok and all(ok) else int(any(ok))
+        used = {c.upper() for need, fit in zip(self.needs, ok, strict=True) if fit for c in need}
+        return (2 if ok and all(ok) else int(any(ok))), len(used)
 
 
 class _HostStats:
@@ -308,6 +310,10 @@ class StreamServer:
         out_queue: a stream's outbox bound before ``scores`` messages are dropped;
             ``out_hard``: the bound past which a non-reading client is disconnected.
         web_dir: the dashboard's files.
+        send_buffer: the kernel send buffer of each connection in bytes (None: the OS
+            default); with ``write_limit`` (websockets' high-water mark of a
+            connection's write buffer) it bounds the bytes a stalled client holds in
+            transit, past which its messages wait in the bounded outbox.
     """
 
     def __init__(
@@ -324,6 +330,8 @@ class StreamServer:
         out_queue: int = DEFAULT_OUT_QUEUE,
         out_hard: int = DEFAULT_OUT_HARD,
         web_dir: Path = WEB_DIR,
+        send_buffer: int | None = None,
+        write_limit: int = 1 << 15,
     ):
         if not hosts:
             raise ServeError("no models to serve")
@@ -355,6 +363,7 @@ class StreamServer:
         self.queue_blocks, self.queue_s = int(queue_blocks), float(queue_s)
         self.out_queue, self.out_hard = int(out_queue), max(int(out_hard), int(out_queue))
         self.web_dir = Path(web_dir)
+        self.send_buffer, self.write_limit = send_buffer, int(write_limit)
         self.streams: dict[str, _Stream] = {}  # open streams by id
         self.views: dict[str, StreamView] = {}  # open and recently closed, by id
         self.started = time.time()
@@ -384,6 +393,7 @@ class StreamServer:
             self.port,
             process_request=self._http,
             max_size=MAX_MESSAGE,
+            write_limit=self.write_limit,
             max_queue=64,
             ping_interval=20,
             ping_timeout=20,
@@ -513,6 +523,9 @@ class StreamServer:
         """One connection: the open, then blocks and ops until it closes or is lost."""
         from websockets.exceptions import ConnectionClosed
 
+        if self.send_buffer:
+            sock = conn.transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(self.send_buffer))
         query = parse_qs(urlsplit(conn.request.path).query)
         authed = self._token_ok(conn.request, query) is True
         stream: _Stream | None = None
@@ -690,7 +703,7 @@ class StreamServer:
             raise ValueError(f"no {task} model here (models: {', '.join(self.hosts)})")
         if task == "vitals" and channels:
             best = max(hosts, key=lambda h: h.fits(channels))  # first of the best fit
-            if best.fits(channels):
+            if best.fits(channels)[0]:
                 return best
         return hosts[0]
 
@@ -890,6 +903,86 @@ class StreamServer:
             except ValueError as e:
                 errors.append(f"{e}")
         return errors
+
+    # ------------------------------------------------------------------ LSL sources
+
+    async def add_lsl(
+        self,
+        name: str,
+        *,
+        model: str | None = None,
+        alarms: str | None = None,
+        timeout: float = 5.0,
+        block_s: float = 1.0,
+        sid: str | None = None,
+    ) -> str:
+        """Open a vitals stream fed by the live LSL stream ``name``
+        (:class:`liquid_stream.lsl.LslReader`: channels mapped to PLETH / II / RESP, its
+        nominal rate resampled by the bed) and return its id (default ``lsl-NAME``). Its
+        estimates go to the dashboard (no client reads them); it ends when the LSL
+        source does. Blocks are ``block_s`` seconds of the stream (sample ``round(k *
+        fs)`` starts block k: the chunks of ``vitals --record``). ValueError (one line)
+        when the stream cannot be found or used."""
+        from liquid_stream.lsl import LslError, LslReader
+
+        loop = asyncio.get_running_loop()
+        try:
+            reader = await loop.run_in_executor(None, lambda: LslReader(name, timeout))
+        except LslError as e:
+            raise ValueError(str(e)) from None
+        req = {"op": "open", "model": model or "vitals", "channels": list(reader.channels),
+               "sample_rate": reader.rate, "alarms": alarms,
+               "id": sid or f"lsl-{name}"}  # fmt: skip
+        try:
+            host, sid, kwargs, columns, rate, _ = self._open_request(req, {})
+            self._reserved.add(sid)
+            try:
+                await loop.run_in_executor(host.executor, lambda: host.bank.open(sid, **kwargs))
+            finally:
+                self._reserved.discard(sid)
+        except ValueError:
+            reader.close()
+            raise
+        view = StreamView(sid, host.task, host.name, rate)
+        stream = _Stream(sid, host, None, columns, rate, "drop", view)
+        stream.open = False  # nobody to send to: the events only feed the view
+        self.streams[sid] = host.streams[sid] = stream
+        self.views.pop(sid, None)
+        self.views[sid] = view
+        threading.Thread(target=self._pump_lsl, args=(loop, stream, reader, block_s),
+                         name=f"lsl-{name}", daemon=True).start()  # fmt: skip
+        return sid
+
+    def _pump_lsl(self, loop, s: _Stream, reader, block_s: float, poll_s: float = 0.02) -> None:
+        """Thread: pull the LSL inlet, hand whole blocks to the loop; end the stream with
+        the source (the server stopping ends it too)."""
+        fs, k, buf, n = reader.rate, 1, [], 0  # n: samples handed on
+        try:
+            while not reader.ended and not loop.is_closed() and s.id in self.streams:
+                x = reader.pull()
+                if len(x):
+                    buf.append(x)
+                    have = np.concatenate(buf)
+                    end = n + len(have)
+                    cut = 0
+                    while block_s and (b := int(round(k * block_s * fs))) <= end:
+                        cut, k = b - n, k + 1
+                    if not block_s:
+                        cut = len(have)
+                    if cut:
+                        loop.call_soon_threadsafe(self._receive, s, have[:cut])
+                        n += cut
+                    buf = [have[cut:]] if cut < len(have) else []
+                else:
+                    time.sleep(poll_s)
+            if buf and not loop.is_closed():
+                loop.call_soon_threadsafe(self._receive, s, np.concatenate(buf))
+        except RuntimeError:  # the loop closed under us: the server stopped
+            return
+        finally:
+            reader.close()
+        with contextlib.suppress(RuntimeError):
+            asyncio.run_coroutine_threadsafe(self._end(s, False, None), loop)
 
     # ------------------------------------------------------------------ batching
 

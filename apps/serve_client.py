@@ -146,6 +146,7 @@ class ServeClient:
                 max_size=MAX_MESSAGE,
                 max_queue=max_queue,
                 close_timeout=timeout,
+                legacy=True,
             )
         except (OSError, TimeoutError) as e:
             raise ServeClientError(f"cannot connect to {self.url}: {e}") from None

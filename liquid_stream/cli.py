@@ -30,6 +30,8 @@ COMMANDS = {
     "kws-eval": "liquid_stream.apps.kws_cli:kws_eval_cmd",
     "kws-tune": "liquid_stream.apps.kws_cli:kws_tune_cmd",
     "vitals": "liquid_stream.apps.vitals_cli:vitals_cmd",
+    "serve": "liquid_stream.apps.serve_cli:serve_cmd",
+    "stream-to": "liquid_stream.apps.serve_cli:stream_to_cmd",
 }
 
 
