@@ -425,3 +425,28 @@ def test_unreachable_server_then_back(ward):
         srv.stop()
         browser.close()
         browser.switch_to.window(main)
+
+
+def test_page_with_a_token(ward):
+    """A server with a shared token: the page opened without it says how to open it; opened
+    as /?token=T (the server sets its cookie) it polls the state."""
+    from liquid_stream.apps.serve import ServerThread, StreamServer, kws_host
+
+    browser = ward["browser"]
+    main = browser.current_window_handle
+    tone = ward["server"].server.hosts["tones"].paths[0]
+    srv = ServerThread(StreamServer([kws_host(tone, "tones")], port=0, token="s3cret")).start()
+    browser.switch_to.new_window("tab")
+    try:
+        browser.get(srv.http + "/")
+        body = browser.find_element("tag name", "body")
+        wait_for(lambda: body.get_attribute("data-state") == "unauthorized", 5, "unauthorized")
+        assert "/?token=" in browser.find_element("id", "status").text
+        browser.get(srv.http + "/?token=s3cret")
+        body = browser.find_element("tag name", "body")
+        wait_for(lambda: body.get_attribute("data-state") == "live", 5, "live with the token")
+        assert one(browser, "#server-models").text == "tones"
+    finally:
+        srv.stop()
+        browser.close()
+        browser.switch_to.window(main)

@@ -10,7 +10,8 @@
  *
  * A failed poll (network error, timeout, HTTP error, bad JSON) sets body[data-state] to
  * "unreachable", says so in #status, keeps the last state on screen (dimmed) and polls
- * again; the next good poll sets it back to "live".
+ * again; the next good poll sets it back to "live". A 401 (a server with a token, a page
+ * not opened as /?token=T) sets "unauthorized" and says how to open the page.
  */
 "use strict";
 
@@ -367,6 +368,12 @@
     const timer = setTimeout(() => ctl.abort(), TIMEOUT_MS);
     try {
       const r = await fetch("/api/state", { cache: "no-store", signal: ctl.signal });
+      if (r.status === 401) {
+        // a server with --token: GET /?token=T sets the cookie this fetch sends
+        failures += 1;
+        setStatus("unauthorized", "Token required: open this page as /?token=YOUR_TOKEN");
+        return;
+      }
       if (!r.ok) throw new Error(`HTTP ${r.status}`);
       const state = await r.json();
       render(state);
