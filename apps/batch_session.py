@@ -114,6 +114,12 @@ class BatchedSession:
         self._shape = [[1 if d == "batch" else d for d in s["shape"]] for s in streamer.state_spec]
         self._dtype = [np.dtype(s["dtype"]) for s in streamer.state_spec]
         self._shared = [i for i, a in enumerate(self._axis) if a is None]
+        self._floats = [i for i, d in enumerate(self._dtype) if d.kind == "f"]
+        # the axes of each state other than its batch axis (a per-stream reduction)
+        self._others = [
+            None if a is None else tuple(j for j in range(len(shape)) if j != a)
+            for a, shape in zip(self._axis, self._shape, strict=True)
+        ]
         self._slot: dict[Hashable, int] = {}
         self._free: list[int] = []
         self._cap = 0
@@ -268,8 +274,11 @@ class BatchedSession:
 
     def _run(self, x: np.ndarray, keys: list, slots: np.ndarray) -> dict[Hashable, np.ndarray]:
         """One group: gather, run (pieces of at most max_chunk steps), check, scatter."""
+        # slots in a row (streams opened together, in order): a slice, not a gather
+        in_a_row = bool(np.all(np.diff(slots) == 1))
+        run = slice(int(slots[0]), int(slots[-1]) + 1) if in_a_row else slots
         state = {
-            name: (arr[slots[0]] if self._axis[i] is None else arr[self._at(i, slots)])
+            name: (arr[slots[0]] if self._axis[i] is None else arr[self._at(i, run)])
             for i, (name, arr) in enumerate(zip(self._names, self._store, strict=True))
         }
         ys = []
@@ -282,34 +291,29 @@ class BatchedSession:
             state = dict(zip(self._names, res[1:], strict=True))
         y = ys[0] if len(ys) == 1 else np.concatenate(ys, 1)  # (B, T, d_output)
         fine = np.isfinite(y).all(axis=(1, 2))
-        per_stream = {}  # batch-first views of the float states with a batch axis
-        for i, name in enumerate(self._names):
-            if self._dtype[i].kind == "f":
-                a, s = self._axis[i], state[name]
-                if a is None:
-                    fine &= bool(np.isfinite(s).all())
-                else:
-                    per_stream[name] = np.moveaxis(s, a, 0)
-                    fine &= np.isfinite(per_stream[name].reshape(len(keys), -1)).all(1)
+        for i in self._floats:
+            v = np.isfinite(state[self._names[i]])
+            fine &= bool(v.all()) if self._axis[i] is None else v.all(axis=self._others[i])
+        batched = [(n, a) for n, a in zip(self._names, self._axis, strict=True) if a is not None]
         for b in np.flatnonzero(~fine):  # refused: the slot keeps its old state
+            mine = [np.take(state[n], b, axis=a) for n, a in batched]
             try:
-                check_finite_result(y[b : b + 1], [v[b] for v in per_stream.values()])
+                check_finite_result(y[b : b + 1], mine)
             except StreamInputError as e:
                 self.errors[keys[b]] = e
             else:  # only a shared state overflowed
                 self.errors[keys[b]] = StreamInputError(
                     "the model's shared state would become non-finite (overflow)", x.shape[1] - 1
                 )
-        if not fine.all():
-            slots = slots[fine]
+        all_fine = bool(fine.all())
+        if not all_fine:
+            run = slots = slots[fine]
         for i, (name, arr) in enumerate(zip(self._names, self._store, strict=True)):
             new = state[name]
             if self._axis[i] is None:
                 arr[slots] = new
             else:
-                arr[self._at(i, slots)] = (
-                    new if fine.all() else np.compress(fine, new, self._axis[i])
-                )
+                arr[self._at(i, run)] = new if all_fine else np.compress(fine, new, self._axis[i])
         return {k: y[b] for b, k in enumerate(keys) if fine[b]}
 
 

@@ -268,6 +268,7 @@ def test_kws_bank_equals_spotter_per_stream(models):
         "d": (8000, 5, 100, 320, True),
     }
     signal = {sid: tone_signal(rate, seed=i) for i, (sid, (rate, *_)) in enumerate(plan.items())}
+    signal["b"] = tone_signal(16000, EVENTS[:3], 5.5, seed=1)  # shorter: leaves early
     refs, events, pos = {}, {sid: [] for sid in plan}, dict.fromkeys(plan, 0)
     for r in range(400):
         for sid, (rate, join, leave, size, as_int) in plan.items():
@@ -298,7 +299,7 @@ def test_kws_bank_equals_spotter_per_stream(models):
         check_kws_events(events[sid], refs[sid], SR)
     # the tone keywords were heard (the comparison above is not between empty lists)
     assert sum(e["type"] == "detection" for e in events["a"]) == 5
-    assert sum(e["type"] == "detection" for e in events["b"]) == 5
+    assert sum(e["type"] == "detection" for e in events["b"]) == 3
 
 
 def test_kws_bank_refuses_bad_blocks_and_bad_opens(models):
