@@ -17,6 +17,13 @@ runtime path) does not import torch.
 from __future__ import annotations
 
 import importlib
+import os
+
+# onnxruntime (1.2x–1.3x on Linux) resolves and contacts Microsoft's telemetry host from any
+# process that keeps sessions open (seen under strace in tests/test_lsl.py); this variable,
+# read when onnxruntime loads, turns that off. Every onnxruntime user here imports this
+# package first. A value the user set is kept.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 __version__ = "0.1.0"
 
