@@ -17,7 +17,7 @@
 
 (function () {
   const POLL_MS = 500; // time between the end of one poll and the start of the next
-  const TIMEOUT_MS = 2000; // a poll that takes longer counts as failed
+  const TIMEOUT_MS = 5000; // a poll that takes longer counts as failed
   const SVG_NS = "http://www.w3.org/2000/svg";
   const SPARK_W = 120; // sparkline viewBox width: one unit per second of history
   const SPARK_H = 32;
@@ -35,6 +35,7 @@
   let lastOkWall = null; // Date of the last good poll
   let polls = 0;
   let failures = 0;
+  const timing = { fetchMs: null, renderMs: null };
 
   // ---- small helpers ----------------------------------------------------------------
 
@@ -180,7 +181,7 @@
       const spark = makeSpark(v.label);
       box.append(lab, value, units, spark.svg);
       vitals.append(box);
-      parts[v.key] = { box, value, units, path: spark.path, spark: spark.svg };
+      parts[v.key] = { box, value, units, path: spark.path, spark: spark.svg, histKey: null };
     }
     const alarms = el("ul", "alarms");
     alarms.setAttribute("aria-label", "Active alarms");
@@ -209,9 +210,14 @@
       part.box.classList.toggle("in-alarm", alarmVitals.has(v.key.toLowerCase()));
       setText(part.value, valid ? String(Math.round(data.value)) : "---");
       setText(part.units, (present && data.units) || v.units);
-      const { d } = sparkPath(present ? data.history : null, v.range);
-      setAttr(part.path, "d", d || "M0 0");
-      part.path.style.visibility = d ? "" : "hidden";
+      const hist = present && Array.isArray(data.history) ? data.history : [];
+      const key = hist.length ? `${hist.length} ${hist[0]} ${hist[hist.length - 1]}` : "";
+      if (key !== part.histKey) { // redraw only when the history moved on
+        const { d } = sparkPath(hist, v.range);
+        setAttr(part.path, "d", d || "M0 0");
+        part.path.style.visibility = d ? "" : "hidden";
+        part.histKey = key;
+      }
     }
 
     const names = alarms.map((a) => String(a.name));
@@ -366,6 +372,7 @@
   async function poll() {
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), TIMEOUT_MS);
+    const t0 = performance.now();
     try {
       const r = await fetch("/api/state", { cache: "no-store", signal: ctl.signal });
       if (r.status === 401) {
@@ -376,7 +383,10 @@
       }
       if (!r.ok) throw new Error(`HTTP ${r.status}`);
       const state = await r.json();
+      const t1 = performance.now();
       render(state);
+      timing.fetchMs = t1 - t0;
+      timing.renderMs = performance.now() - t1;
       polls += 1;
       failures = 0;
       lastOkWall = new Date();
@@ -395,7 +405,12 @@
     }
   }
 
-  // exposed for debugging from the console: the number of good polls and of failures in a row
-  window.wardDashboard = { get polls() { return polls; }, get failures() { return failures; } };
+  // exposed for debugging from the console: good polls, failures in a row, and the last good
+  // poll's milliseconds fetching + parsing /api/state and rendering it
+  window.wardDashboard = {
+    get polls() { return polls; },
+    get failures() { return failures; },
+    timing,
+  };
   poll();
 })();
