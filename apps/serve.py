@@ -154,9 +154,10 @@ class _HostStats:
     def __init__(self):
         self.steps = 0
         self.blocks = 0
-        self.push_s = 0.0
-        self.step_s = 0.0
-        self.route_s = 0.0
+        self.push_s = 0.0  # CPU seconds (thread time) of pushing input into the bank
+        self.step_s = 0.0  # of bank.step (session calls + per-stream python)
+        self.route_s = 0.0  # of routing the events (JSON encoding included), loop thread
+        self.step_wall_s = 0.0
         self.latency = deque(maxlen=4096)  # seconds from a block's arrival to its events routed
         self.batch = deque(maxlen=256)  # streams per step
 
@@ -166,8 +167,10 @@ class _HostStats:
         return {
             "steps": self.steps,
             "blocks": self.blocks,
+            "cpu_s": {"push": self.push_s, "step": self.step_s, "route": self.route_s},
             "push_ms_per_step": 1000 * self.push_s / n,
             "step_ms_per_step": 1000 * self.step_s / n,
+            "step_wall_ms_per_step": 1000 * self.step_wall_s / n,
             "route_ms_per_step": 1000 * self.route_s / n,
             "streams_per_step": float(np.mean(self.batch)) if self.batch else 0.0,
             "block_latency_ms": {
@@ -1011,7 +1014,7 @@ class StreamServer:
             if not work:
                 continue
             try:
-                errors, events, t_push, t_step = await loop.run_in_executor(
+                errors, events, t_push, t_step, wall = await loop.run_in_executor(
                     host.executor, self._step_in_worker, host, work
                 )
             except Exception:  # noqa: BLE001 - a bank bug must not end the server
@@ -1019,7 +1022,7 @@ class StreamServer:
                 for s, _ in work:
                     self._error(s, "internal error while stepping this model; see the server log")
                 continue
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             now = time.monotonic()
             for s, blocks in work:
                 for msg in errors.get(s, ()):
@@ -1042,18 +1045,21 @@ class StreamServer:
             st.batch.append(len(work))
             st.push_s += t_push
             st.step_s += t_step
-            st.route_s += time.perf_counter() - t0
+            st.step_wall_s += wall
+            st.route_s += time.thread_time() - t0
 
     def _step_in_worker(self, host: HostedModel, work):
-        t0 = time.perf_counter()
+        """In the worker: push the waiting blocks, step the bank; (refusals, events, push
+        and step CPU seconds of this thread, step wall seconds)."""
+        t0 = time.thread_time()
         errors = {}
         for s, blocks in work:
             errs = self._push_blocks(s, blocks)
             if errs:
                 errors[s] = errs
-        t1 = time.perf_counter()
+        t1, w1 = time.thread_time(), time.perf_counter()
         events = host.bank.step()
-        return errors, events, t1 - t0, time.perf_counter() - t1
+        return errors, events, t1 - t0, time.thread_time() - t1, time.perf_counter() - w1
 
     def _notice_drops(self, s: _Stream) -> None:
         blocks, samples = s.new_drops
