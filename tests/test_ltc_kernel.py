@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -250,3 +252,29 @@ def test_bad_switch_value_is_a_clear_error(monkeypatch):
     monkeypatch.setenv(lk.KERNEL_ENV, "cuda")
     with pytest.raises(ValueError, match="LIQUID_STREAM_LTC_KERNEL='cuda': expected one of"):
         ltc_scan(torch.randn(1, 2, 5, dtype=torch.float64), random_system(2, 3))
+
+
+def test_a_failed_build_warns_once_and_runs_the_torch_scan(tmp_path):
+    """A compiler that fails (``CXX=false``): one warning, then the torch scan, no error, even
+    when the kernel is asked for explicitly."""
+    code = (
+        "import warnings, torch\n"
+        "from liquid_stream.ltc import ltc_path, ltc_scan, ltc_system\n"
+        "from liquid_stream import LiquidS4\n"
+        "layer = LiquidS4(3, d_state=8, mode='diag', liquid='ltc')\n"
+        "u = torch.randn(1, 3, 50)\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    for _ in range(3):\n"
+        "        y = layer(u.transpose(1, 2))\n"
+        "        y.sum().backward()\n"
+        "    path = ltc_path(u, ltc_system(layer.kernel))\n"
+        "print(path, len(w), str(w[0].message))\n"
+    )
+    env = {**os.environ, "CXX": "false", lk.KERNEL_ENV: "fused", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    path, n_warnings, message = done.stdout.strip().split(" ", 2)
+    assert (path, n_warnings) == ("torch", "1")
+    assert message.startswith("LTC fused kernel unavailable") and "\n" not in message
