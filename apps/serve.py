@@ -63,6 +63,7 @@ their streams' outboxes, from which one sender task per connection writes them.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import email.utils
 import hmac
@@ -294,6 +295,7 @@ class _Stream:
         self.new_drops = [0, 0]  # blocks, samples not yet reported
         self.last_latency = 0.0
         self.open = True
+        self.listener = None  # called with every event of the stream (a source's owner)
 
     def __hash__(self) -> int:
         return id(self)
@@ -802,8 +804,9 @@ class StreamServer:
     def _post(self, s: _Stream, ev: dict) -> None:
         """Queue an event for the stream's client (bounded: module docstring)."""
         kind = ev.get("type", "")
-        if s.view is not None:
-            s.view.on_event(ev)
+        s.view.on_event(ev)
+        if s.listener is not None:
+            s.listener(ev)
         if not s.open and kind != "closed":
             return
         if len(s.outbox) >= self.out_queue:
@@ -918,14 +921,17 @@ class StreamServer:
         timeout: float = 5.0,
         block_s: float = 1.0,
         sid: str | None = None,
+        on_event=None,
     ) -> str:
         """Open a vitals stream fed by the live LSL stream ``name``
         (:class:`liquid_stream.lsl.LslReader`: channels mapped to PLETH / II / RESP, its
         nominal rate resampled by the bed) and return its id (default ``lsl-NAME``). Its
-        estimates go to the dashboard (no client reads them); it ends when the LSL
-        source does. Blocks are ``block_s`` seconds of the stream (sample ``round(k *
-        fs)`` starts block k: the chunks of ``vitals --record``). ValueError (one line)
-        when the stream cannot be found or used."""
+        estimates go to the dashboard (no client reads them) and to ``on_event(event)``
+        (called on the server's loop); it ends when the LSL source does. Blocks are
+        ``block_s`` seconds of the stream (sample ``round(k * fs)`` starts block k: the
+        chunks of ``vitals --record``); when the bed's inbox is full the pump waits (the
+        inlet buffers meanwhile), so nothing is dropped. ValueError (one line) when the
+        stream cannot be found or used."""
         from liquid_stream.lsl import LslError, LslReader
 
         loop = asyncio.get_running_loop()
@@ -947,8 +953,9 @@ class StreamServer:
             reader.close()
             raise
         view = StreamView(sid, host.task, host.name, rate)
-        stream = _Stream(sid, host, None, columns, rate, "drop", view)
-        stream.open = False  # nobody to send to: the events only feed the view
+        stream = _Stream(sid, host, None, columns, rate, "wait", view)
+        stream.open = False  # nobody to send to: the events feed the view (and on_event)
+        stream.listener = on_event
         self.streams[sid] = host.streams[sid] = stream
         self.views.pop(sid, None)
         self.views[sid] = view
@@ -965,27 +972,35 @@ class StreamServer:
                 x = reader.pull()
                 if len(x):
                     buf.append(x)
-                    have = np.concatenate(buf)
-                    end = n + len(have)
-                    cut = 0
-                    while block_s and (b := int(round(k * block_s * fs))) <= end:
-                        cut, k = b - n, k + 1
+                    have, used = np.concatenate(buf), 0
                     if not block_s:
-                        cut = len(have)
-                    if cut:
-                        loop.call_soon_threadsafe(self._receive, s, have[:cut])
-                        n += cut
-                    buf = [have[cut:]] if cut < len(have) else []
+                        self._hand(loop, s, have)
+                        n, used = n + len(have), len(have)
+                    while block_s and (b := int(round(k * block_s * fs))) <= n + len(have) - used:
+                        size = b - n  # one block: samples round((k-1) fs) .. round(k fs)
+                        self._hand(loop, s, have[used : used + size])
+                        n, used, k = b, used + size, k + 1
+                    buf = [have[used:]] if used < len(have) else []
                 else:
                     time.sleep(poll_s)
             if buf and not loop.is_closed():
-                loop.call_soon_threadsafe(self._receive, s, np.concatenate(buf))
-        except RuntimeError:  # the loop closed under us: the server stopped
+                self._hand(loop, s, np.concatenate(buf))
+        except (RuntimeError, concurrent.futures.CancelledError):  # the server stopped
             return
         finally:
             reader.close()
         with contextlib.suppress(RuntimeError):
             asyncio.run_coroutine_threadsafe(self._end(s, False, None), loop)
+
+    def _hand(self, loop, s: _Stream, block: np.ndarray) -> None:
+        """Thread: give a source's block to the loop, waiting while its inbox is full
+        (the LSL inlet buffers meanwhile: nothing is dropped)."""
+
+        async def put():
+            await s.room.wait()
+            self._receive(s, block)
+
+        asyncio.run_coroutine_threadsafe(put(), loop).result()
 
     # ------------------------------------------------------------------ batching
 
@@ -1120,10 +1135,12 @@ class ServerThread:
             raise self._error
         return self
 
+    def run(self, coro, timeout: float = 60.0):
+        """Run the coroutine ``coro`` on the server's loop; its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
     def call(self, fn, timeout: float = 10.0):
         """Run ``fn()`` on the server's loop (thread-safe read of its state)."""
-        import concurrent.futures
-
         fut: concurrent.futures.Future = concurrent.futures.Future()
 
         def run():

@@ -27,10 +27,19 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
-import numpy as np
-import pytest
+# onnxruntime >= 1.29 on Linux sends telemetry (DNS for mobile.events.data.microsoft.com)
+# unless this is set before its first session: off, so these tests reach no other address
+# (the serve subprocesses inherit it).
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+from liquid_stream import lsl  # noqa: E402
+
+os.environ[lsl.CONFIG_ENV] = str(lsl.write_config(lsl.local_config_path()))  # before liblsl
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 from click.testing import CliRunner
 from fixtures_kws import EVENTS, SR, tone_signal, train_tone_spotter, write_tone_wav
 from fixtures_vitals import signals, write_record
@@ -622,7 +631,7 @@ def test_two_server_processes_behind_a_client_side_shard(tone):
         assert where == {sid: shard(sid, list(reversed(urls))) for sid in ids}  # order-free
         assert set(where.values()) == set(urls)  # both servers get streams
         got, errors = {}, []
-        data = {sid: bed(36, 125, ["PLETH"], 20 + i) for i, sid in enumerate(ids[:4])}
+        data = {sid: bed(20, 125, ["PLETH"], 20 + i) for i, sid in enumerate(ids[:4])}
         data |= {sid: tone_signal(SR, seed=30 + i).astype(np.float32)
                  for i, sid in enumerate(ids[4:])}  # fmt: skip
 
@@ -719,3 +728,47 @@ def test_async_client(srv, tone):
         ref.push(b)
     for i, events in enumerate(asyncio.run(main())):
         ref.check(events, f"async-{i}")
+
+
+# =============================================================================== LSL
+
+
+def test_an_lsl_stream_is_a_bed_equal_to_its_record(srv, tmp_path):
+    """serve --lsl: a WFDB record replayed as a live LSL outlet (this machine only) feeds
+    a bed; its estimates equal the record read from its file (1-s blocks), and the bed
+    ends with the stream."""
+    from liquid_stream.apps.vitals_record import RecordSource
+
+    rec = write_record(tmp_path, "bidmc05", seconds=40, nan_spans=[("PLETH", 12, 1.0)])
+    name = f"lstest-serve-{uuid.uuid4().hex[:8]}"
+    stop, failed = threading.Event(), []
+
+    def replay():
+        try:
+            lsl.replay_record(rec, name=name, speed=20, wait_for_consumer=20, stop=stop)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failed.append(e)
+
+    thread = threading.Thread(target=replay, daemon=True)
+    thread.start()
+    events: list[dict] = []
+    try:
+        sid = srv.run(srv.server.add_lsl(name, alarms="hr>80:hold=2", on_event=events.append))
+        assert sid == f"lsl-{name}"
+
+        def ended():
+            views = [v for v in state(srv)["streams"] if v["id"] == sid]
+            return views[0] if views and not views[0]["connected"] else None
+
+        view = wait_for(ended, timeout=60, what="the LSL bed to end with its stream")
+    finally:
+        stop.set()
+        thread.join(20)
+    assert not failed, failed
+    src = RecordSource(rec)
+    want = vitals_ref(PPG_ECG, src.channels, src.fs, "hr>80:hold=2", list(src.chunks(None)))
+    check_vitals(srv.call(lambda: list(events)), want, "lsl")
+    assert view["model"] == "ppg-ecg" and view["health"]["received_s"] == 40.0
+    assert sid not in open_ids(srv)["ppg-ecg"]
+    with pytest.raises(ValueError, match="no-such-stream"):
+        srv.run(srv.server.add_lsl(f"no-such-stream-{uuid.uuid4().hex[:6]}", timeout=0.5))
