@@ -10,8 +10,9 @@ loop runs over time: the kernel reads u and g and writes y, where the blocked to
 writes and reads every state (M× the memory traffic). Channels are processed in groups of
 ``W`` lanes (consecutive b·H + h, the SIMD width of the loops over lanes, which g++
 vectorises); time is cut into segments of ``K`` steps, and within a segment the loop runs
-mode by mode over the segment's steps (a mode's coefficients and state stay in registers,
-y of the segment accumulates in a small buffer). The state entering every segment is kept
+over the segment's steps for two modes at a time (their coefficients and states stay in
+registers, two independent recurrences hide each other's latency; y of the segment
+accumulates in a small buffer). The state entering every segment is kept
 (``(n_seg, B, H, M)``, 1/K of the states) for the backward pass.
 
 **Backward.** Segments in reverse, per mode: recompute the segment's states from its
@@ -151,19 +152,32 @@ LTC_INLINE void gather_steps(const T* src, int64_t t0, int64_t n, int64_t c0, in
   }
 }
 
-// One mode over n steps: x_t = (a + l g_t) x_{t-1} + b u_t; optional y_t += Re(c x_t) and
-// store of every x_t (xs_r/xs_i (n, W)).
-template <typename T, int W, bool Y, bool STORE>
-LTC_INLINE void mode_steps(const T* __restrict us, const T* __restrict gs, int64_t n,
-                           const T* ar, const T* ai, const T* lr, const T* li, const T* br,
-                           const T* bi, const T* cr, const T* ci, T* __restrict xr,
-                           T* __restrict xi, T* __restrict ys, T* __restrict xs_r,
-                           T* __restrict xs_i) {
-  T Ar[W], Ai[W], Lr[W], Li[W], Br[W], Bi[W], Cr[W], Ci[W], Xr[W], Xi[W];
+// (n, W) -> (L, C) columns c0 .. c0+W of steps t0 .. t0+n (the channels that exist).
+template <typename T, int W>
+LTC_INLINE void scatter_steps(const T* src, int64_t t0, int64_t n, int64_t c0, int64_t C, T* dst) {
+  const int nv = int(std::min<int64_t>(W, C - c0));
+  for (int64_t t = 0; t < n; ++t) {
+    const T* s = src + t * W;
+    T* d = dst + (t0 + t) * C + c0;
+    if (nv == W) {
+      for (int j = 0; j < W; ++j) d[j] = s[j];
+    } else {
+      for (int j = 0; j < nv; ++j) d[j] = s[j];
+    }
+  }
+}
+
+// One mode over n steps from x (xr, xi), x_t = (a + l g_t) x_{t-1} + b u_t, every x_t stored
+// (xs_r, xs_i (n, W)); x is left at the last step.
+template <typename T, int W>
+LTC_INLINE void mode_states(const T* __restrict us, const T* __restrict gs, int64_t n,
+                            const T* ar, const T* ai, const T* lr, const T* li, const T* br,
+                            const T* bi, T* __restrict xr, T* __restrict xi,
+                            T* __restrict xs_r, T* __restrict xs_i) {
+  T Ar[W], Ai[W], Lr[W], Li[W], Br[W], Bi[W], Xr[W], Xi[W];
   for (int j = 0; j < W; ++j) {
     Ar[j] = ar[j]; Ai[j] = ai[j]; Lr[j] = lr[j]; Li[j] = li[j];
-    Br[j] = br[j]; Bi[j] = bi[j]; Cr[j] = cr[j]; Ci[j] = ci[j];
-    Xr[j] = xr[j]; Xi[j] = xi[j];
+    Br[j] = br[j]; Bi[j] = bi[j]; Xr[j] = xr[j]; Xi[j] = xi[j];
   }
   for (int64_t t = 0; t < n; ++t) {
     const T* ut = us + t * W;
@@ -174,11 +188,8 @@ LTC_INLINE void mode_steps(const T* __restrict us, const T* __restrict gs, int64
       const T ni = a_r * Xi[j] + a_i * Xr[j] + Bi[j] * ut[j];
       Xr[j] = nr;
       Xi[j] = ni;
-      if constexpr (Y) ys[t * W + j] += Cr[j] * nr - Ci[j] * ni;
-      if constexpr (STORE) {
-        xs_r[t * W + j] = nr;
-        xs_i[t * W + j] = ni;
-      }
+      xs_r[t * W + j] = nr;
+      xs_i[t * W + j] = ni;
     }
   }
   for (int j = 0; j < W; ++j) {
@@ -187,10 +198,48 @@ LTC_INLINE void mode_steps(const T* __restrict us, const T* __restrict gs, int64
   }
 }
 
+// P modes (o, o + W, … in the lane arrays) over n steps, y_t += Σ Re(c x_t): P independent
+// recurrences in flight hide the latency of one (two dependent FMAs a step).
+template <typename T, int W, int P>
+LTC_INLINE void modes_y(const T* __restrict us, const T* __restrict gs, int64_t n,
+                        const Coefs<T, W>& k, int64_t o, T* __restrict xr, T* __restrict xi,
+                        T* __restrict ys) {
+  T Ar[P][W], Ai[P][W], Lr[P][W], Li[P][W], Br[P][W], Bi[P][W], Cr[P][W], Ci[P][W];
+  T Xr[P][W], Xi[P][W];
+  for (int q = 0; q < P; ++q)
+    for (int j = 0; j < W; ++j) {
+      const int64_t i = o + q * W + j;
+      Ar[q][j] = k.ar[i]; Ai[q][j] = k.ai[i]; Lr[q][j] = k.lr[i]; Li[q][j] = k.li[i];
+      Br[q][j] = k.br[i]; Bi[q][j] = k.bi[i]; Cr[q][j] = k.cr[i]; Ci[q][j] = k.ci[i];
+      Xr[q][j] = xr[i]; Xi[q][j] = xi[i];
+    }
+  for (int64_t t = 0; t < n; ++t) {
+    const T* ut = us + t * W;
+    const T* gt = gs + t * W;
+    for (int j = 0; j < W; ++j) {
+      T yt = T(0);
+#pragma GCC unroll 4
+      for (int q = 0; q < P; ++q) {
+        const T a_r = Ar[q][j] + Lr[q][j] * gt[j], a_i = Ai[q][j] + Li[q][j] * gt[j];
+        const T nr = a_r * Xr[q][j] - a_i * Xi[q][j] + Br[q][j] * ut[j];
+        const T ni = a_r * Xi[q][j] + a_i * Xr[q][j] + Bi[q][j] * ut[j];
+        Xr[q][j] = nr;
+        Xi[q][j] = ni;
+        yt += Cr[q][j] * nr - Ci[q][j] * ni;
+      }
+      ys[t * W + j] += yt;
+    }
+  }
+  for (int q = 0; q < P; ++q)
+    for (int j = 0; j < W; ++j) {
+      xr[o + q * W + j] = Xr[q][j];
+      xi[o + q * W + j] = Xi[q][j];
+    }
+}
+
 template <typename T, int W>
 LTC_INLINE void forward_group(const Args<T>& p, int64_t c0) {
   const int64_t M = p.M, K = p.K, C = p.C;
-  const int nv = int(std::min<int64_t>(W, C - c0));
   Coefs<T, W> k(p, c0);
   std::vector<T> xr(M * W), xi(M * W), us(K * W), gs(K * W), ys(K * W);
   gather_state<T, W>(p.x0, c0, C, M, xr.data(), xi.data());
@@ -200,14 +249,13 @@ LTC_INLINE void forward_group(const Args<T>& p, int64_t c0) {
     gather_steps<T, W>(p.u, t0, n, c0, C, us.data());
     gather_steps<T, W>(p.g, t0, n, c0, C, gs.data());
     std::fill(ys.begin(), ys.begin() + n * W, T(0));
-    for (int64_t m = 0; m < M; ++m) {
-      const int64_t o = m * W;
-      mode_steps<T, W, true, false>(us.data(), gs.data(), n, &k.ar[o], &k.ai[o], &k.lr[o],
-                                    &k.li[o], &k.br[o], &k.bi[o], &k.cr[o], &k.ci[o], &xr[o],
-                                    &xi[o], ys.data(), nullptr, nullptr);
-    }
-    for (int64_t t = 0; t < n; ++t)
-      for (int j = 0; j < nv; ++j) p.y[(t0 + t) * C + c0 + j] = p.scale * ys[t * W + j];
+    const T *u_s = us.data(), *g_s = gs.data();
+    int64_t m = 0;
+    for (; m + 2 <= M; m += 2)
+      modes_y<T, W, 2>(u_s, g_s, n, k, m * W, xr.data(), xi.data(), ys.data());
+    if (m < M) modes_y<T, W, 1>(u_s, g_s, n, k, m * W, xr.data(), xi.data(), ys.data());
+    for (int64_t i = 0; i < n * W; ++i) ys[i] *= p.scale;
+    scatter_steps<T, W>(ys.data(), t0, n, c0, C, p.y);
   }
   scatter_state<T, W>(p.xlast, c0, C, M, xr.data(), xi.data());
 }
@@ -246,8 +294,8 @@ LTC_INLINE void backward_group(const Args<T>& p, int64_t c0) {
         xr[j] = xs_r[j];
         xi[j] = xs_i[j];
       }
-      mode_steps<T, W, false, true>(us.data(), gs.data(), n, ar, ai, lr, li, br, bi, cr, ci, xr,
-                                    xi, nullptr, xs_r.data() + W, xs_i.data() + W);
+      mode_states<T, W>(us.data(), gs.data(), n, ar, ai, lr, li, br, bi, xr, xi,
+                        xs_r.data() + W, xs_i.data() + W);
       T Ar[W], Ai[W], Lr[W], Li[W], Br[W], Bi[W], Cr[W], Ci[W], Kr[W], Ki[W];
       T gAr[W], gAi[W], gLr[W], gLi[W], gBr[W], gBi[W], gCr[W], gCi[W];
       T* a = &acc[0];
@@ -294,11 +342,8 @@ LTC_INLINE void backward_group(const Args<T>& p, int64_t c0) {
         a[6 * M * W + o + j] = gCr[j]; a[7 * M * W + o + j] = gCi[j];
       }
     }
-    for (int64_t t = 0; t < n; ++t)
-      for (int j = 0; j < nv; ++j) {
-        const T gj = gs[t * W + j];
-        p.gu[(t0 + t) * C + c0 + j] = (T(1) - gj * gj) * s1[t * W + j] + s2[t * W + j];
-      }
+    for (int64_t i = 0; i < n * W; ++i) s1[i] = (T(1) - gs[i] * gs[i]) * s1[i] + s2[i];
+    scatter_steps<T, W>(s1.data(), t0, n, c0, C, p.gu);
   }
   scatter_state<T, W>(p.gx0, c0, C, M, kr.data(), ki.data());
   for (int j = 0; j < nv; ++j)
