@@ -96,6 +96,7 @@ DEFAULT_OUT_HARD = 8192
 MAX_MESSAGE = 1 << 22  # bytes of one WebSocket message
 KEEP_CLOSED = 200  # closed streams kept on the dashboard (connected: false)
 KEEP_CLOSED_S = 300.0
+STATE_EVERY_S = 0.2  # /api/state is rebuilt at most this often
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,63}$")
 COOKIE = "ls_token"
 log = logging.getLogger("liquid_stream.serve")
@@ -374,6 +375,7 @@ class StreamServer:
         self.started = time.time()
         self._ids = itertools.count(1)
         self._reserved: set[str] = set()  # ids being opened
+        self._state_cache: tuple[float, str] | None = None
         self._server = None
         self._tasks: list[asyncio.Task] = []
         self.ready = threading.Event()
@@ -480,8 +482,7 @@ class StreamServer:
         if parts.path == "/api/state":
             if not ok:
                 return respond(401, "text/plain; charset=utf-8", b"token required\n")
-            body = json.dumps(self.state(), allow_nan=False).encode()
-            return respond(200, "application/json", body)
+            return respond(200, "application/json", self.state_text().encode())
         status, kind, body = static_file(request.path, self.web_dir)
         extra = ()
         if parts.path in ("/", "/index.html") and self.token and ok:  # let the page fetch
@@ -489,8 +490,16 @@ class StreamServer:
         return respond(status, kind, body, extra)
 
     def state(self) -> dict:
-        """The ``/api/state`` JSON (schema in :mod:`.serve_state`)."""
+        """The ``/api/state`` JSON (schema in :mod:`.serve_state`), as a dict."""
+        return json.loads(self.state_text())
+
+    def state_text(self) -> str:
+        """The ``/api/state`` JSON text; rebuilt at most every ``STATE_EVERY_S`` (many
+        dashboards polling a big ward cost one build), and at once after a stream opened
+        or ended."""
         now = time.time()
+        if self._state_cache is not None and now - self._state_cache[0] < STATE_EVERY_S:
+            return self._state_cache[1]
         self._forget_closed(now)
         streams = []
         for sid, view in self.views.items():
@@ -499,21 +508,19 @@ class StreamServer:
                 view.lag_ms = 1000 * (
                     time.monotonic() - s.inbox[0][0] if s.inbox else s.last_latency
                 )
-            streams.append(view.to_json(now))
-        return json_safe(
-            {
-                "server": {
-                    "time": now,
-                    "uptime_s": now - self.started,
-                    "streams": len(self.streams),
-                    "max_streams": self.max_streams,
-                    "models": list(self.hosts),
-                    "hosts": [{**h.describe(), **h.stats.to_json()} for h in self.hosts.values()],
-                    "budget_ms": self.budget * 1000,
-                },
-                "streams": streams,
-            }
-        )
+            streams.append(view.to_text(now))
+        server = json_safe({
+            "time": now,
+            "uptime_s": now - self.started,
+            "streams": len(self.streams),
+            "max_streams": self.max_streams,
+            "models": list(self.hosts),
+            "hosts": [{**h.describe(), **h.stats.to_json()} for h in self.hosts.values()],
+            "budget_ms": self.budget * 1000,
+        })  # fmt: skip
+        text = '{"server":' + json.dumps(server) + ',"streams":[' + ",".join(streams) + "]}"
+        self._state_cache = (now, text)
+        return text
 
     def _forget_closed(self, now: float) -> None:
         closed = [sid for sid, v in self.views.items() if not v.connected]
@@ -610,6 +617,7 @@ class StreamServer:
         host.streams[sid] = stream
         self.views.pop(sid, None)
         self.views[sid] = view
+        self._state_cache = None  # a stream more: /api/state shows it at once
         await self._send_now(
             conn,
             {
@@ -870,6 +878,7 @@ class StreamServer:
         finally:
             self.streams.pop(s.id, None)
             s.view.close()
+            self._state_cache = None
         for msg in errors:
             self._error(s, msg)
         for ev in events:
@@ -877,7 +886,7 @@ class StreamServer:
         if s.new_drops[0]:
             self._notice_drops(s)
         if graceful and s.open:
-            self._post(s, {"type": "closed", "id": s.id, "stats": s.view.to_json()["health"]})
+            self._post(s, {"type": "closed", "id": s.id, "stats": s.view.health()})
             s.outbox.append(("end", None))
             s.out_ready.set()
             if sender is not None:
@@ -959,6 +968,7 @@ class StreamServer:
         self.streams[sid] = host.streams[sid] = stream
         self.views.pop(sid, None)
         self.views[sid] = view
+        self._state_cache = None  # a stream more: /api/state shows it at once
         threading.Thread(target=self._pump_lsl, args=(loop, stream, reader, block_s),
                          name=f"lsl-{name}", daemon=True).start()  # fmt: skip
         return sid

@@ -25,6 +25,7 @@ dashboard folder ``apps/web/``, refusing any path that leaves it.
 
 from __future__ import annotations
 
+import json
 import math
 import mimetypes
 import time
@@ -139,7 +140,8 @@ class StreamView:
                 slot["value"] = finite(v)
                 slot["valid"] = bool(valid.get(target, False))
                 slot["units"] = units.get(target, slot.get("units", ""))
-                slot["history"].append([t, finite(v) if slot["valid"] else None])
+                point = [t, finite(v) if slot["valid"] else None]
+                slot["history"].append(json.dumps(point))  # kept as JSON: /api/state joins
             for name in ev.get("raised") or ():
                 self.alarms[name] = {"name": name, "vital": alarm_vital(name), "since_s": t}
             for name in ev.get("cleared") or ():
@@ -164,37 +166,41 @@ class StreamView:
         self.connected = False
         self.closed_at = time.time()
 
-    def to_json(self, now: float | None = None) -> dict:
-        """The stream's entry of ``/api/state``."""
+    def health(self, now: float | None = None) -> dict:
+        """The stream's transport counters (``health`` of its ``/api/state`` entry)."""
         now = time.time() if now is None else now
         return {
-            "id": self.id,
-            "task": self.task,
-            "model": self.model,
-            "connected": self.connected,
-            "sample_rate": self.sample_rate,
-            "stream_time_s": self.stream_time,
-            "health": {
-                "received_s": self.received_samples / self.sample_rate,
-                "lag_ms": round(self.lag_ms, 3),
-                "dropped_blocks": self.dropped_blocks,
-                "dropped_samples": self.dropped_samples,
-                "dropped_events": self.dropped_events,
-                "errors": self.errors,
-                "last_seen_s": round(max(0.0, now - self.last_seen), 3),
-            },
-            "vitals": {
-                name: {
-                    "value": slot.get("value"),
-                    "valid": slot.get("valid", False),
-                    "units": slot.get("units", ""),
-                    "history": [list(p) for p in slot["history"]],
-                }
-                for name, slot in self.vitals.items()
-            },
-            "alarms": list(self.alarms.values()),
-            "detections": list(self.detections),
+            "received_s": self.received_samples / self.sample_rate,
+            "lag_ms": round(self.lag_ms, 3),
+            "dropped_blocks": self.dropped_blocks,
+            "dropped_samples": self.dropped_samples,
+            "dropped_events": self.dropped_events,
+            "errors": self.errors,
+            "last_seen_s": round(max(0.0, now - self.last_seen), 3),
         }
+
+    def to_text(self, now: float | None = None) -> str:
+        """The stream's entry of ``/api/state`` as JSON text. Built from pieces: the
+        sparkline points are kept as JSON and joined, so a ward of 1000 beds' 120-point
+        histories costs a join per vital, not a conversion per point."""
+        head = json.dumps({
+            "id": self.id, "task": self.task, "model": self.model,
+            "connected": self.connected, "sample_rate": self.sample_rate,
+            "stream_time_s": self.stream_time, "health": self.health(now),
+            "alarms": list(self.alarms.values()), "detections": list(self.detections),
+        }, allow_nan=False)  # fmt: skip
+        vitals = ",".join(
+            json.dumps(name) + ":" + json.dumps({
+                "value": slot.get("value"), "valid": slot.get("valid", False),
+                "units": slot.get("units", ""),
+            })[:-1] + ',"history":[' + ",".join(slot["history"]) + "]}"
+            for name, slot in self.vitals.items()
+        )  # fmt: skip
+        return head[:-1] + ',"vitals":{' + vitals + "}}"
+
+    def to_json(self, now: float | None = None) -> dict:
+        """The stream's entry of ``/api/state`` (the schema in the module docstring)."""
+        return json.loads(self.to_text(now))
 
 
 def static_file(path: str, web_dir: Path = WEB_DIR) -> tuple[int, str, bytes]:

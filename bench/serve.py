@@ -521,6 +521,32 @@ def main() -> None:
         if p["held"]:
             held[p["workload"]] = max(held.get(p["workload"], 0), p["n"])
     print("\nlargest N held: " + (", ".join(f"{k}: {v}" for k, v in held.items()) or "none"))
+    # An estimate, not a measurement: the streams 2 fully available cores would hold if
+    # the server's step ran at the large-batch cost measured above (session + the bank's
+    # python, from the session share) and the rest of its CPU per stream-second (transport,
+    # routing, pushing) stayed what the largest point tried measured.
+    print("\nestimate for 2 dedicated cores (CPU cost only; not a measured hold):")
+    for label, key in (
+        ("beds (3 models, 1 s)", "beds (3 models, 1 s) N=1000"),
+        ("kws 100 ms", "kws (160-sample chunk) N=50"),
+        ("kws 10 ms", "kws (160-sample chunk) N=50"),
+    ):
+        pts = [p for p in rows if p["workload"] == label]
+        c = results["compute"].get(key)
+        if not pts or not c:
+            continue
+        p = max(pts, key=lambda q: q["n"])
+        stream_s = FS / FS if label.startswith("beds") else 160 / SR
+        n = int(key.rsplit("=", 1)[1])
+        step_ms = c["batched_ms"] / c["session_share"] / n / stream_s  # per stream-second
+        sent_s = p["server_cpu_s"] / (p["server_cpu_ms_per_stream_s"] / 1000)
+        rest_ms = 1000 * (p["server_cpu_s"] - p["server_step_s"]) / sent_s
+        est = 2000 / (step_ms + rest_ms)
+        results.setdefault("estimate_2_cores", {})[label] = est
+        print(
+            f"  {label}: step {step_ms:.2f} + rest {rest_ms:.2f} ms CPU per stream-second "
+            f"-> about {est:.0f} streams"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
