@@ -286,9 +286,13 @@ def test_page_shows_every_bed(ward):
     order = [e.get_attribute("data-id") for e in css(browser, "#beds .bed")]
     assert order == ["bed-1", "bed-2", "bed-3", "bed-4"]
     tile = page_beds(browser)["bed-1"]
-    shown = [v.get_attribute("data-vital") for v in css(tile, ".vital") if v.is_displayed()]
-    assert shown == ["HR", "RR"]
-    assert browser.find_element("id", "status").text == "Live"
+
+    def shown():  # a new stream's tile has no vital until its first estimate
+        return [v.get_attribute("data-vital") for v in css(tile, ".vital") if v.is_displayed()]
+
+    wait_for(lambda: shown() == ["HR", "RR"], 10, "the HR and RR rows")
+    status = one(browser, "#status")
+    wait_for(lambda: status.text == "Live", 5, "the status Live")
 
 
 def test_alarm_appears_within_2s_of_the_server(ward):
@@ -374,16 +378,21 @@ def test_kws_view_lists_the_detections(ward):
 
     def listed():
         return [
-            (i.get_attribute("data-label"), float(one(i, ".det-time").text.removesuffix(" s")))
+            (
+                i.get_attribute("data-label"),
+                float(one(i, ".det-time").text.removesuffix(" s")),
+                float(one(i, ".det-score").text),
+            )
             for i in css(row, ".detection")
         ]
 
-    want = [(d["label"], d["t"]) for d in reversed(dets)]  # newest first
+    want = [(d["label"], d["t"], d["score"]) for d in reversed(dets)]  # newest first
 
-    def same():
+    def same():  # labels equal, times and scores as printed (2 decimals)
         got = listed()
         return [g[0] for g in got] == [w[0] for w in want] and all(
-            abs(g[1] - w[1]) <= 0.005 for g, w in zip(got, want, strict=True)
+            abs(g[1] - w[1]) <= 0.005 and abs(g[2] - w[2]) <= 0.005
+            for g, w in zip(got, want, strict=True)
         )
 
     wait_for(same, 3, f"the detections {want}")

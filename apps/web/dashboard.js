@@ -36,6 +36,7 @@
   let polls = 0;
   let failures = 0;
   const timing = { fetchMs: null, renderMs: null };
+  const errors = []; // the last 20 failed polls: "ISO time  reason"
 
   // ---- small helpers ----------------------------------------------------------------
 
@@ -398,6 +399,8 @@
         ? ` \u2014 showing the state of ${lastOkWall.toLocaleTimeString([], { hour12: false })}`
         : "";
       const why = err && err.name === "AbortError" ? "no answer" : String((err && err.message) || err);
+      errors.push(`${new Date().toISOString()} ${why}`);
+      if (errors.length > 20) errors.shift();
       setStatus("unreachable", `Server unreachable (${why}); retrying${since}`);
     } finally {
       clearTimeout(timer);
@@ -405,12 +408,13 @@
     }
   }
 
-  // exposed for debugging from the console: good polls, failures in a row, and the last good
-  // poll's milliseconds fetching + parsing /api/state and rendering it
+  // exposed for debugging from the console: good polls, failures in a row, the last good
+  // poll's milliseconds fetching + parsing /api/state and rendering it, the last failures
   window.wardDashboard = {
     get polls() { return polls; },
     get failures() { return failures; },
     timing,
+    errors,
   };
   poll();
 })();
