@@ -453,7 +453,7 @@ def fmt_gb(row: dict[str, Any] | None) -> str:
 def print_report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     by = {(r["kind"], r["mode"], r["backend"], r["liquid"], r["N"], r["L"]): r for r in rows}
     liq = {None: "—", "pb": "PB", "kb": "KB", "ltc": "LTC"}
-    print("\nfwd+bwd of one LiquidS4 layer, B=2, H=128, liquid_order=2, 2 threads; "
+    print(f"\nfwd+bwd of one LiquidS4 layer, B={args.batch}, H=128, liquid_order=2, 2 threads; "
           "median seconds / peak RSS GB")  # fmt: skip
     print("(diag: Vandermonde kernel, no Cauchy sum — the backend is irrelevant, measured once;")
     print(" LTC: blocked scan, diag only; its naive = the per-step loop through autograd)\n")
@@ -499,7 +499,9 @@ def print_report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
             if r["status"] == "ok":
                 got = f"{fmt_s(r)} s, peak RSS {r['peak_gb']:.2f} GB"
             print(f"\nmemory check (H=512, N=64, L=16384, B=1, dplr, PB, torch, fwd+bwd): {got}")
-    if TARGET_L in args.lengths and "pb" in args.liquids and "dplr" in args.modes:
+    if args.batch != 2:
+        print(f"\ntargets (B=2, L=16000, dplr, PB) not judged at B={args.batch}")
+    elif TARGET_L in args.lengths and "pb" in args.liquids and "dplr" in args.modes:
         print()
         for backend in args.backends:
             for N, limit in TARGETS.items():
@@ -588,7 +590,7 @@ def plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> No
         if N in TARGETS:
             ax.axhline(TARGETS[N], color="k", lw=0.8, label=f"target {TARGETS[N]} s (L=16000)")
         ax.set(xscale="log", yscale="log", xlabel="L", ylabel="fwd+bwd seconds (median)",
-               title=f"one LiquidS4 layer, B=2, H=128, N={N}, 2 threads")  # fmt: skip
+               title=f"one LiquidS4 layer, B={args.batch}, H=128, N={N}, 2 threads")  # fmt: skip
         ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
