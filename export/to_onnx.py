@@ -419,17 +419,24 @@ class _Emitter:
         return mixed
 
     def ltc_dims(self) -> dict[str, str]:
-        """Shape arithmetic of the LTC layers' sub-blocks (int64 tensors, built once): n_b =
-        ⌈T/Q⌉, the pads of ``(H, B, T)`` to n_b·Q steps, and the position (T − 1) mod Q of the
-        chunk's last step within the last sub-block."""
+        """Shape arithmetic of the LTC layers' sub-blocks (built once): n_b = ⌈T/Q⌉ and
+        pad = n_b·Q − T (int64), the pads of ``(H, B, T)`` that put ``pad`` steps before the
+        chunk, and the mask ``(Q, 1, 1, 1, 1, n_b, 1)`` (float) that is 0 on those steps."""
         if "ltc" not in self._cache:
             g, d, Q = self.g, self.dims, self.ltc_Q
             nb = g.op("Div", g.op("Add", d["T"], g.const([Q - 1])), g.const([Q]))
-            pad = g.op("Sub", g.op("Mul", nb, g.const([Q])), d["T"])
+            n = g.op("Mul", nb, g.const([Q]))
+            pad = g.op("Sub", n, d["T"])
+            step = g.op("Range", g.const(0), g.op("Squeeze", n, g.const([0])), g.const(1))
+            step = g.op(
+                "Transpose", g.op("Reshape", step, g.op("Concat", nb, g.const([Q]), axis=0))
+            )
+            mask = g.op("Cast", g.op("GreaterOrEqual", step, pad), to=onnx.TensorProto.FLOAT)
             self._cache["ltc"] = {
                 "nb": nb,
-                "pads": g.op("Concat", g.const([0, 0, 0, 0, 0]), pad, axis=0),
-                "last": g.op("Sub", g.const([Q - 1]), pad),
+                "pad": pad,
+                "pads": g.op("Concat", g.const([0, 0]), pad, g.const([0, 0, 0]), axis=0),
+                "mask": g.op("Reshape", mask, g.const([Q, 1, 1, 1, 1, -1, 1])),
             }
         return self._cache["ltc"]
 
@@ -439,19 +446,20 @@ class _Emitter:
         on ``u (H, B, T)``.
 
         A blocked scan (the decomposition of :func:`liquid_stream.ltc._scan_tf`) in few,
-        large ops. The chunk is cut into n_b sub-blocks of Q steps (zero-padded at the end),
-        laid out ``(Q, c, s, M, B, n_b, H)``: every broadcast is over leading axes or along
-        contiguous H (onnxruntime is slow on broadcasts with a short innermost axis). Complex
-        numbers are stacked on the axis c = (Re, Im), so that a product by a takes three ops:
-        a·z = Re(a)·z + [−Im a; Im a]·rev_c(z). One unrolled loop over the Q positions
-        advances every sub-block at once, carrying on the axis s the local state
-        X_q = a_q X_{q−1} + b_q (from zero) and the cumulative transition P_q = a_q P_{q−1}
-        (from one): 5 ops per position. The states entering the sub-blocks, x_in[k+1] =
-        P[Q−1, k] x_in[k] + X[Q−1, k] with x_in[0] the carried state, come from a log-depth
-        Hillis–Steele scan over the n_b sub-block summaries (small tensors, 11 ops a level).
-        Then y = s·Re(C X) + Re((s C x_in) P) + D u is one product and one sum over (c, s, M),
-        and the next state is X + P x_in at the chunk's last step. Products and sums of
-        numbers of modulus < 1 only: nothing overflows."""
+        large ops. The chunk is cut into n_b sub-blocks of Q steps, after ``pad`` < Q identity
+        steps (a = 1, b = 0) put before it, laid out ``(Q, c, s, M, B, n_b, H)``: every
+        broadcast is over leading axes or along contiguous H (onnxruntime is slow on
+        broadcasts with a short innermost axis). Complex numbers are stacked on the axis
+        c = (Re, Im), so that a product by a takes three ops: a·z = Re(a)·z + [−Im a; Im a]·
+        rev_c(z). One unrolled loop over the Q positions advances every sub-block at once:
+        the local state X_q = a_q X_{q−1} + b_q (from zero) and the cumulative transition
+        P_q = a_q P_{q−1} (from one), 9 ops per position, stacked on the axis s for what
+        follows. A Hillis–Steele scan over the carried state and the n_b sub-block summaries
+        (11 ops a level) gives the states entering the sub-blocks, x_in[k+1] = P[Q−1, k]
+        x_in[k] + X[Q−1, k], and as its last element the next state (the chunk ends a
+        sub-block). Then, position by position, y = s·Re(C X) + Re((s C x_in) P) + D u is one
+        product and a sum over (c, s, M) (a MatMul with ones: faster than ReduceSum here).
+        Products and sums of numbers of modulus < 1 only: nothing overflows."""
         g, Q, H, pre = self.g, self.ltc_Q, step.H, f"block{i}."
         sys = {k: getattr(step, f"ltc_{k}").double() for k in ("A_bar", "B_liq", "B_bar", "C")}
         M = sys["A_bar"].shape[1]
@@ -461,98 +469,86 @@ class _Emitter:
             """(H, M) arrays stacked on c → (c, 1, M, 1, 1, H)."""
             return g.const(np.stack([p.T for p in parts])[:, None, :, None, None, :])
 
-        def rev(z: str) -> str:  # swap Re and Im (axis c, the first of these tensors)
-            return g.slice(z, -1, -(2**62), axis=0, step=-1)
+        def rev(z: str, axis: int = 0) -> str:  # swap Re and Im (the axis c)
+            return g.slice(z, -1, -(2**62), axis=axis, step=-1)
 
         A, Bl, Bb = (_f32(sys[k]) for k in ("A_bar", "B_liq", "B_bar"))  # (H, M, 2)
         sC = _f32(step.ltc_scale * sys["C"])
-        sign6, sign5 = (
-            g.const(np.array([-1.0, 1.0], np.float32).reshape(2, *[1] * k)) for k in (5, 4)
-        )  # fmt: skip  [−1; 1] on c
-        # Slice arguments: Re P and Im P of a (c, s, …) tensor (s = 1 is the P track)
-        re_p = (g.const([0, 1]), g.const([1, 2]), g.const([0, 1]))
-        im_p = (g.const([1, 1]), g.const([2, 2]), g.const([0, 1]))
+        sign = g.const(np.array([-1.0, 1.0], np.float32).reshape(2, 1, 1, 1, 1, 1))  # on c
         x_state = self.state(pre + "ltc.x", [H, "batch", 2, M])
 
-        # u (H, B, T) → (Q, 1, 1, 1, B, n_b, H); a = Ā + B̃ tanh u as Re a (Q, 1, 1, M, B, n_b, H)
-        # and [−Im a; Im a] (Q, 2, 1, …); b = B̄ u (Q, c, s, M, B, n_b, H), zero on s = P
+        # u (H, B, T) → (Q, 1, 1, 1, B, n_b, H), identity steps first; a = 1 + mask·(Ā − 1 +
+        # B̃ tanh u) as Re a (Q, 1, 1, M, B, n_b, H) and [−Im a; Im a] (Q, 2, 1, …);
+        # b = B̄ u (Q, c, s, M, B, n_b, H), zero on s = P (and on the identity steps: u = 0)
         blk = g.op("Concat", g.const([H]), B, dl["nb"], g.const([Q]), axis=0)
         uq = g.op("Transpose", g.op("Reshape", g.op("Pad", u, dl["pads"]), blk), perm=[3, 1, 2, 0])
         uq = g.op("Unsqueeze", uq, g.const([1, 2, 3]))
-        tu = g.op("Tanh", uq)
-        a_re = g.op("Add", g.op("Mul", tu, coef(Bl[..., 0])), coef(A[..., 0]))
+        tu, m = g.op("Tanh", uq), dl["mask"]
+        a_re = g.op("Mul", g.op("Add", g.op("Mul", tu, coef(Bl[..., 0])), coef(A[..., 0] - 1)), m)
+        a_re = g.op("Add", a_re, g.const(np.float32(1.0)))
         a_im = g.op(
             "Add", g.op("Mul", tu, coef(-Bl[..., 1], Bl[..., 1])), coef(-A[..., 1], A[..., 1])
         )
-        b = g.op(
-            "Pad", g.op("Mul", uq, coef(Bb[..., 0], Bb[..., 1])), g.const([0] * 9 + [1] + [0] * 4)
-        )
+        a_im = g.op("Mul", a_im, m)
+        b = g.op("Mul", uq, coef(Bb[..., 0], Bb[..., 1]))  # (Q, c, 1, M, B, n_b, H)
         if Q > 1:
             split = g.const([1] * Q)
             a_re, a_im, b = (g.op("Split", x, split, axis=0, n_out=Q) for x in (a_re, a_im, b))
         else:
             a_re, a_im, b = [a_re], [a_im], [b]
-        # Y_0 = a_0·[0; 1] + [b_0; 0] (on s), then Y_q = b_q + a_q Y_{q−1}: (1, c, s, M, B, n_b, H)
-        e = np.zeros((1, 2, 2, 1, 1, 1, 1), np.float32)
-        e[0, 0, 1] = 1.0
-        Y = g.op("Add", b[0], g.op("Add", g.op("Mul", a_re[0], g.const(e)),
-                                   g.op("Mul", a_im[0], g.const(e[:, ::-1].copy()))))  # fmt: skip
-        outs = [Y]
+        # X_0 = b_0, P_0 = a_0; X_q = b_q + a_q X_{q−1}, P_q = a_q P_{q−1}: (1, c, 1, M, B, n_b, H)
+        X = b[0]
+        P = g.op("Concat", a_re[0], g.slice(a_im[0], 1, 2, axis=1), axis=1)
+        Ys = [g.op("Concat", X, P, axis=2)]  # (1, c, s, M, B, n_b, H)
         for q in range(1, Q):
-            rY = g.slice(Y, -1, -(2**62), axis=1, step=-1)
-            Y = g.op("Add", b[q], g.op("Add", g.op("Mul", a_re[q], Y), g.op("Mul", a_im[q], rY)))
-            outs.append(Y)
-        Yall = g.op("Concat", *outs, axis=0) if Q > 1 else Y  # (Q, c, s, M, B, n_b, H)
+            ar, ai = a_re[q], a_im[q]
+            X = g.op("Add", b[q], g.op("Add", g.op("Mul", ar, X), g.op("Mul", ai, rev(X, axis=1))))
+            P = g.op("Add", g.op("Mul", ar, P), g.op("Mul", ai, rev(P, axis=1)))
+            Ys.append(g.op("Concat", X, P, axis=2))
+        Y = Ys[-1]
 
         # the carried state and the sub-block summaries: Z (c, s, M, B, n_b + 1, H)
         x0 = g.op("Unsqueeze", g.op("Transpose", x_state, perm=[2, 3, 1, 0]), g.const([1, 4]))
         x0 = g.op("Pad", x0, g.const([0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]))  # P_{−1}: unused
         Z = g.op("Concat", x0, g.op("Squeeze", Y, g.const([0])), axis=4)
         keep_x = g.const(np.array([1.0, 0.0], np.float32).reshape(1, 2, 1, 1, 1, 1))
+        re_p = (g.const([0, 1]), g.const([1, 2]), g.const([0, 1]))  # Slice: Re P of (c, s, …)
+        im_p = (g.const([1, 1]), g.const([2, 2]), g.const([0, 1]))  # Im P
         levels = max(1, math.ceil(math.log2(self.ltc_max_blocks + 1)))
         for lvl in range(levels):  # Z_k ← (X_k + P_k X_{k−sh}, P_k P_{k−sh})
             sh = 2**lvl
             Zs = g.slice(g.op("Pad", Z, g.const([0, 0, 0, 0, sh, 0] + [0] * 6)), 0, -sh, axis=4)
             P_re = g.op("Slice", Z, *re_p)
-            P_im = g.op("Mul", g.op("Slice", Z, *im_p), sign6)  # [−Im P; Im P]
+            P_im = g.op("Mul", g.op("Slice", Z, *im_p), sign)  # [−Im P; Im P]
             Z = g.op("Add", g.op("Mul", Z, keep_x),
                      g.op("Add", g.op("Mul", P_re, Zs), g.op("Mul", P_im, rev(Zs))))  # fmt: skip
-        xin = g.op(
-            "Slice",
-            Z,
-            g.const([0, 0]),
-            g.op("Concat", g.const([1]), dl["nb"], axis=0),
+        # the next state: the last element (the chunk's last step ends the last sub-block)
+        x_next = g.op(
+            "Squeeze",
+            g.op("Slice", Z, g.const([0, -1]), g.const([1, END]), g.const([1, 4])),
             g.const([1, 4]),
-        )  # fmt: skip  (c, 1, M, B, n_b, H): states entering the sub-blocks
+        )  # fmt: skip  (c, M, B, H)
+        self.set_state(pre + "ltc.x", g.op("Transpose", x_next, perm=[3, 2, 0, 1]))  # (H, B, c, M)
+        nb1 = g.op("Concat", g.const([1]), dl["nb"], axis=0)
+        xin = g.op("Slice", Z, g.const([0, 0]), nb1, g.const([1, 4]))  # (c, 1, M, B, n_b, H)
 
-        # y = Σ_{c,s,M} Yall·W, W = [s·Re C; −s·Im C] on X, [Re c'; −Im c'] on P, c' = s C x_in
+        # y_q = Σ_{c,s,M} Y_q·W, W = [s·Re C; −s·Im C] on X, [Re c'; −Im c'] on P, c' = s C x_in
         conj = g.const(np.array([1.0, -1.0], np.float32).reshape(2, 1, 1, 1, 1, 1))
         sC_re, sC_im = coef(sC[..., 0], sC[..., 0]), coef(sC[..., 1], sC[..., 1])
         wP = g.op("Sub", g.op("Mul", g.op("Mul", xin, conj), sC_re), g.op("Mul", rev(xin), sC_im))
         wX = g.op("Expand", coef(sC[..., 0], -sC[..., 1]), g.op("Shape", wP))
         W = g.op("Concat", wX, wP, axis=1)  # (c, s, M, B, n_b, H)
-        yq = g.op("ReduceSum", g.op("Mul", Yall, W), g.const([1, 2, 3]), keepdims=0)
+        # the sum over the 4M values of (c, s, M) as a MatMul with ones (faster than ReduceSum)
+        rows, ones = g.const([4 * M, -1]), g.const(np.ones((1, 4 * M), np.float32))
+        yq = [g.op("MatMul", ones, g.op("Reshape", g.op("Mul", Yq, W), rows)) for Yq in Ys]
+        yq = g.op("Concat", *yq, axis=0) if Q > 1 else yq[0]  # (Q, B·n_b·H)
+        yq = g.op("Reshape", yq, g.op("Concat", g.const([Q]), B, dl["nb"], g.const([H]), axis=0))
         y = g.op(
             "Reshape",
             g.op("Transpose", yq, perm=[3, 1, 2, 0]),
             g.op("Concat", g.const([H]), B, g.const([-1]), axis=0),
         )  # fmt: skip  (H, B, n_b·Q)
-        y = g.slice(y, 0, self.dims["T"], axis=2)
-
-        # next state: X + P x_in at the chunk's last step (position `last`, last sub-block)
-        yl = g.op(
-            "Squeeze",
-            g.slice(g.op("Gather", Yall, dl["last"], axis=0), -1, END, axis=5),
-            g.const([0, 5]),
-        )  # fmt: skip  (c, s, M, B, H)
-        xl = g.op("Squeeze", g.slice(xin, -1, END, axis=4), g.const([4]))  # (c, 1, M, B, H)
-        Xl = g.slice(yl, 0, 1, axis=1)
-        Pl_re = g.op("Slice", yl, *re_p)
-        Pl_im = g.op("Mul", g.op("Slice", yl, *im_p), sign5)  # [−Im P; Im P]
-        xT = g.op("Add", Xl, g.op("Add", g.op("Mul", Pl_re, xl), g.op("Mul", Pl_im, rev(xl))))
-        self.set_state(
-            pre + "ltc.x", g.op("Transpose", g.op("Squeeze", xT, g.const([1])), perm=[3, 2, 0, 1])
-        )  # fmt: skip  (H, B, c, M)
+        y = g.slice(y, dl["pad"], END, axis=2)
         return g.op("Add", y, g.op("Mul", u, g.const(_f32(step.D)[:, None, None])))
 
     def block(self, i: int, block, x: str) -> str:
