@@ -297,6 +297,7 @@ class _Stream:
         self.last_latency = 0.0
         self.open = True
         self.listener = None  # called with every event of the stream (a source's owner)
+        self.scores = True  # send the kws scores events (false: detections only)
 
     def __hash__(self) -> int:
         return id(self)
@@ -613,6 +614,7 @@ class StreamServer:
             self._reserved.discard(sid)
         view = StreamView(sid, host.task, host.name, rate)
         stream = _Stream(sid, host, conn, columns, rate, overflow, view)
+        stream.scores = req.get("scores", True)
         self.streams[sid] = stream
         host.streams[sid] = stream
         self.views.pop(sid, None)
@@ -650,6 +652,7 @@ class StreamServer:
             "id",
             "token",
             "overflow",
+            "scores",
         }
         if unknown:
             raise ValueError(f"unknown open field(s): {', '.join(sorted(unknown))}")
@@ -676,6 +679,8 @@ class StreamServer:
             raise ValueError(f"stream {sid!r} is already open")
         if len(self.streams) + len(self._reserved) >= self.max_streams:
             raise ValueError(f"server full: {self.max_streams} streams open; try later")
+        if not isinstance(req.get("scores", True), bool):
+            raise ValueError(f"scores must be true or false, got {req['scores']!r}")
         overflow = req.get("overflow", "drop")
         if overflow not in ("drop", "wait"):
             raise ValueError(f'overflow must be "drop" or "wait", got {overflow!r}')
@@ -815,7 +820,7 @@ class StreamServer:
         s.view.on_event(ev)
         if s.listener is not None:
             s.listener(ev)
-        if not s.open and kind != "closed":
+        if (not s.open and kind != "closed") or (kind == "scores" and not s.scores):
             return
         if len(s.outbox) >= self.out_queue:
             for i, (k, _) in enumerate(s.outbox):

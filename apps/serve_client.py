@@ -91,6 +91,7 @@ def open_message(
     stream_id=None,
     overflow="drop",
     token=None,
+    scores=None,
 ) -> dict:
     """The ``open`` request (fields left out when None)."""
     msg = {
@@ -102,6 +103,7 @@ def open_message(
         "id": stream_id,
         "overflow": overflow,
         "token": token,
+        "scores": scores,
     }
     return {k: v for k, v in msg.items() if v is not None}
 
@@ -162,9 +164,11 @@ class ServeClient:
         alarms: str | None = None,
         overflow: str = "drop",
         token: str | None = None,
+        scores: bool | None = None,
     ) -> dict:
         """Open the stream; returns the server's ``opened`` message. ServeClientError with
-        the server's reason when it refuses."""
+        the server's reason when it refuses. ``scores=False``: no kws ``scores`` events
+        (detections only: less traffic)."""
         self.ws.send(
             json.dumps(
                 open_message(
@@ -175,6 +179,7 @@ class ServeClient:
                     stream_id=self.stream_id,
                     overflow=overflow,
                     token=token,
+                    scores=scores,
                 )
             )
         )

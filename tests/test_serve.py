@@ -382,6 +382,13 @@ def test_bad_input_is_an_error_on_that_stream_only(srv, tone):
         ref.push(b)
     ref.check(events, "bad")
     ref.check(other_events, "other")
+    with ServeClient(srv.url) as quiet:  # scores off: the detections alone
+        quiet.open("tone", sample_rate=SR, overflow="wait", scores=False)
+        for b in good:
+            quiet.send(b)
+        quiet_events = quiet.close()
+    assert {e["type"] for e in quiet_events} == {"detection"}
+    ref.check(quiet_events + [e for e in other_events if e["type"] == "scores"], "quiet")
     assert not [e for e in other_events if e["type"] == "error"]
     refusals = [
         (dict(model="nope"), "no model 'nope'"),
@@ -391,6 +398,7 @@ def test_bad_input_is_an_error_on_that_stream_only(srv, tone):
         (dict(model="ppg", channels=["PLETH"], sample_rate=125, alarms="hr>>"), "hr>>"),
         (dict(model="tone", sample_rate=-5), "sample_rate"),
         (dict(model="tone", overflow="maybe"), "overflow"),
+        (dict(model="tone", scores="no"), "scores must be true or false"),
     ]
     for kw, why in refusals:
         with ServeClient(srv.url) as c, pytest.raises(ServeClientError, match=why):
