@@ -11,7 +11,9 @@ micro-batched into one onnxruntime call per step (asyncio; no torch).
 a :class:`~.batch_vitals.VitalsBank` (one set of 1..3 vital-sign models, one per target).
 Its streams are stepped together, on its own worker thread (every call into a bank runs
 there, so a bank is never used by two threads, and onnxruntime runs while the event loop
-goes on receiving).
+goes on receiving). Several hosted models of one name (``workers``) are banks that
+share its streams (a new stream goes to the bank with fewest) and step in parallel
+threads: onnxruntime releases the GIL, so a model can use more than one core.
 
 **Protocol** (``ws://HOST:PORT/stream``; docs/serving.md has it in full). One stream per
 connection. The client sends a JSON text message ``{"op": "open", "model": NAME,
@@ -93,6 +95,7 @@ DEFAULT_QUEUE_BLOCKS = 256
 DEFAULT_QUEUE_S = 10.0
 DEFAULT_OUT_QUEUE = 256
 DEFAULT_OUT_HARD = 8192
+DEFAULT_MAX_BATCH = 256  # streams per step (more wait for the next, at once)
 MAX_MESSAGE = 1 << 22  # bytes of one WebSocket message
 KEEP_CLOSED = 200  # closed streams kept on the dashboard (connected: false)
 KEEP_CLOSED_S = 300.0
@@ -129,6 +132,7 @@ class HostedModel:
         self.wake = asyncio.Event()
         self.full = asyncio.Event()
         self.stats = _HostStats()
+        self.opening = 0  # streams being opened on this bank
 
     def describe(self) -> dict:
         """What ``/api/state`` and the open reply say about this model."""
@@ -212,20 +216,21 @@ def vitals_host(name: str, paths, threads: int = 1, max_streams: int = 2048) -> 
     return HostedModel(name, "vitals", bank, paths, float(bank.sample_rate), channels, needs)
 
 
-def default_hosts(threads: int = 1, max_streams: int = 2048) -> list[HostedModel]:
+def default_hosts(threads: int = 1, max_streams: int = 2048, workers: int = 1) -> list[HostedModel]:
     """The shipped models: the spotter ``kws-sc10`` and each shipped vital-sign set
-    (``vitals-ppg-ecg``, ``vitals-ppg``; :data:`liquid_stream.models.VITALS_TARGETS`)."""
+    (``vitals-ppg-ecg``, ``vitals-ppg``; :data:`liquid_stream.models.VITALS_TARGETS`),
+    ``workers`` banks each."""
     from liquid_stream.models import KWS, VITALS_TARGETS, available, shipped
 
     have = set(available())
     hosts = []
-    if KWS in have:
-        hosts.append(kws_host(shipped(KWS), KWS, threads, min(max_streams, 1024)))
-    for name, targets in VITALS_TARGETS.items():
-        if all(t in have for t in targets):
-            hosts.append(
-                vitals_host(f"vitals-{name}", [shipped(t) for t in targets], threads, max_streams)
-            )
+    for _ in range(workers):
+        if KWS in have:
+            hosts.append(kws_host(shipped(KWS), KWS, threads, min(max_streams, 1024)))
+        for name, targets in VITALS_TARGETS.items():
+            if all(t in have for t in targets):
+                paths = [shipped(t) for t in targets]
+                hosts.append(vitals_host(f"vitals-{name}", paths, threads, max_streams))
     if not hosts:
         raise ServeError("no shipped models installed: give --kws / --vitals")
     return hosts
@@ -317,6 +322,8 @@ class StreamServer:
         out_queue: a stream's outbox bound before ``scores`` messages are dropped;
             ``out_hard``: the bound past which a non-reading client is disconnected.
         web_dir: the dashboard's files.
+        max_batch: most streams one step takes (the longest waiting first); the rest
+            are stepped right after.
         send_buffer: the kernel send buffer of each connection in bytes (None: the OS
             default); with ``write_limit`` (websockets' high-water mark of a
             connection's write buffer) it bounds the bytes a stalled client holds in
@@ -339,13 +346,16 @@ class StreamServer:
         web_dir: Path = WEB_DIR,
         send_buffer: int | None = None,
         write_limit: int = 1 << 15,
+        max_batch: int = DEFAULT_MAX_BATCH,
     ):
         if not hosts:
             raise ServeError("no models to serve")
-        names = [h.name for h in hosts]
-        dup = {n for n in names if names.count(n) > 1}
-        if dup:
-            raise ServeError(f"two hosted models are named {sorted(dup)[0]!r}: name them apart")
+        self.shards: dict[str, list[HostedModel]] = {}  # name -> its banks (--workers)
+        for h in hosts:
+            same = self.shards.setdefault(h.name, [])
+            if same and (same[0].task, same[0].paths) != (h.task, h.paths):
+                raise ServeError(f"two different hosted models are named {h.name!r}")
+            same.append(h)
         if token is not None and not token:
             raise ServeError("--token must not be empty")
         if not is_loopback(host) and not token:
@@ -358,12 +368,14 @@ class StreamServer:
             ("queue_blocks", queue_blocks),
             ("out_queue", out_queue),
             ("out_hard", out_hard),
+            ("max_batch", max_batch),
         ):
             if int(v) < 1:
                 raise ServeError(f"{what} must be >= 1, got {v}")
         if not (budget_ms >= 0 and math.isfinite(budget_ms)) or not queue_s > 0:
             raise ServeError("budget_ms must be >= 0 and queue_s > 0")
-        self.hosts = {h.name: h for h in hosts}
+        self.hosts = {name: banks[0] for name, banks in self.shards.items()}
+        self.banks = [h for banks in self.shards.values() for h in banks]
         self.bind, self.port, self.token = host, int(port), token
         self.max_streams = int(max_streams)
         self.budget = budget_ms / 1000
@@ -371,6 +383,7 @@ class StreamServer:
         self.out_queue, self.out_hard = int(out_queue), max(int(out_hard), int(out_queue))
         self.web_dir = Path(web_dir)
         self.send_buffer, self.write_limit = send_buffer, int(write_limit)
+        self.max_batch = int(max_batch)
         self.streams: dict[str, _Stream] = {}  # open streams by id
         self.views: dict[str, StreamView] = {}  # open and recently closed, by id
         self.started = time.time()
@@ -393,7 +406,7 @@ class StreamServer:
         """Listen (the port is known after this) and start the batchers."""
         from websockets.asyncio.server import serve
 
-        for h in self.hosts.values():  # events made outside a running loop: rebind
+        for h in self.banks:  # events made outside a running loop: rebind
             h.wake, h.full = asyncio.Event(), asyncio.Event()
         self._server = await serve(
             self._handle,
@@ -409,7 +422,7 @@ class StreamServer:
             server_header="liquid-stream",
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        self._tasks = [asyncio.create_task(self._batcher(h)) for h in self.hosts.values()]
+        self._tasks = [asyncio.create_task(self._batcher(h)) for h in self.banks]
         self.ready.set()
 
     async def stop(self) -> None:
@@ -422,7 +435,7 @@ class StreamServer:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        for h in self.hosts.values():
+        for h in self.banks:
             h.executor.shutdown(wait=True)
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -516,7 +529,8 @@ class StreamServer:
             "streams": len(self.streams),
             "max_streams": self.max_streams,
             "models": list(self.hosts),
-            "hosts": [{**h.describe(), **h.stats.to_json()} for h in self.hosts.values()],
+            "hosts": [{**h.describe(), "shard": i, **h.stats.to_json()}
+                      for banks in self.shards.values() for i, h in enumerate(banks)],
             "budget_ms": self.budget * 1000,
         })  # fmt: skip
         text = '{"server":' + json.dumps(server) + ',"streams":[' + ",".join(streams) + "]}"
@@ -603,6 +617,7 @@ class StreamServer:
             await self._send_now(conn, {"type": "error", "message": str(e)})
             return None, None
         self._reserved.add(sid)
+        host.opening += 1
         try:
             info = await asyncio.get_running_loop().run_in_executor(
                 host.executor, lambda: host.bank.open(sid, **kwargs)
@@ -612,6 +627,7 @@ class StreamServer:
             return None, None
         finally:
             self._reserved.discard(sid)
+            host.opening -= 1
         view = StreamView(sid, host.task, host.name, rate)
         stream = _Stream(sid, host, conn, columns, rate, overflow, view)
         stream.scores = req.get("scores", True)
@@ -698,7 +714,7 @@ class StreamServer:
                 raise ValueError(f"a keyword stream is mono: 1 channel, got {len(channels)}")
             if alarms:
                 raise ValueError("alarms are for vitals streams")
-            return host, sid, {"sample_rate": rate}, 1, float(rate), overflow
+            return self._shard(host), sid, {"sample_rate": rate}, 1, float(rate), overflow
         if not channels:
             raise ValueError(
                 f"give the stream's channels (model {host.name} reads {', '.join(host.channels)})"
@@ -706,7 +722,11 @@ class StreamServer:
         if alarms is not None and not isinstance(alarms, str):
             raise ValueError(f'alarms must be a string like "hr>120,spo2<90", got {alarms!r}')
         kwargs = {"channels": channels, "sample_rate": rate, "alarms": alarms}
-        return host, sid, kwargs, len(channels), float(rate), overflow
+        return self._shard(host), sid, kwargs, len(channels), float(rate), overflow
+
+    def _shard(self, host: HostedModel) -> HostedModel:
+        """The bank of ``host``'s model that takes a new stream: the one with fewest."""
+        return min(self.shards[host.name], key=lambda h: len(h.streams) + h.opening)
 
     def _pick_host(self, model, channels) -> HostedModel:
         if model is not None and not isinstance(model, str):
@@ -959,10 +979,12 @@ class StreamServer:
         try:
             host, sid, kwargs, columns, rate, _ = self._open_request(req, {})
             self._reserved.add(sid)
+            host.opening += 1
             try:
                 await loop.run_in_executor(host.executor, lambda: host.bank.open(sid, **kwargs))
             finally:
                 self._reserved.discard(sid)
+                host.opening -= 1
         except ValueError:
             reader.close()
             raise
@@ -1034,13 +1056,14 @@ class StreamServer:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(host.full.wait(), wait)
             work = []
-            for s in host.pending:
+            taken = list(itertools.islice(host.pending, self.max_batch))  # the longest waiting
+            for s in taken:
+                del host.pending[s]
                 if s.inbox and s.id in host.streams:
                     work.append((s, list(s.inbox)))
                 s.inbox.clear()
                 s.queued_blocks = s.queued_samples = 0
                 s.room.set()
-            host.pending.clear()
             if not work:
                 continue
             try:

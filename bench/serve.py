@@ -141,7 +141,15 @@ class Server:
             return json.loads(r.read())
 
     def host(self, name: str) -> dict:
-        return next(h for h in self.state()["server"]["hosts"] if h["name"] == name)
+        """The counters of the model ``name``, summed over its banks (``--workers``)."""
+        banks = [h for h in self.state()["server"]["hosts"] if h["name"] == name]
+        steps = sum(h["steps"] for h in banks)
+        return {
+            "steps": steps,
+            "cpu_s": {k: sum(h["cpu_s"][k] for h in banks) for k in banks[0]["cpu_s"]},
+            "streams_per_step": sum(h["streams_per_step"] * h["steps"] for h in banks)
+            / max(1, steps),
+        }
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -367,6 +375,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=4.0, help="seconds before measuring")
     ap.add_argument("--budget-ms", type=float, default=20.0)
     ap.add_argument("--threads", type=int, default=1, help="serve --threads (per model)")
+    ap.add_argument("--workers", type=int, default=1, help="serve --workers (banks per model)")
     ap.add_argument("--all", action="store_true", help="go on past the first failing N")
     ap.add_argument("--quick", action="store_true", help="one short point per workload")
     ap.add_argument("--json", default=None, help="write the results here")
@@ -391,6 +400,8 @@ def main() -> None:
         "5",
         "--threads",
         str(args.threads),
+        "--workers",
+        str(args.workers),
     ]
     server = Server(server_args)
     print("command: " + shlex.join([sys.executable, *sys.argv]))

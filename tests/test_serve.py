@@ -432,6 +432,34 @@ def test_stream_cap_is_a_clear_refusal(tone):
         c.close()
 
 
+def test_two_banks_of_one_model_share_its_streams(tone):
+    """workers: two banks of one model (one name) take the streams in turn, step in their
+    own threads, and each stream's events still equal the stream alone."""
+    server = StreamServer([kws_host(tone, "tone"), kws_host(tone, "tone")], port=0)
+    x = tone_signal(SR, seed=5)[: 4 * SR].astype(np.float32)
+    with ServerThread(server) as s:
+        clients = [ServeClient(s.url, stream_id=f"w{i}") for i in range(4)]
+        for c in clients:
+            c.open("tone", sample_rate=SR, overflow="wait")
+        banks = s.call(lambda: [sorted(h.bank.ids()) for h in s.server.shards["tone"]])
+        assert banks == [["w0", "w2"], ["w1", "w3"]]
+        events = {c.stream_id: [] for c in clients}
+        for b in cut(x, 800):
+            for c in clients:
+                c.send(b)
+                events[c.stream_id] += c.drain()
+        for c in clients:
+            events[c.stream_id] += c.close()
+        hosts = state(s)["server"]["hosts"]
+        assert [(h["name"], h["shard"]) for h in hosts] == [("tone", 0), ("tone", 1)]
+        assert all(h["steps"] > 0 for h in hosts)
+    ref = KwsRef(tone, SR)
+    for b in cut(x, 800):
+        ref.push(b)
+    for sid, evs in events.items():
+        ref.check(evs, sid)
+
+
 def test_a_client_sending_too_fast_loses_blocks_and_is_told(tone):
     """overflow "drop": a bed that sends 40 s at once into an inbox of 4 blocks (the
     batcher waits up to 1 s while another stream is idle) keeps 4, drops the rest, is
