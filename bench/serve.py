@@ -2,7 +2,7 @@
 ``OnnxStreamer`` per stream, and where the time goes.
 
     python bench/serve.py                          # the default sweep (a few minutes)
-    python bench/serve.py --beds 250 500 1000 --kws100 25 50 100 --kws10 10 25 50 --seconds 15
+    python bench/serve.py --beds 250 500 1000 --kws100 25 50 --kws10 10 25 --workers 1
     python bench/serve.py --quick                  # one short point per workload
 
 Workloads (each a separate phase against one server subprocess):
@@ -368,14 +368,14 @@ def loadavg() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--beds", type=int, nargs="*", default=[100, 200, 400, 700, 1000])
-    ap.add_argument("--kws100", type=int, nargs="*", default=[10, 20, 40, 60])
-    ap.add_argument("--kws10", type=int, nargs="*", default=[10, 20, 40])
+    ap.add_argument("--beds", type=int, nargs="*", default=[200, 400, 550, 700, 1000])
+    ap.add_argument("--kws100", type=int, nargs="*", default=[10, 20, 30, 50])
+    ap.add_argument("--kws10", type=int, nargs="*", default=[10, 20, 30, 50])
     ap.add_argument("--seconds", type=float, default=12.0, help="measured seconds per point")
     ap.add_argument("--warmup", type=float, default=4.0, help="seconds before measuring")
     ap.add_argument("--budget-ms", type=float, default=20.0)
     ap.add_argument("--threads", type=int, default=1, help="serve --threads (per model)")
-    ap.add_argument("--workers", type=int, default=1, help="serve --workers (banks per model)")
+    ap.add_argument("--workers", type=int, default=2, help="serve --workers (banks per model)")
     ap.add_argument("--all", action="store_true", help="go on past the first failing N")
     ap.add_argument("--quick", action="store_true", help="one short point per workload")
     ap.add_argument("--json", default=None, help="write the results here")
@@ -481,7 +481,7 @@ def main() -> None:
                     break
         # batched vs one streamer per stream, and the session share, in the same run
         for label, paths, T0, ns in (
-            ("beds (3 models, 1 s)", bed_paths, FS, (100, 1000)),
+            ("beds (3 models, 1 s)", bed_paths, FS, (10, 100, 1000)),
             ("kws (160-sample chunk)", [kws_path], 160, (10, 50)),
         ):
             for n in ns:
@@ -532,32 +532,6 @@ def main() -> None:
         if p["held"]:
             held[p["workload"]] = max(held.get(p["workload"], 0), p["n"])
     print("\nlargest N held: " + (", ".join(f"{k}: {v}" for k, v in held.items()) or "none"))
-    # An estimate, not a measurement: the streams 2 fully available cores would hold if
-    # the server's step ran at the large-batch cost measured above (session + the bank's
-    # python, from the session share) and the rest of its CPU per stream-second (transport,
-    # routing, pushing) stayed what the largest point tried measured.
-    print("\nestimate for 2 dedicated cores (CPU cost only; not a measured hold):")
-    for label, key in (
-        ("beds (3 models, 1 s)", "beds (3 models, 1 s) N=1000"),
-        ("kws 100 ms", "kws (160-sample chunk) N=50"),
-        ("kws 10 ms", "kws (160-sample chunk) N=50"),
-    ):
-        pts = [p for p in rows if p["workload"] == label]
-        c = results["compute"].get(key)
-        if not pts or not c:
-            continue
-        p = max(pts, key=lambda q: q["n"])
-        stream_s = FS / FS if label.startswith("beds") else 160 / SR
-        n = int(key.rsplit("=", 1)[1])
-        step_ms = c["batched_ms"] / c["session_share"] / n / stream_s  # per stream-second
-        sent_s = p["server_cpu_s"] / (p["server_cpu_ms_per_stream_s"] / 1000)
-        rest_ms = 1000 * (p["server_cpu_s"] - p["server_step_s"]) / sent_s
-        est = 2000 / (step_ms + rest_ms)
-        results.setdefault("estimate_2_cores", {})[label] = est
-        print(
-            f"  {label}: step {step_ms:.2f} + rest {rest_ms:.2f} ms CPU per stream-second "
-            f"-> about {est:.0f} streams"
-        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
