@@ -458,7 +458,7 @@ class _Emitter:
         (11 ops a level) gives the states entering the sub-blocks, x_in[k+1] = P[Q−1, k]
         x_in[k] + X[Q−1, k], and as its last element the next state (the chunk ends a
         sub-block). Then, position by position, y = s·Re(C X) + Re((s C x_in) P) + D u is one
-        product and a sum over (c, s, M) (a MatMul with ones: faster than ReduceSum here).
+        product and a ReduceSum over (c, s, M).
         Products and sums of numbers of modulus < 1 only: nothing overflows."""
         g, Q, H, pre = self.g, self.ltc_Q, step.H, f"block{i}."
         sys = {k: getattr(step, f"ltc_{k}").double() for k in ("A_bar", "B_liq", "B_bar", "C")}
@@ -538,11 +538,11 @@ class _Emitter:
         wP = g.op("Sub", g.op("Mul", g.op("Mul", xin, conj), sC_re), g.op("Mul", rev(xin), sC_im))
         wX = g.op("Expand", coef(sC[..., 0], -sC[..., 1]), g.op("Shape", wP))
         W = g.op("Concat", wX, wP, axis=1)  # (c, s, M, B, n_b, H)
-        # the sum over the 4M values of (c, s, M) as a MatMul with ones (faster than ReduceSum)
-        rows, ones = g.const([4 * M, -1]), g.const(np.ones((1, 4 * M), np.float32))
-        yq = [g.op("MatMul", ones, g.op("Reshape", g.op("Mul", Yq, W), rows)) for Yq in Ys]
-        yq = g.op("Concat", *yq, axis=0) if Q > 1 else yq[0]  # (Q, B·n_b·H)
-        yq = g.op("Reshape", yq, g.op("Concat", g.const([Q]), B, dl["nb"], g.const([H]), axis=0))
+        # the sum over (c, s, M) is a ReduceSum, not a MatMul by ones: a MatMul with a
+        # constant would read as a Linear weight to export/quantize.py and be quantized
+        axes = g.const([1, 2, 3])
+        yq = [g.op("ReduceSum", g.op("Mul", Yq, W), axes, keepdims=0) for Yq in Ys]
+        yq = g.op("Concat", *yq, axis=0) if Q > 1 else yq[0]  # (Q, B, n_b, H)
         y = g.op(
             "Reshape",
             g.op("Transpose", yq, perm=[3, 1, 2, 0]),
