@@ -45,7 +45,7 @@ from liquid_stream.apps.vitals_monitor import (
     VitalsInputError,
     VitalsMonitor,
 )
-from liquid_stream.apps.vitals_run import RunResult
+from liquid_stream.apps.vitals_run import RunResult, monitor_result
 from liquid_stream.lsl import DEFAULT_TIMEOUT_S, LslPublisher, LslReader
 
 
@@ -218,22 +218,7 @@ def run_lsl(
         interrupted = True
     if source is not None:
         source.end = end
-    lat = np.array(latencies)
-    return RunResult(
-        estimates=estimates,
-        targets=list(monitor.targets),
-        units=dict(monitor.units),
-        alarms=monitor.alarms,
-        latencies_s=lat,
-        compute_s=float(lat.sum()),
-        wall_s=time.perf_counter() - t_start,
-        duration_s=monitor.samples_in / monitor.input_rate,
-        gaps=monitor.gap_counts(),
-        has_reference=False,
-        interrupted=interrupted,
-        out_of_range=monitor.out_of_range_counts(),
-        error=error,
-    )
+    return monitor_result(monitor, estimates, latencies, t_start, False, interrupted, error)
 
 
 def _note_seconds(stamps: dict[int, float], start: int, ts: np.ndarray, fs: float) -> None:

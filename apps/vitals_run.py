@@ -193,6 +193,34 @@ def open_record(
     return monitor, source
 
 
+def monitor_result(
+    monitor: VitalsMonitor,
+    estimates: list[Estimate],
+    latencies: list[float],
+    t_start: float,
+    has_reference: bool,
+    interrupted: bool,
+    error: str | None,
+) -> RunResult:
+    """The :class:`RunResult` of a finished run of ``monitor`` (any source: record, LSL)."""
+    lat = np.array(latencies)
+    return RunResult(
+        estimates=estimates,
+        targets=list(monitor.targets),
+        units=dict(monitor.units),
+        alarms=monitor.alarms,
+        latencies_s=lat,
+        compute_s=float(lat.sum()),
+        wall_s=time.perf_counter() - t_start,
+        duration_s=monitor.samples_in / monitor.input_rate,
+        gaps=monitor.gap_counts(),
+        has_reference=has_reference,
+        interrupted=interrupted,
+        out_of_range=monitor.out_of_range_counts(),
+        error=error,
+    )
+
+
 def run_record(
     monitor: VitalsMonitor,
     source: RecordSource,
@@ -233,19 +261,6 @@ def run_record(
         take(ests)
     except KeyboardInterrupt:
         interrupted = True
-    lat = np.array(latencies)
-    return RunResult(
-        estimates=estimates,
-        targets=list(monitor.targets),
-        units=dict(monitor.units),
-        alarms=monitor.alarms,
-        latencies_s=lat,
-        compute_s=float(lat.sum()),
-        wall_s=time.perf_counter() - t_start,
-        duration_s=monitor.samples_in / monitor.input_rate,
-        gaps=monitor.gap_counts(),
-        has_reference=bool(source.numerics),
-        interrupted=interrupted,
-        out_of_range=monitor.out_of_range_counts(),
-        error=error,
+    return monitor_result(
+        monitor, estimates, latencies, t_start, bool(source.numerics), interrupted, error
     )
