@@ -276,17 +276,7 @@ def vitals_cmd(
             else "none (no reference)"
         )  # fmt: skip
     )
-    for m in monitor.models:
-        echo(
-            f"model {m.target}: {m.path.name} <- {', '.join(m.channels)}; window "
-            f"{m.window_s:g} s at {m.sample_rate:g} Hz"
-        )
-    if monitor.resampler is not None:
-        r = monitor.resampler
-        echo(
-            f"note: record at {source.fs:g} Hz, models at {monitor.sample_rate:g} Hz: "
-            f"resampling x{r.up}/{r.down} (causal FIR, {r.delay_s * 1000:.0f} ms delay)"
-        )
+    _describe_monitor(monitor, f"record at {source.fs:g} Hz", echo)
     for w in source.warnings:
         echo(f"warning: {w}", err=True)
     for m in monitor.models:
@@ -337,6 +327,22 @@ def vitals_cmd(
         raise click.ClickException(f"record {source.name}: {result.error}")
 
 
+def _describe_monitor(monitor, source_rate: str, echo) -> None:
+    """Print each model (target, file, channels, window) and the resampling, if any, from
+    ``source_rate`` (e.g. "record at 250 Hz") to the models' rate."""
+    for m in monitor.models:
+        echo(
+            f"model {m.target}: {m.path.name} <- {', '.join(m.channels)}; window "
+            f"{m.window_s:g} s at {m.sample_rate:g} Hz"
+        )
+    if monitor.resampler is not None:
+        r = monitor.resampler
+        echo(
+            f"note: {source_rate}, models at {monitor.sample_rate:g} Hz: "
+            f"resampling x{r.up}/{r.down} (causal FIR, {r.delay_s * 1000:.0f} ms delay)"
+        )
+
+
 def _vitals_lsl(
     models, name, lsl_out, timeout, labels, block_s, duration, alarms, alarm_hold, max_gap,
     out_dir, threads,
@@ -375,17 +381,7 @@ def _vitals_lsl(
             monitor = monitor_for(models, reader, rules, max_gap, threads)
         except (VitalsError, AlarmSyntaxError) as e:
             raise click.ClickException(str(e)) from None
-        for m in monitor.models:
-            echo(
-                f"model {m.target}: {m.path.name} <- {', '.join(m.channels)}; window "
-                f"{m.window_s:g} s at {m.sample_rate:g} Hz"
-            )
-        if monitor.resampler is not None:
-            r = monitor.resampler
-            echo(
-                f"note: stream at {reader.rate:g} Hz, models at {monitor.sample_rate:g} Hz: "
-                f"resampling x{r.up}/{r.down} (causal FIR, {r.delay_s * 1000:.0f} ms delay)"
-            )
+        _describe_monitor(monitor, f"stream at {reader.rate:g} Hz", echo)
         for a in monitor.alarms:
             echo(f"alarm {a.rule}")
         if lsl_out:
