@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from liquid_stream.checkpoint import load_checkpoint
 from liquid_stream.training.cli import train_cmd
 from liquid_stream.training.config import load_config
-from liquid_stream.training.run import make_trainer, train
+from liquid_stream.training.run import inherit_frontend_stats, make_trainer, train
 
 TINY = ["model.d_model=8", "train.device=cpu", "train.progress=false", "train.threads=1"]
 
@@ -61,3 +61,32 @@ def test_init_of_another_shape_is_a_one_line_error(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"Error: train.init {src}: "), lines
     assert "size mismatch" in lines[0]
     assert not out.exists()  # refused before the run folder is made
+
+
+def test_init_keeps_the_data_constants_of_its_checkpoint(tmp_path):
+    """Warm-started on other data, a run keeps the input standardisation its weights were
+    trained with (recomputing it from the new data would shift every input), on resume too."""
+    src = tmp_path / "src" / "last.pt"
+    train(load_config("toy", "tiny", [*TINY, "train.max_steps=1"]), src.parent)
+    saved = load_checkpoint(src)["meta"]
+    other = [*TINY, "data.seed=99", "data.noise=0.9", f"train.init={json.dumps(str(src))}"]
+    cold, _ = make_trainer(load_config("toy", "tiny", other[:-1]), tmp_path / "cold")
+    assert cold.meta["input_mean"] != saved["input_mean"]  # the new data's own statistics
+    cfg = load_config("toy", "tiny", [*other, "train.max_steps=1"])
+    warm, _ = make_trainer(cfg, tmp_path / "warm")
+    assert warm.meta["input_mean"] == saved["input_mean"]
+    assert warm.meta["input_std"] == saved["input_std"]
+    train(cfg, tmp_path / "warm")
+    resumed, _ = make_trainer(cfg, tmp_path / "warm", resume=tmp_path / "warm" / "last.pt")
+    assert resumed.meta["input_mean"] == saved["input_mean"]
+
+
+def test_init_keeps_the_log_mel_band_statistics():
+    stats = {"mean": [1.0, 2.0], "std": [3.0, 4.0]}
+    cfg = {"model": {"frontend": {"kind": "logmel", "n_mels": 2}, "d_model": 8}}
+    got = inherit_frontend_stats(cfg, {"frontend_stats": stats})
+    assert got["model"]["frontend"] == {"kind": "logmel", "n_mels": 2, **stats}
+    assert cfg["model"]["frontend"] == {"kind": "logmel", "n_mels": 2}  # not mutated
+    given = {"model": {"frontend": {"kind": "logmel", "mean": [0.0, 0.0], "std": [1.0, 1.0]}}}
+    assert inherit_frontend_stats(given, {"frontend_stats": stats}) == given  # explicit wins
+    assert inherit_frontend_stats({"model": {}}, {"frontend_stats": stats}) == {"model": {}}

@@ -7,7 +7,8 @@
     summary = train(cfg, "runs/toy")                     # resume="runs/toy/last.pt" continues
 
 :func:`train` builds the task's data and the model (:func:`model_config`), warm-starts the
-weights from ``train.init`` when set (:func:`warm_start`; not on resume), trains
+weights from ``train.init`` when set (:func:`warm_start`; not on resume; the data
+constants of that checkpoint are kept, :func:`init_constants`), trains
 (:class:`~.trainer.Trainer`, which writes the logs, last.pt and best.pt in ``out``), then
 tests best.pt on the test split (``test_metrics.json``). Errors a user can fix before
 training starts (missing or bad data, a model the data does not fit, an unusable
@@ -73,13 +74,22 @@ def make_trainer(config: dict, out: Path, resume=None) -> tuple[Trainer, Dataset
     """The run's trainer at step 0 (or at ``resume``'s position), and its test set. The
     data is built (every split checked non-empty) before the run folder is made."""
     seed_everything(config["train"]["seed"])
+    optim_cfg, train_cfg = OptimConfig(**config["optim"]), TrainConfig(**config["train"])
+    # a warm start keeps the data constants of its init checkpoint (on resume too, so the
+    # resumed run rebuilds exactly the model it saved); the weights are loaded only at start
+    init_meta = init_constants(train_cfg.init) if train_cfg.init else None
+    if init_meta is not None:
+        config = inherit_frontend_stats(config, init_meta)
     try:
-        train_set, val_set, test_set, meta, loss = build_task(config)
+        train_set, val_set, test_set, meta, loss = build_task(
+            config, stats=_input_stats(init_meta)
+        )
     except DATA_ERRORS as e:
         raise RunError(one_line(e)) from e
+    if init_meta is not None:  # the output affine the warm-started weights were fitted to
+        meta.update({k: init_meta[k] for k in ("target_mean", "target_std") if k in init_meta})
     model = build_model(config, meta)
-    optim_cfg, train_cfg = OptimConfig(**config["optim"]), TrainConfig(**config["train"])
-    if train_cfg.init and not resume:
+    if init_meta is not None and not resume:
         warm_start(model, train_cfg.init)
     if int(os.environ.get("RANK", "0")) == 0:  # data parallel: rank 0 writes
         out.mkdir(parents=True, exist_ok=True)
@@ -103,6 +113,35 @@ def build_model(config: dict, meta: dict) -> LiquidS4Model:
         )
     except (ValueError, RuntimeError) as e:  # e.g. output_scale of the wrong length
         raise RunError(f"model: {one_line(e)}") from e
+
+
+def init_constants(path) -> dict:
+    """The meta of the ``train.init`` checkpoint ``path``: what the data decided for the
+    weights being warm-started (input standardisation, log-mel band statistics, output
+    affine of a regression target). A warm start on other data keeps these, so the loaded
+    weights see the features and produce the units they were trained with."""
+    try:
+        return dict(load_checkpoint(path).get("meta") or {})
+    except (CheckpointError, RuntimeError, KeyError) as e:
+        raise RunError(f"train.init {path}: {one_line(e)}") from e
+
+
+def inherit_frontend_stats(config: dict, init_meta: dict) -> dict:
+    """``config`` with the log-mel band statistics of ``init_meta`` where the config's front
+    end gives none (otherwise they would be recomputed from the new train crops)."""
+    fe = config["model"].get("frontend")
+    stats = init_meta.get("frontend_stats")
+    if not fe or not stats or (fe.get("mean") and fe.get("std")):
+        return config
+    model = {**config["model"], "frontend": {**fe, **stats}}
+    return {**config, "model": model}
+
+
+def _input_stats(init_meta: dict | None):
+    """``(input_mean, input_std)`` of the ``train.init`` checkpoint, or None."""
+    if init_meta and "input_mean" in init_meta and "input_std" in init_meta:
+        return init_meta["input_mean"], init_meta["input_std"]
+    return None
 
 
 def warm_start(model: torch.nn.Module, path) -> None:
