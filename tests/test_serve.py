@@ -808,3 +808,52 @@ def test_an_lsl_stream_is_a_bed_equal_to_its_record(srv, tmp_path):
     assert sid not in open_ids(srv)["ppg-ecg"]
     with pytest.raises(ValueError, match="no-such-stream"):
         srv.run(srv.server.add_lsl(f"no-such-stream-{uuid.uuid4().hex[:6]}", timeout=0.5))
+
+
+def test_serve_cli_lsl_flag_opens_a_bed_fed_by_the_stream(tmp_path):
+    """`liquid-stream serve --lsl NAME` (the flag, not the API): the server process finds the
+    live LSL outlet on this machine, says which bed it feeds, and the bed's state reaches
+    the record's length; an --lsl stream that does not exist is a one-line error."""
+    rec = write_record(tmp_path, "bidmc06", seconds=30)
+    name = f"lstest-cli-{uuid.uuid4().hex[:8]}"
+    stop, failed = threading.Event(), []
+
+    def replay():
+        try:
+            lsl.replay_record(rec, name=name, speed=10, wait_for_consumer=30, stop=stop)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failed.append(e)
+
+    thread = threading.Thread(target=replay, daemon=True)
+    thread.start()
+    proc, url = start_server(["--vitals", "ppg-ecg=" + ",".join(PPG_ECG), "--lsl", name,
+                              "--lsl-timeout", "20", "--lsl-alarm", "hr>80:hold=2"])  # fmt: skip
+    try:
+        http = url.replace("ws://", "http://").removesuffix("/stream")
+
+        def ended():
+            views = [v for v in json.loads(get(http + "/api/state")[2])["streams"]
+                     if v["id"] == f"lsl-{name}"]  # fmt: skip
+            return views[0] if views and not views[0]["connected"] else None
+
+        view = wait_for(ended, timeout=60, what="the --lsl bed to end with its stream")
+    finally:
+        stop.set()
+        thread.join(20)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert not failed, failed
+    assert f"LSL stream {name!r} -> bed lsl-{name}" in proc.stderr.read()
+    assert view["model"] == "ppg-ecg" and view["health"]["received_s"] == 30.0
+    missing = subprocess.run(
+        [sys.executable, "-m", "liquid_stream.cli", "serve", "--port", "0", "--vitals",
+         "ppg=" + ",".join(PPG), "--lsl", "no-such-stream-x1", "--lsl-timeout", "0.5"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert missing.returncode == 1
+    errors = [ln for ln in missing.stderr.splitlines() if ln.strip()]
+    assert len(errors) == 1 and errors[0].startswith("Error: --lsl no-such-stream-x1: "), errors
