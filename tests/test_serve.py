@@ -857,3 +857,57 @@ def test_serve_cli_lsl_flag_opens_a_bed_fed_by_the_stream(tmp_path):
     assert missing.returncode == 1
     errors = [ln for ln in missing.stderr.splitlines() if ln.strip()]
     assert len(errors) == 1 and errors[0].startswith("Error: --lsl no-such-stream-x1: "), errors
+
+
+def test_stream_to_device_streams_a_microphone(srv, tmp_path):
+    """`liquid-stream stream-to URL --device pulse`: a PulseAudio virtual microphone (null
+    sink + remap source) plays the tone "keywords"; the server's detections come back in
+    the played order with the played spacing (the stream's clock starts before playback, so
+    gaps are compared), and Ctrl-C ends the stream with the summary line."""
+    import shutil
+
+    if shutil.which("pulseaudio") is None or shutil.which("paplay") is None:
+        pytest.skip("pulseaudio / paplay not installed (apt-get install pulseaudio-utils)")
+    script = ROOT / "scripts" / "virtual-mic.sh"
+    wav = write_tone_wav(tmp_path / "mic.wav", SR, events=EVENTS, seconds=EVENTS[-1][0] + 1.2)
+    started = subprocess.run([script, "start"], capture_output=True, text=True, timeout=30)
+    assert started.returncode == 0, started.stderr
+    device = started.stdout.strip().splitlines()[-1]
+    proc, err_lines = None, []
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "liquid_stream.cli", "stream-to", srv.url, "--device",
+             device, "--model", "tone", "--id", "mic-1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
+        )  # fmt: skip
+        opened = threading.Event()
+
+        def read_err():
+            for line in proc.stderr:
+                err_lines.append(line)
+                if line.startswith("stream mic-1 -> tone"):
+                    opened.set()
+
+        reader = threading.Thread(target=read_err, daemon=True)
+        reader.start()
+        assert opened.wait(30), "".join(err_lines)
+        subprocess.run([script, "play", str(wav)], check=True, timeout=60)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out = proc.stdout.read()  # a few lines: the pipe cannot fill
+        proc.wait(30)
+        reader.join(10)  # the reader thread owns stderr to its end
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        subprocess.run([script, "stop"], capture_output=True, timeout=30)
+    summary = "".join(err_lines)
+    assert proc.returncode == 0, out + summary
+    assert "server dropped 0 block(s), 0 error(s)" in summary, summary
+    lines = [ln.split() for ln in out.splitlines() if ln.endswith(tuple("0123456789"))
+             and " s  " in ln]  # fmt: skip
+    dets = [(float(ln[0]), " ".join(ln[2:-1])) for ln in lines]
+    assert [k for _, k in dets] == [w for _, _, w in EVENTS], out
+    gaps = np.diff([t for t, _ in dets]) - np.diff([s for s, _, _ in EVENTS])
+    assert np.abs(gaps).max() < 0.1, dets
