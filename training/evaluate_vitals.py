@@ -127,12 +127,59 @@ def evaluate_vitals(
                 f"excluded; the model on those windows: RMSE {same['rmse']:.3f}, within "
                 f"{100 * same['within']:.1f} %)"
             )
+    by = condition_rows(root, w, d, pred, y, base, target, tol)
+    if by:
+        row["by_condition"] = by
+        click.echo(format_conditions(by, units, base is not None))
     stem = out / f"agreement_{target}_{d['protocol']}_{split}"
     plot_agreement(pred, y, units, f"{target} {split}, {d['protocol']} split",
                    stem.with_suffix(".png"), base)  # fmt: skip
     stem.with_suffix(".json").write_text(json.dumps(row, indent=1) + "\n")
     click.echo(f"  scatter + Bland–Altman: {stem}.png (numbers: {stem}.json)")
     return [row]
+
+
+def condition_rows(
+    root, w, d: dict, pred: np.ndarray, y: np.ndarray, base: np.ndarray | None, target: str,
+    tol: float | None,
+) -> dict[str, dict]:  # fmt: skip
+    """Per hard condition of a randomised record set (training/data/vitals_conditions.py):
+    windows, the model's RMSE and share within tolerance, and NeuroKit2's on its valid
+    windows among them. Empty for other data."""
+    from .data.vitals_conditions import window_conditions
+
+    masks = window_conditions(root, w.record, w.start, int(d["window"]),
+                              float(d["sample_rate"]), y, target)  # fmt: skip
+    out: dict[str, dict] = {}
+    for name, m in (masks or {}).items():
+        if not m.any():
+            continue
+        e = agreement(pred[m], y[m], tol)
+        r = {"n": int(m.sum()), "rmse": e["rmse"], "within": e["within"]}
+        if base is not None:
+            b = agreement(base[m], y[m], tol)
+            r.update(baseline_n=b["n"], baseline_rmse=b["rmse"], baseline_within=b["within"])
+        out[name] = r
+    return out
+
+
+def format_conditions(by: dict[str, dict], units: str, baseline: bool) -> str:
+    """The per-condition rows as an indented plain-text table."""
+
+    def f(v, pct=False):
+        if v is None or not math.isfinite(v):
+            return "n/a"
+        return f"{100 * v:.1f} %" if pct else f"{v:.2f}"
+
+    head = f"  {'condition':<18} {'n':>5}  {'RMSE ' + units:>11} {'within':>7}"
+    head += f"  {'NeuroKit2 RMSE':>14} {'within':>7}" if baseline else ""
+    lines = ["  by condition of the randomised records (one window may have several):", head]
+    for name, r in by.items():
+        line = f"  {name:<18} {r['n']:>5}  {f(r['rmse']):>11} {f(r['within'], True):>7}"
+        if baseline:
+            line += f"  {f(r['baseline_rmse']):>14} {f(r['baseline_within'], True):>7}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def format_table(rows: list[dict]) -> str:
