@@ -59,6 +59,14 @@ def main() -> None:
         f"| slope (estimate vs truth) | {res['slope']:.3f} | "
         + (f"{res['baseline_slope']:.3f} |" if base else "n/a |"),
     ]
+    init = cfg["train"].get("init")
+    warm = (
+        f"\nThe last run is a warm start (`train.init`) from `{init}`, the run of the command "
+        "before it (other records: its seed and count are in that run's config), keeping that "
+        "checkpoint's data constants; the test records of both runs' sets were never trained on."
+        if init
+        else ""
+    )
     text = f"""# {a.name} — streaming {t.upper()} estimator ({" + ".join(d["channels"])})
 
 `liquid-stream vitals --record R` uses this model when no MODEL is given and the record has
@@ -74,9 +82,9 @@ Causal Liquid-S4: scale-norm front end (τ = {m["frontend"]["tau_s"]:g} s, poole
 p = {m["liquid_order"]}, LayerNorm → {m["decoder_window"]}-frame window decoder → {t}.
 
 ## Data
-Synthetic only: {d["sim_records"]} domain-randomised records of {d["sim_minutes"]:g} min
-(`liquid-stream data bidmc-sim --randomised`, training/data/vitals_sim.py: HR 40–180,
-RR 6–40, SpO2 80–100, ectopic beats and AF, two morphology families, noise, motion,
+Synthetic only: {d["sim_records"]} domain-randomised records of {d["sim_minutes"]:g} min, seed
+{d["sim_seed"]} (`liquid-stream data bidmc-sim --randomised`, training/data/vitals_sim.py:
+HR 40–180, RR 6–40, SpO2 80–100, ectopic beats and AF, two morphology families, noise, motion,
 sensor-off stretches, random gain / offset / ADC per channel), split by record 70/15/15;
 {d["window"]}-sample windows every {d["hop"]} samples.
 
@@ -87,7 +95,7 @@ liquid-stream evaluate {a.run}/best.pt --baseline --device cpu
 liquid-stream export {a.run}/best.pt --onnx {a.name}.onnx --chunk 125 --verify --verify-length 8000
 ```
 Code: git commit {commit}; {last["epoch"].split(".")[0]} epochs ({last["step"]} steps), 2 CPU
-cores shared with other jobs.
+cores shared with other jobs.{warm}
 
 ## Metrics (held-out test records: never seen in training or model selection)
 {res["n"]} windows of the test records; NeuroKit2 reads the same channels as the model
