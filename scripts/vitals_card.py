@@ -59,6 +59,20 @@ def main() -> None:
         f"| slope (estimate vs truth) | {res['slope']:.3f} | "
         + (f"{res['baseline_slope']:.3f} |" if base else "n/a |"),
     ]
+    by = res.get("by_condition") or {}
+    conditions = ""
+    if by:
+        lines = [
+            "\nBy condition of the test records (a window may have several; RMSE in "
+            f"{u}, share within ±{tol} {u}):\n",
+            "| condition | windows | model RMSE | within | NeuroKit2 RMSE | within |",
+            "|---|---|---|---|---|---|",
+        ]
+        for k, r in by.items():
+            nk = (f"{fmt(r['baseline_rmse'])} | {fmt(r['baseline_within'], True)}"
+                  if "baseline_rmse" in r else "n/a | n/a")  # fmt: skip
+            lines.append(f"| {k} | {r['n']} | {fmt(r['rmse'])} | {fmt(r['within'], True)} | {nk} |")
+        conditions = "\n".join(lines) + "\n"
     init = cfg["train"].get("init")
     warm = (
         f"\nThe last run is a warm start (`train.init`) from `{init}`, the run of the command "
@@ -102,7 +116,7 @@ cores shared with other jobs.{warm}
 (RR: the record's RESP channel, which no model sees — an advantage for the baseline).
 
 {chr(10).join(table)}
-
+{conditions}
 ## Limits
 - **Simulated signals only.** No real PPG or ECG was available here; the randomised
   simulator is the proxy for sensors and patients never seen. Expect larger errors on
