@@ -49,7 +49,10 @@ quantized as well, by 0.026–0.039 (KWS: on random input its logits barely move
 0.28) and 0.05–0.32 (vitals). QUANT_RTOL = 0.05 is 2.4× the worst int8 graph measured. It
 refuses a scale off by ×2 (tests) and, over the default 16 000 steps, the vital-sign graphs
 with quantized tables (their error grows along the stream: over 4 000 steps ppg-rr's still
-passes); the checksums refuse any changed scale at load.
+passes); the checksums refuse any changed scale at load. Because the spotter with quantized
+tables passes this tolerance on random input, verification also refuses by role: a
+quantized node that the float graph's :func:`weight_roles` calls ``ssm`` or ``frontend``
+fails it (``QuantVerifyReport.not_linear``), whatever the numbers.
 """
 
 from __future__ import annotations
@@ -296,6 +299,8 @@ class QuantVerifyReport:
     rtol: float
     finite: bool  # every output and state of the int8 graph finite
     state_rel: float  # max |Δ state| / max |state| at the end, over the float states
+    # quantized nodes whose role in the float graph is not ``linear`` (SSM tables, front end)
+    not_linear: tuple[str, ...] = ()
 
     @property
     def rel(self) -> float:
@@ -303,16 +308,23 @@ class QuantVerifyReport:
 
     @property
     def ok(self) -> bool:
-        return self.finite and self.max_abs <= self.rtol * self.max_ref
+        return self.finite and self.max_abs <= self.rtol * self.max_ref and not self.not_linear
 
     def __str__(self) -> str:
         verdict = "OK" if self.ok else "FAILED"
         finite = "" if self.finite else ", NON-FINITE output or state"
+        more = " …" if len(self.not_linear) > 3 else ""
+        roles = (
+            f", {len(self.not_linear)} quantized node(s) that must stay float32 (SSM tables / "
+            f"front end: {', '.join(self.not_linear[:3])}{more})"
+            if self.not_linear
+            else ""
+        )
         return (
             f"verify int8: {self.length} steps in {self.chunks} random chunks vs the float32 "
             f"graph: max|Δy| = {self.max_abs:.3e}, max|y| = {self.max_ref:.3e}, relative "
             f"{self.rel:.3e} (tolerance ≤ {self.rtol:g}); final state relative "
-            f"{self.state_rel:.2e}{finite} {verdict}"
+            f"{self.state_rel:.2e}{finite}{roles} {verdict}"
         )
 
 
@@ -332,7 +344,10 @@ def verify_quantized(
 
     int8_path = Path(int8_path)
     model = onnx.load(int8_path)
-    check_quantized(model, quantization_of(model))
+    record = quantization_of(model)
+    check_quantized(model, record)
+    roles = weight_roles(onnx.load(float_path))
+    not_linear = tuple(n for n in record.get("quantized", []) if roles.get(n) != "linear")
     ref, q = OnnxStreamer(float_path, batch=batch), OnnxStreamer(int8_path, batch=batch)
     rng = np.random.default_rng(seed)
     mean = np.asarray(ref.meta_json("input_mean", 0.0), dtype=np.float64)
@@ -359,7 +374,7 @@ def verify_quantized(
         state_rel = d / max(m, 1e-30)
     else:
         max_abs = float("inf")
-    return QuantVerifyReport(length, n, max_abs, max_ref, rtol, finite, state_rel)
+    return QuantVerifyReport(length, n, max_abs, max_ref, rtol, finite, state_rel, not_linear)
 
 
 def quantization_of(model: onnx.ModelProto) -> dict:

@@ -172,6 +172,21 @@ def test_verify_enforces_the_tolerance(tmp_path, vitals_int8):
     assert not (tmp_path / "t.onnx").exists()
 
 
+def test_verify_refuses_quantized_ssm_tables_that_the_tolerance_would_pass(tmp_path):
+    """The spotter with its SSM tables quantized too moves little on random input (0.026–
+    0.039 of max|y|, inside QUANT_RTOL) but 28 % on speech: verify refuses it by role (the
+    float graph's own weight_roles), naming the nodes, whatever the numbers."""
+    out = tmp_path / "kws-ssm-int8.onnx"
+    with pytest.raises(RuntimeError, match="must stay float32") as e:
+        quantize_file(KWS, out, verify=True, verify_length=2000, roles=("linear", "ssm"))
+    assert not out.exists() and "\n" not in str(e.value)
+    quantize_file(KWS, out, roles=("linear", "ssm"))  # written without verify: then checked
+    report = verify_quantized(KWS, out, length=2000)
+    ssm = [n for n, r in weight_roles(onnx.load(KWS)).items() if r == "ssm"]
+    assert report.rel <= QUANT_RTOL and report.finite  # numerically it would pass
+    assert not report.ok and set(report.not_linear) == set(ssm) and len(ssm) > 0
+
+
 @pytest.mark.parametrize(
     "edit,why",
     [(lambda a: a * 1e3, "does not match its checksum"), (lambda a: a * np.nan, "not finite")],
