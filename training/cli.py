@@ -233,11 +233,12 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
         except DATA_ERRORS as e:
             raise click.ClickException(one_line(e)) from e
         ds = sets[2] if split == "test" else sets[1]
-        n_classes = None if loss == "mse" else int(meta.get("d_output") or model.d_output)
+        regression = loss in ("mse", "mse_per_step")
+        n_classes = None if regression else int(meta.get("d_output") or model.d_output)
         res = evaluate_model(model, ds, loss, dev, batch_size, rate=float(rate),
                              n_classes=n_classes)  # fmt: skip
         tag = f"{sr} Hz" if sr else f"rate {rate}"
-        if loss == "mse":
+        if regression:
             click.echo(f"{split} @ {tag}: rmse {res['rmse']:.4f}, mae {res['mae']:.4f}")
             continue
         click.echo(f"{split} @ {tag}: accuracy {100 * res['acc']:.2f}% ({len(ds)} examples)")

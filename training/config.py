@@ -609,6 +609,8 @@ DATA_FIELDS: dict[str, Spec] = {
     "sim_seed": integer(),
     "max_train": integer(1, null=True),
     "max_eval": integer(1, null=True),
+    "crop_s": number(0, lo_open=True, null=True),  # bidmc: train on long crops (bidmc_crops)
+    "crop_hop_s": number(0, lo_open=True),
     # listops
     "max_length": integer(1),
     "min_length": integer(0),

@@ -90,7 +90,8 @@ def evaluate_vitals(
     """Score one bidmc checkpoint on SPLIT of its protocol; prints and returns a table row."""
     from .tasks import bidmc_windows, build_bidmc
 
-    d = cfg["data"]
+    d = {**cfg["data"], "crop_s": None}  # windows here; the stream is scored below
+    cfg = {**cfg, "data": d}
     windows = bidmc_windows(d, int(cfg["train"]["seed"]))
     fmt, root, *splits = windows
     w = splits[2] if split == "test" else splits[1]
@@ -127,6 +128,16 @@ def evaluate_vitals(
                 f"excluded; the model on those windows: RMSE {same['rmse']:.3f}, within "
                 f"{100 * same['within']:.1f} %)"
             )
+    if fmt == "wfdb":
+        st = stream_agreement(model, root, sorted({str(r) for r in w.record}), d, target,
+                              device, tol, (ds.mean, ds.std))  # fmt: skip
+        row["stream"] = st
+        click.echo(
+            f"  streamed over the whole {split} records (state from each record's start, "
+            f"reset at NaN gaps), every second: RMSE {st['rmse']:.3f} {units}, MAE "
+            f"{st['mae']:.3f}, bias {st['bias']:+.3f}, within ±{tol:g}: "
+            f"{100 * st['within']:.1f} % ({st['n']} s)"
+        )
     by = condition_rows(root, w, d, pred, y, base, target, tol)
     if by:
         row["by_condition"] = by
@@ -137,6 +148,46 @@ def evaluate_vitals(
     stem.with_suffix(".json").write_text(json.dumps(row, indent=1) + "\n")
     click.echo(f"  scatter + Bland–Altman: {stem}.png (numbers: {stem}.json)")
     return [row]
+
+
+def stream_agreement(
+    model, root, records: list[str], d: dict, target: str, device, tol: float | None,
+    norm: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.ones(1)),
+) -> dict:  # fmt: skip
+    """The model as the monitor runs it: each record streamed from its start (the forward
+    over a whole finite stretch equals the step-by-step stream; a NaN gap ends a stretch
+    and the next starts from a zero state), scored every second that has a full window
+    behind it inside its stretch against that window's label (the mean of the 1 Hz
+    numerics over it, as for windows: training/data/bidmc_crops.py ``crop_targets``)."""
+    from liquid_stream.bidmc_vocab import TARGETS
+
+    from .data.bidmc import _numeric, read_record
+    from .data.bidmc_crops import crop_targets
+
+    window, fs = int(d["window"]), int(d["sample_rate"])
+    preds, ys = [], []
+    was_training = model.training
+    model.eval()
+    for name in records:
+        sig, rate, num = read_record(root, name, tuple(d["channels"]), fs)
+        values = _numeric(num, TARGETS[target][0], name)
+        finite = np.isfinite(sig).all(axis=1)
+        edges = np.flatnonzero(np.diff(np.r_[0, finite.astype(np.int8), 0]))
+        for a, b in zip(edges[::2], edges[1::2], strict=True):  # finite stretches [a, b)
+            if b - a < window:
+                continue
+            lab = crop_targets(values, int(a), int(b - a), window, rate, float(d["min_valid"]))
+            at = np.flatnonzero(np.isfinite(lab))
+            x = (sig[a:b] - norm[0]) / norm[1]  # the input standardisation of the windows
+            x = torch.from_numpy(np.ascontiguousarray(x, np.float32))[None]
+            with torch.no_grad():
+                out = model(x.to(device))[0, :, 0].double().cpu().numpy()  # (frames,)
+            r = (b - a) // len(out)
+            preds.append(out[(at + 1) // r - 1])
+            ys.append(lab[at])
+    model.train(was_training)
+    pred, y = (np.concatenate(v) if v else np.zeros(0) for v in (preds, ys))
+    return agreement(pred, y, tol)
 
 
 def condition_rows(

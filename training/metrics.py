@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-LOSSES = ("ce", "mse", "ce_per_step")
+LOSSES = ("ce", "mse", "ce_per_step", "mse_per_step")
+REGRESSION = ("mse", "mse_per_step")
 
 
 def sums_zero() -> dict:
@@ -31,8 +32,10 @@ def compute_loss(
     """Mean loss and the (detached) sums for the epoch metrics.
 
     ``mse``: per-step outputs ``(B, L, d)`` (a ``window`` decoder) are scored at the last
-    step; ``scale`` (the model's ``output_scale``, the targets' std) makes the loss
-    ``mean(((out − y) / scale)²)`` while RMSE / MAE stay in the targets' physical units.
+    step; ``mse_per_step``: at every step whose target ``(B, L)`` is finite (long crops,
+    training/data/bidmc_crops.py); ``scale`` (the model's ``output_scale``, the targets'
+    std) makes the loss ``mean(((out − y) / scale)²)`` while RMSE / MAE stay in the
+    targets' physical units.
     ``ce`` / ``ce_per_step``: ``class_weight`` (C,) weights the cross-entropy per class
     (e.g. a small weight on the ``_silence_`` steps that dominate streaming labels).
     """
@@ -60,6 +63,21 @@ def compute_loss(
             d = out - target
             sums = {"correct": 0.0, "count": float(d.numel()),
                     "se": d.pow(2).sum().item(), "ae": d.abs().sum().item()}  # fmt: skip
+    elif kind == "mse_per_step":  # per-step targets (B, L), NaN where a step has none
+        if out.dim() != 3:
+            raise ValueError(f"mse_per_step needs per-step outputs (B, L, d), got {out.shape}")
+        target = y.float().reshape(y.shape[0], -1)  # (B, T) at the input rate
+        r = target.shape[1] // out.shape[1]  # a front end that pools by r answers per frame
+        if r * out.shape[1] != target.shape[1]:
+            raise ValueError(f"targets of {target.shape[1]} steps for {out.shape[1]} outputs")
+        target = target[:, r - 1 :: r]  # frame k answers for its last input sample
+        ok = torch.isfinite(target)
+        unit = 1.0 if scale is None else scale.float().to(out.device)[0]
+        d = out[..., 0][ok] - target[ok]
+        loss = (d / unit).pow(2).mean() if d.numel() else out.sum() * 0.0
+        with torch.no_grad():
+            sums = {"correct": 0.0, "count": float(d.numel()),
+                    "se": d.pow(2).sum().item(), "ae": d.abs().sum().item()}  # fmt: skip
     else:
         raise ValueError(f"loss must be one of {LOSSES}, got {kind!r}")
     n = float(y.shape[0])
@@ -69,7 +87,7 @@ def compute_loss(
 def summarize(sums: dict, kind: str) -> dict:
     """Epoch metrics from accumulated sums: loss + accuracy, or loss + RMSE / MAE."""
     out = {"loss": sums["loss"] / max(sums["n"], 1.0)}
-    if kind == "mse":
+    if kind in REGRESSION:
         out["rmse"] = math.sqrt(sums["se"] / max(sums["count"], 1.0))
         out["mae"] = sums["ae"] / max(sums["count"], 1.0)
     else:

@@ -81,9 +81,7 @@ def make_trainer(config: dict, out: Path, resume=None) -> tuple[Trainer, Dataset
     if init_meta is not None:
         config = inherit_frontend_stats(config, init_meta)
     try:
-        train_set, val_set, test_set, meta, loss = build_task(
-            config, stats=_input_stats(init_meta)
-        )
+        train_set, val_set, test_set, meta, loss = build_task(config, stats=_input_stats(init_meta))
     except DATA_ERRORS as e:
         raise RunError(one_line(e)) from e
     if init_meta is not None:  # the output affine the warm-started weights were fitted to

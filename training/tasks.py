@@ -338,6 +338,7 @@ def logmel_stats(train, frontend: dict, n_items: int = 64) -> dict:
 BIDMC_MODULE = "liquid_stream.training.data.bidmc"
 BIDMC_SIM_MODULE = "liquid_stream.training.data.bidmc_sim"
 VITALS_SIM_MODULE = "liquid_stream.training.data.vitals_sim"
+BIDMC_CROPS_MODULE = "liquid_stream.training.data.bidmc_crops"
 BIDMC_SIMS = ("classic", "randomised")  # data.sim: which simulator when data.root is null
 BIDMC_FORMATS = ("auto", "wfdb", "ts")  # data.format
 BIDMC_PROTOCOLS = ("record", "shuffled")  # data.protocol
@@ -387,7 +388,8 @@ def bidmc_windows(d: dict, seed: int):
     {"root": None, "format": "auto", "target": "hr", "protocol": "record",
      "channels": ["PLETH", "II"], "window": 4000, "hop": 250, "sample_rate": 125,
      "min_valid": 0.5, "sim": "classic", "sim_families": ["nk2", "param"],
-     "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0, "max_train": None},
+     "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0, "max_train": None,
+     "crop_s": None, "crop_hop_s": 48.0},
 )  # fmt: skip
 def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     """BIDMC HR / RR / SpO2 regression (loss ``mse`` at the window's last step, in units
@@ -416,6 +418,18 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     else:
         mean, std = _saved_stats(stats)
     sets = [bd.WindowDataset(w, mean, std) for w in (train, val, test)]
+    loss = "mse"
+    if d.get("crop_s") and fmt == "wfdb":  # train and score as a stream (bidmc_crops.py)
+        bc = _import(BIDMC_CROPS_MODULE)
+        fs = int(d["sample_rate"])
+        crop, hop = int(round(float(d["crop_s"]) * fs)), int(round(float(d["crop_hop_s"]) * fs))
+        sets = [
+            bc.CropDataset(bc.load_wfdb_crops(
+                root, target, sorted({str(r) for r in w.record}), train.channels, crop, hop,
+                int(d["window"]), fs, float(d["min_valid"])), mean, std)
+            for w in (train, val, test)
+        ]  # fmt: skip
+        loss = "mse_per_step"
     y = train.y.astype(np.float64)
     extra = {
         "format": fmt, "protocol": d["protocol"], "data_root": str(root),
@@ -431,7 +445,7 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         target_mean=float(y.mean()), target_std=float(max(y.std(), 1e-3)),
         d_input=len(train.channels), d_output=1, extra=extra,
     )  # fmt: skip
-    return sets[0], sets[1], sets[2], meta.to_dict(), "mse"
+    return sets[0], sets[1], sets[2], meta.to_dict(), loss
 
 
 # --------------------------------------------------------------------------- listops

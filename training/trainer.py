@@ -58,7 +58,15 @@ from liquid_stream.model import make_optimizer
 
 from .config import OptimConfig, TrainConfig
 from .distributed import DistInfo, SyncBatchNorm1d, all_reduce_sum, barrier, init_from_env
-from .metrics import LOSSES, compute_loss, evaluate_model, forward_for_loss, summarize, sums_zero
+from .metrics import (
+    LOSSES,
+    REGRESSION,
+    compute_loss,
+    evaluate_model,
+    forward_for_loss,
+    summarize,
+    sums_zero,
+)
 from .rng import mix_seed, resolve_device, rng_state, set_rng_state
 from .runlog import RunLog
 from .sampler import EpochSampler, set_dataset_epoch
@@ -159,10 +167,14 @@ class Trainer:
         self.max_steps = t.max_steps
         self.eval_every, self.save_every = t.eval_every, t.save_every_steps
         self.progress = t.progress and self.dist.is_main
-        self.higher_is_better = loss != "mse"
+        self.higher_is_better = loss not in REGRESSION
         # per-step labels are mostly the no-event class: monitor the balanced accuracy
         # (mean per-class recall), which a model answering "silence" everywhere cannot game
-        self.monitor = {"mse": "val_rmse", "ce_per_step": "val_bacc"}.get(loss, "val_acc")
+        self.monitor = {
+            "mse": "val_rmse",
+            "mse_per_step": "val_rmse",
+            "ce_per_step": "val_bacc",
+        }.get(loss, "val_acc")
         weights = self.meta.get("class_weights")
         self.class_weight = None if weights is None else torch.tensor(weights, dtype=torch.float32)
         self.log = RunLog(self.out, self.dist.is_main, loss, float(t.plot_every_s))
@@ -237,7 +249,7 @@ class Trainer:
         n_classes = int(self.meta.get("d_output", 0)) if per_class else None
         res = evaluate_model(
             self.model, dataset, self.loss_kind, self.device, self.eval_batch_size, rate,
-            n_classes=n_classes if self.loss_kind != "mse" else None,
+            n_classes=n_classes if self.loss_kind not in REGRESSION else None,
             num_workers=self.train_cfg.num_workers,
             autocast=self.autocast(), progress=self.progress, class_weight=self.class_weight,
         )  # fmt: skip

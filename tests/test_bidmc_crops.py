@@ -1,0 +1,85 @@
+"""Training and scoring a vital-sign model as a stream (training/data/bidmc_crops.py): the
+per-second labels of a long crop are exactly the window labels of the windows ending there,
+the per-step loss scores only those steps at the frame that answers for them, a crop run
+trains end to end, and `evaluate` reports the streamed score of whole records. Real WFDB
+files (tests/fixtures_vitals.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from fixtures_vitals import write_record
+
+from liquid_stream.training.config import load_config
+from liquid_stream.training.data.bidmc import load_wfdb_windows
+from liquid_stream.training.data.bidmc_crops import crop_targets, load_wfdb_crops
+from liquid_stream.training.metrics import compute_loss
+from liquid_stream.training.run import train
+
+FS, W = 125, 4000
+
+
+def test_crop_labels_are_the_window_labels_of_the_windows_ending_there(tmp_path):
+    write_record(tmp_path, "bidmc01", seconds=150, numerics_nan_seconds=[70, 71, 72], seed=3)
+    crops = load_wfdb_crops(tmp_path, "hr", ["bidmc01"], ["PLETH"], crop=80 * FS, hop=25 * FS,
+                            window=W, sample_rate=FS)  # fmt: skip
+    assert len(crops) == 3 and crops.start.tolist() == [0, 25 * FS, 50 * FS]
+    wins = load_wfdb_windows(tmp_path, "hr", ["PLETH"], W, hop=5, sample_rate=FS)
+    by_start = dict(zip(wins.start.tolist(), wins.y.tolist(), strict=True))
+    for x, y, s in zip(crops.x, crops.y, crops.start, strict=True):
+        np.testing.assert_array_equal(x[:W], wins.x[wins.start.tolist().index(int(s))])
+        at = np.flatnonzero(np.isfinite(y))
+        assert len(at) > 0 and (at >= W - 1).all() and ((s + at + 1) % FS == 0).all()
+        for p in at:  # the window [s + p + 1 - W, s + p + 1)
+            assert y[p] == pytest.approx(by_start[int(s + p + 1 - W)], abs=1e-4)
+        # every second end with a full window behind it has its label (none missing)
+        ends = [p for p in range(W - 1, len(y)) if (s + p + 1) % FS == 0]
+        want = [p for p in ends if int(s + p + 1 - W) in by_start]
+        assert at.tolist() == want
+    # the labels of one crop depend on its start only through the record's numerics
+    v = np.arange(200.0)
+    lab = crop_targets(v, 3 * FS, 40 * FS, W, FS, 0.5)
+    assert np.flatnonzero(np.isfinite(lab)).tolist() == [W - 1 + k * FS for k in range(9)]
+    assert lab[W - 1] == pytest.approx(np.mean(v[3:35]))
+
+
+def test_crops_with_a_nan_sample_are_skipped(tmp_path):
+    write_record(tmp_path, "bidmc02", seconds=120, nan_spans=[("PLETH", 10, 2.0)])
+    crops = load_wfdb_crops(tmp_path, "hr", ["bidmc02"], ["PLETH"], crop=40 * FS, hop=20 * FS,
+                            window=W, sample_rate=FS)  # fmt: skip
+    assert crops.start.tolist() == [20 * FS, 40 * FS, 60 * FS, 80 * FS]  # [0, 40) holds the gap
+
+
+def test_mse_per_step_scores_the_labelled_steps_at_their_frames():
+    y = torch.full((2, 20), float("nan"))
+    y[0, 9], y[1, 4], y[1, 19] = 1.0, 2.0, 4.0  # labels at frame ends of a 5x pooled output
+    out = torch.zeros(2, 4, 1)
+    out[0, 1, 0], out[1, 0, 0], out[1, 3, 0] = 3.0, 2.0, 0.0
+    out[0, 0, 0] = 100.0  # an unlabelled frame: must not count
+    loss, sums = compute_loss(out, y, "mse_per_step", torch.tensor([2.0]))
+    d = torch.tensor([2.0, 0.0, -4.0])
+    assert loss.item() == pytest.approx(((d / 2) ** 2).mean().item())
+    assert sums["count"] == 3 and sums["se"] == pytest.approx(20.0)
+    with pytest.raises(ValueError, match="targets of 21 steps for 4 outputs"):
+        compute_loss(out, torch.zeros(2, 21), "mse_per_step")
+
+
+def test_a_crop_run_trains_and_evaluate_scores_the_stream(tmp_path):
+    for i in range(1, 7):
+        write_record(tmp_path / "rec", f"bidmc{i:02d}", seconds=100, seed=i)
+    cfg = load_config("bidmc", "ppg", [
+        f"data.root={tmp_path / 'rec'}", "data.crop_s=64", "data.crop_hop_s=18",
+        "optim.batch_size=2", "train.max_steps=2", "train.threads=1", "train.progress=false",
+        "model.d_model=8", "model.n_layers=1",
+    ])  # fmt: skip
+    summary = train(cfg, tmp_path / "run")
+    assert np.isfinite(summary["val_rmse"]) and np.isfinite(summary["test"]["rmse"])
+    from click.testing import CliRunner
+
+    from liquid_stream.training.cli import evaluate_cmd
+
+    r = CliRunner().invoke(evaluate_cmd, [str(tmp_path / "run" / "best.pt"), "--device", "cpu",
+                                          "--out", str(tmp_path / "ev")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "streamed over the whole test records" in r.output
