@@ -59,6 +59,17 @@ def main() -> None:
         f"| slope (estimate vs truth) | {res['slope']:.3f} | "
         + (f"{res['baseline_slope']:.3f} |" if base else "n/a |"),
     ]
+    st = res.get("stream")
+    if st:
+        table.insert(0, "")
+        table[:0] = [
+            f"Streamed as the monitor runs it (each test record from its start, every second "
+            f"against the trailing {d['window'] / d['sample_rate']:g} s label, "
+            f"{st['n']} s): **RMSE {fmt(st['rmse'])} {u}**, MAE {fmt(st['mae'])}, "
+            f"bias {st['bias']:+.2f}, within ±{tol} {u} {fmt(st['within'], True)}.",
+            "",
+            f"On {d['window'] / d['sample_rate']:g} s windows from a zero state:",
+        ]
     by = res.get("by_condition") or {}
     conditions = ""
     if by:

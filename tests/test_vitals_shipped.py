@@ -50,12 +50,15 @@ def test_hr_estimate_does_not_depend_on_the_signal_units(name, cols):
         assert np.abs(got - ref).max() < 1.0, (a, b)
 
 
-@pytest.mark.parametrize("name, cols", [("vitals-ppg-hr", [PLETH]),
-                                        ("vitals-ppg-ecg-hr", [PLETH, II])])  # fmt: skip
-def test_hr_model_follows_a_rate_ramp_from_60_to_150_bpm(name, cols):
-    """Issue 20 asks for every estimate within 5 bpm once the window has filled; measured:
-    RMSE 3.4 / 4.0 bpm, but a lag of up to 7.6 / 8.8 bpm mid-ramp (around 100 bpm). The test
-    holds what the models do (slope 0.9-1.1, RMSE <= 5, max <= 10 bpm) so a regression fails."""
+RAMP_CASES = [("vitals-ppg-hr", [PLETH], 5.0), ("vitals-ppg-ecg-hr", [PLETH, II], 10.0)]
+
+
+@pytest.mark.parametrize("name, cols, worst", RAMP_CASES)
+def test_hr_model_follows_a_rate_ramp_from_60_to_150_bpm(name, cols, worst):
+    """Issue 20 asks for every estimate within 5 bpm once the window has filled. The `ppg`
+    model, trained as a stream (training/data/bidmc_crops.py), meets it: measured RMSE 0.85,
+    max 1.6 bpm, slope 1.01 here. The `ppg+ecg` model, trained on windows only, lags and
+    overshoots (RMSE 4.0, up to 8.8 bpm); its test holds what it does (max <= 10)."""
     ramp = [{"kind": "ramp", "at_s": 60.0, "size": 90.0, "dur_s": 120.0}]
     rec = record(2, minutes=4.0, hr0=60.0, hr_changes=ramp)
     est = estimates(name, rec["signals"][:, cols])
@@ -70,7 +73,7 @@ def test_hr_model_follows_a_rate_ramp_from_60_to_150_bpm(name, cols):
     yc = y - y.mean()
     assert 0.9 <= float(yc @ (e - e.mean()) / (yc @ yc)) <= 1.1
     assert np.sqrt(np.mean((e - y) ** 2)) <= 5.0
-    assert np.abs(e - y).max() <= 10.0
+    assert np.abs(e - y).max() <= worst
 
 
 def test_vitals_app_picks_the_shipped_models_matching_the_record(tmp_path):
