@@ -769,6 +769,22 @@ def test_async_client(srv, tone):
 # =============================================================================== LSL
 
 
+def replay_in_background(rec, name: str, speed: float, wait_s: float):
+    """Publish WFDB record ``rec`` as the live LSL outlet ``name`` on a daemon thread:
+    (thread, stop event, the exceptions it raised)."""
+    stop, failed = threading.Event(), []
+
+    def replay():
+        try:
+            lsl.replay_record(rec, name=name, speed=speed, wait_for_consumer=wait_s, stop=stop)
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
+            failed.append(e)
+
+    thread = threading.Thread(target=replay, daemon=True)
+    thread.start()
+    return thread, stop, failed
+
+
 def test_an_lsl_stream_is_a_bed_equal_to_its_record(srv, tmp_path):
     """serve --lsl: a WFDB record replayed as a live LSL outlet (this machine only) feeds
     a bed; its estimates equal the record read from its file (1-s blocks), and the bed
@@ -777,16 +793,7 @@ def test_an_lsl_stream_is_a_bed_equal_to_its_record(srv, tmp_path):
 
     rec = write_record(tmp_path, "bidmc05", seconds=40, nan_spans=[("PLETH", 12, 1.0)])
     name = f"lstest-serve-{uuid.uuid4().hex[:8]}"
-    stop, failed = threading.Event(), []
-
-    def replay():
-        try:
-            lsl.replay_record(rec, name=name, speed=20, wait_for_consumer=20, stop=stop)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            failed.append(e)
-
-    thread = threading.Thread(target=replay, daemon=True)
-    thread.start()
+    thread, stop, failed = replay_in_background(rec, name, speed=20, wait_s=20)
     events: list[dict] = []
     try:
         sid = srv.run(srv.server.add_lsl(name, alarms="hr>80:hold=2", on_event=events.append))
@@ -816,16 +823,7 @@ def test_serve_cli_lsl_flag_opens_a_bed_fed_by_the_stream(tmp_path):
     the record's length; an --lsl stream that does not exist is a one-line error."""
     rec = write_record(tmp_path, "bidmc06", seconds=30)
     name = f"lstest-cli-{uuid.uuid4().hex[:8]}"
-    stop, failed = threading.Event(), []
-
-    def replay():
-        try:
-            lsl.replay_record(rec, name=name, speed=10, wait_for_consumer=30, stop=stop)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            failed.append(e)
-
-    thread = threading.Thread(target=replay, daemon=True)
-    thread.start()
+    thread, stop, failed = replay_in_background(rec, name, speed=10, wait_s=30)
     proc, url = start_server(["--vitals", "ppg-ecg=" + ",".join(PPG_ECG), "--lsl", name,
                               "--lsl-timeout", "20", "--lsl-alarm", "hr>80:hold=2"])  # fmt: skip
     try:
