@@ -40,5 +40,17 @@ $PY scripts/vitals_card.py "$S3" vitals-ppg-hr "$(printf '%s\n' \
 ship ppg rr vitals-ppg-rr
 # (no SpO2 model is shipped: `train bidmc --preset ppg --target spo2` gave RMSE 4.9 %,
 #  slope 0.22 on held-out records — it did not learn the simulator's SpO2 cue)
-ship ppg+ecg hr vitals-ppg-ecg-hr
+# vitals-ppg-ecg-hr: stage 1 (windows), then trained as a stream (6 epochs of 192 s crops)
+E1=$OUT/ppg-ecg-hr E3=${OUT}3/ppg-ecg-hr
+[ -f "$E1/best.pt" ] || $L train bidmc --preset ppg+ecg --target hr --out "$E1" --set train.threads=1
+[ -f "$E3/best.pt" ] || $L train bidmc --preset ppg+ecg --target hr --out "$E3" \
+  --set data.sim_seed=1 --set data.sim_records=480 --set optim.lr=0.002 \
+  --set train.init="$E1/best.pt" --set train.threads=1 --set data.crop_s=192 \
+  --set data.crop_hop_s=48 --set optim.batch_size=8 --set optim.epochs=6 --set optim.warmup_steps=50
+[ -f "$E3/agreement_hr_record_test.json" ] || $L evaluate "$E3/best.pt" --baseline --device cpu
+$L export "$E3/best.pt" --onnx liquid_stream/models/vitals-ppg-ecg-hr.onnx --chunk 125 --verify \
+  --verify-length 8000
+$PY scripts/vitals_card.py "$E3" vitals-ppg-ecg-hr "$(printf '%s\n' \
+  "liquid-stream train bidmc --preset ppg+ecg --target hr --out $E1 --set train.threads=1" \
+  "liquid-stream train bidmc --preset ppg+ecg --target hr --out $E3 --set data.sim_seed=1 --set data.sim_records=480 --set optim.lr=0.002 --set train.init=$E1/best.pt --set train.threads=1 --set data.crop_s=192 --set data.crop_hop_s=48 --set optim.batch_size=8 --set optim.epochs=6 --set optim.warmup_steps=50")"
 ship ppg+ecg rr vitals-ppg-ecg-rr
