@@ -186,7 +186,7 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
 
     from liquid_stream.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint
 
-    from .metrics import evaluate_model
+    from .metrics import REGRESSION, evaluate_model
     from .rng import resolve_device
     from .run import DATA_ERRORS, one_line
     from .tasks import build_task
@@ -233,7 +233,7 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
         except DATA_ERRORS as e:
             raise click.ClickException(one_line(e)) from e
         ds = sets[2] if split == "test" else sets[1]
-        regression = loss in ("mse", "mse_per_step")
+        regression = loss in REGRESSION
         n_classes = None if regression else int(meta.get("d_output") or model.d_output)
         res = evaluate_model(model, ds, loss, dev, batch_size, rate=float(rate),
                              n_classes=n_classes)  # fmt: skip

@@ -167,7 +167,9 @@ def plot_curves(metrics_csv, png, loss_kind: str = "ce") -> None:
     def col(name):
         return [float(r[name]) if r.get(name) not in (None, "") else np.nan for r in rows]
 
-    metric = "rmse" if loss_kind in ("mse", "mse_per_step") else "acc"
+    from .metrics import REGRESSION
+
+    metric = "rmse" if loss_kind in REGRESSION else "acc"
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     for split in ("train", "val"):
         if f"{split}_loss" in rows[0]:

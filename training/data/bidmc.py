@@ -530,10 +530,14 @@ class WindowDataset:
     def __len__(self) -> int:
         return len(self.windows)
 
-    def __getitem__(self, i: int):
+    def features(self, i: int):
+        """Item ``i``'s standardised input, a (window, C) float32 tensor."""
         import torch
 
         x = (self.windows.x[i] - self.mean) / self.std  # (window, C)
-        return torch.from_numpy(np.ascontiguousarray(x, np.float32)), torch.tensor(
-            float(self.windows.y[i]), dtype=torch.float32
-        )
+        return torch.from_numpy(np.ascontiguousarray(x, np.float32))
+
+    def __getitem__(self, i: int):
+        import torch
+
+        return self.features(i), torch.tensor(float(self.windows.y[i]), dtype=torch.float32)

@@ -3,10 +3,11 @@ vital-sign model the way it is used, as a stream whose state has seen minutes of
 
 Why: a model trained only on 32 s windows that start from a zero state is never asked what
 to say after the window, yet the monitor streams it for hours: its SSM state then carries
-signal from long before the trailing window, which training never showed it. Measured on
-held-out randomised records (25 test records, 1300 per-second points): the shipped `ppg`
-HR model of stage 2 had RMSE 3.54 bpm on windows from a zero state but **14.8 bpm streamed**
-over the whole record (stage 1: 3.97 vs 9.36).
+signal from long before the trailing window, which training never showed it. Measured by
+``liquid-stream evaluate`` on held-out randomised records (docs/benchmarks.md §5.2): the
+window-trained `ppg` HR model of stage 2 had RMSE 2.30 bpm on 32 s windows from a zero
+state but **6.75 bpm streamed** over the whole records (stage 1: 3.69 vs 6.76); trained on
+these crops, 1.77 bpm streamed.
 
 A crop of ``crop`` samples starting at sample ``s`` of a record carries, at every sample
 ``p`` of the crop that ends a second (``(s + p + 1) % fs == 0``) and has a full window
@@ -28,7 +29,14 @@ import numpy as np
 
 from liquid_stream.bidmc_vocab import TARGETS
 
-from .bidmc import BidmcDataError, _numeric, read_record, window_starts, window_targets
+from .bidmc import (
+    BidmcDataError,
+    WindowDataset,
+    _numeric,
+    read_record,
+    window_starts,
+    window_targets,
+)
 
 
 @dataclass
@@ -102,20 +110,12 @@ def load_wfdb_crops(
     )
 
 
-class CropDataset:
-    """``(x (crop, C) float32 tensor = (x − mean) / std, y (crop,) float32 with NaN)``."""
-
-    def __init__(self, crops: Crops, mean: Sequence[float], std: Sequence[float]):
-        self.crops = crops
-        self.mean = np.asarray(mean, np.float32).reshape(1, -1)
-        self.std = np.asarray(std, np.float32).reshape(1, -1)
-
-    def __len__(self) -> int:
-        return len(self.crops)
+class CropDataset(WindowDataset):
+    """``(x (crop, C) float32 tensor = (x − mean) / std, y (crop,) float32 with NaN)``: a
+    :class:`.bidmc.WindowDataset` (same standardisation and checks) whose target is the
+    crop's per-step label row."""
 
     def __getitem__(self, i: int):
         import torch
 
-        x = (self.crops.x[i] - self.mean) / self.std
-        return (torch.from_numpy(np.ascontiguousarray(x, np.float32)),
-                torch.from_numpy(np.ascontiguousarray(self.crops.y[i])))  # fmt: skip
+        return self.features(i), torch.from_numpy(np.ascontiguousarray(self.windows.y[i]))
