@@ -1,7 +1,8 @@
 """``make demo``'s main job, end to end on tiny settings (``--smoke``): every step's
 command runs for real (synthesis, training, export + verify, the KWS stream, kws-eval and
-the live app, the BIDMC simulator, training / evaluation / export of the three vital-sign
-models and the vitals monitor), and the summary collects what the steps wrote."""
+the live app, the BIDMC simulator, training on long crops / evaluation / export of the HR
+and RR models and the vitals monitor with its alarm check), and the summary collects what
+the steps wrote."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ def test_main_job_smoke(tmp_path, capsys):
         assert summary[f"bidmc_{t}"]["n"] > 0 and summary[f"bidmc_{t}"]["rmse"] > 0
         assert (out / "vitals" / f"{t}.onnx").stat().st_size > 0
     assert set(summary["monitor"]["metrics"]) == set(main_job.TARGETS)
+    checked = summary["monitor"]["alarm_check"]  # every alarm rule checked against the ref.
+    assert set(checked) == set(main_job.ALARMS.split(","))
+    assert all(c["true_s"] + c["false_s"] <= c["active_s"] for c in checked.values())
     log = (out / "commands.log").read_text().splitlines()
     assert len(log) == n_steps and all(line.startswith("$ liquid-stream ") for line in log)
     # a second run skips every step whose outputs exist
