@@ -46,10 +46,11 @@ ship "${OUT}3/ppg-hr" vitals-ppg-hr
 train "$OUT/ppg-rr" --preset ppg --target rr
 stream "${OUT}3/ppg-rr" ppg rr "$OUT/ppg-rr/best.pt" 10
 ship "${OUT}3/ppg-rr" vitals-ppg-rr
-# vitals-ppg-ecg-hr: stage 1; then 6 epochs as a stream
+# vitals-ppg-ecg-hr: stage 1; then 6 epochs as a stream; then 10 more as a stream
 train "$OUT/ppg-ecg-hr" --preset ppg+ecg --target hr
 stream "${OUT}3/ppg-ecg-hr" ppg+ecg hr "$OUT/ppg-ecg-hr/best.pt" 6
-ship "${OUT}3/ppg-ecg-hr" vitals-ppg-ecg-hr
+stream "${OUT}4/ppg-ecg-hr" ppg+ecg hr "${OUT}3/ppg-ecg-hr/best.pt" 10
+ship "${OUT}4/ppg-ecg-hr" vitals-ppg-ecg-hr
 # vitals-ppg-ecg-rr: stage 1; then 8 epochs as a stream
 train "$OUT/ppg-ecg-rr" --preset ppg+ecg --target rr
 stream "${OUT}3/ppg-ecg-rr" ppg+ecg rr "$OUT/ppg-ecg-rr/best.pt" 8
