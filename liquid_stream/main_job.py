@@ -14,12 +14,13 @@ repeated by hand:
    microphone's code path);
 2. vital signs: generate domain-randomised simulated BIDMC records, train ``bidmc`` for
    HR and RR (preset ``ppg+ecg``: scale-normalisation front end, so any signal units)
-   on 32 s windows, then continue it the way the monitor uses it, as a stream (192 s
+   on 32 s windows, then continue each the way the monitor uses it, as a stream (192 s
    crops with a label every second, ``data.crop_s``: a model trained on isolated windows
-   drifts when streamed, and one trained on crops from scratch learns too slowly for this
-   budget; docs/benchmarks.md §5.1), evaluate each next to NeuroKit2's classical estimate, export
-   them and run the ``vitals`` monitor on a held-out record with HR and RR alarms,
-   checked against the record's reference (``alarm_check``: seconds of false alarm).
+   drifts when streamed, and one trained on crops from scratch learns too slowly for
+   this budget; docs/benchmarks.md §5.1), evaluate each next to NeuroKit2's classical
+   estimate, export them and run the ``vitals`` monitor on a held-out record with HR and
+   RR alarms, checked against the record's reference (``alarm_check``: seconds of false
+   alarm).
    No SpO2 model: one PPG channel does not carry SpO2 under randomised pulse morphology
    (``bench/spo2_cue.py``), and a model without skill would raise false ``spo2<90``
    alarms.
