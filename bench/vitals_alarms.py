@@ -34,17 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
-
-
-def split_records(checkpoint: Path, split: str) -> list[Path]:
-    """The checkpoint's ``split`` records (record protocol), as paths under its data root."""
-    import torch
-
-    meta = torch.load(checkpoint, map_location="cpu", weights_only=True).get("meta", {})
-    names = (meta.get("records") or {}).get(split) or []
-    if not names:
-        raise SystemExit(f"{checkpoint} lists no {split} records")
-    return [Path(meta["data_root"]) / n for n in names]
+from liquid_stream.checkpoint import split_records  # noqa: E402
 
 
 def false_episodes(result, rule) -> tuple[int, int]:

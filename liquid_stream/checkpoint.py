@@ -108,6 +108,17 @@ def load_checkpoint(path) -> dict:
     return obj
 
 
+def split_records(path, split: str = "test") -> list[Path]:
+    """The recordings of a checkpoint's ``split`` (``val`` / ``test``), as paths under the
+    data root it was trained on: the names its task recorded in ``meta["records"]`` (record
+    protocol, e.g. ``bidmc``), so a held-out evaluation reads exactly the unseen records."""
+    meta = load_checkpoint(path).get("meta", {})
+    names = (meta.get("records") or {}).get(split) or []
+    if not names or not meta.get("data_root"):
+        raise CheckpointError(f"{path} lists no {split} recordings")
+    return [Path(meta["data_root"]) / n for n in names]
+
+
 def model_from_checkpoint(ckpt: dict | str | os.PathLike) -> tuple[LiquidS4Model, dict]:
     """Rebuild the model (eval mode) and return it with the checkpoint's ``meta``.
 

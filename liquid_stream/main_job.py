@@ -71,6 +71,7 @@ class Settings:
 
     @classmethod
     def full(cls) -> Settings:
+        # fmt: off
         return cls(
             speech=["--per-word", "150"],  # 300 speakers: FA rates transfer better
             kws_train=["--preset", "cpu"],
@@ -83,6 +84,7 @@ class Settings:
                           "--set", "optim.epochs=6", "--set", "optim.lr=0.002"],
             sim=["--records", "240", "--minutes", "4", "--randomised"],
         )
+        # fmt: on
 
     @classmethod
     def smoke(cls) -> Settings:
@@ -128,13 +130,12 @@ def run_step(i: int, n: int, step: Step, force: bool, log) -> float:
 
 def held_out_record(checkpoint: Path) -> str:
     """The first recording of the checkpoint's test split (record protocol)."""
-    import torch
+    from liquid_stream.checkpoint import CheckpointError, split_records
 
-    meta = torch.load(checkpoint, map_location="cpu", weights_only=True).get("meta", {})
-    records = (meta.get("records") or {}).get("test") or []
-    if not records:
-        raise SystemExit(f"{checkpoint} lists no test recordings")
-    return str(Path(meta["data_root"]) / records[0])
+    try:
+        return str(split_records(checkpoint, "test")[0])
+    except CheckpointError as e:
+        raise SystemExit(str(e)) from None
 
 
 def plan(out: Path, s: Settings) -> list[Step]:

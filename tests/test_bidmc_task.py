@@ -11,7 +11,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from liquid_stream.checkpoint import load_checkpoint, model_from_checkpoint
+from liquid_stream.checkpoint import (
+    load_checkpoint,
+    model_from_checkpoint,
+    split_records,
+)
 from liquid_stream.training.cli import evaluate_cmd, train_cmd
 from liquid_stream.training.config import load_config
 
@@ -64,6 +68,12 @@ def test_train_evaluate_export(tmp_path, records):
     model, _ = model_from_checkpoint(ckpt)
     assert model.config["output_shift"] == pytest.approx(meta["target_mean"])
     assert 40 < meta["target_mean"] < 140
+    # the held-out recordings it names are real WFDB records of the data, none trained on
+    test_recs, val_recs = split_records(out / "best.pt"), split_records(out / "best.pt", "val")
+    assert test_recs and all(r.with_suffix(".hea").is_file() for r in test_recs + val_recs)
+    assert {r.parent for r in test_recs} == {records}
+    assert not {r.name for r in test_recs} & set(meta["records"]["train"])
+    assert not {r.name for r in test_recs} & {r.name for r in val_recs}
 
     # the shuffled protocol, then both in one evaluate table with the baseline
     out2, _ = _train(tmp_path, records, "hr-shuffled", "--target", "hr", "--max-steps", "2",

@@ -14,6 +14,7 @@ from liquid_stream.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
     save_checkpoint,
+    split_records,
 )
 from liquid_stream.kernel_base import SSM_PARAMETER_NAMES
 
@@ -108,6 +109,8 @@ def test_checkpoint_roundtrip_and_errors(tmp_path):
     m2, meta = model_from_checkpoint(path)
     x = torch.randn(2, 20, 3)
     assert torch.equal(m(x), m2(x)) and meta["labels"] == ["a", "b"]
+    with pytest.raises(CheckpointError, match="lists no test recordings"):
+        split_records(path)  # no record split in its meta: nothing to call held out
     for bad in (b"", b"not a checkpoint", path.read_bytes()[:200]):
         p = tmp_path / "bad.pt"
         p.write_bytes(bad)
