@@ -29,8 +29,7 @@ stream() {  # stream RUN PRESET TARGET INIT EPOCHS: seed1, as a stream (192 s cr
     --set optim.batch_size=8 --set optim.epochs="$5" --set optim.warmup_steps=50
 }
 ship() {  # ship RUN NAME: evaluate the last stage, export it, write its card
-  local run=$1 t
-  t=$(sed -n 's/^  target: //p' "$run/config.yaml" | head -1)
+  local run=$1 t=${2##*-}  # vitals-ppg-ecg-hr -> hr
   [ -f "$run/agreement_${t}_record_test.json" ] || $L evaluate "$run/best.pt" --baseline --device cpu
   $L export "$run/best.pt" --onnx "liquid_stream/models/$2.onnx" --chunk 125 --verify \
     --verify-length 8000
