@@ -26,38 +26,30 @@ train() {  # train OUT ARGS...: run, or resume an interrupted run
 }
 [ -d "$OUT/speech" ] || $L data speech-synth "$OUT/speech" --per-word 100
 train "$OUT/kws" --preset ship --data "$OUT/speech" --set train.threads=1
-train "$OUT2/kws" --preset ship --data "$OUT/speech" --set train.init="$OUT/kws/best.pt" \
-  --set data.keyword_prob=0.5 --set optim.lr=0.002 --set optim.warmup_steps=100 \
-  --set optim.epochs=16 --set train.threads=1
-# the final weights (last.pt): validation loss and frame accuracy improved to the end, while
-# the balanced frame accuracy that picks best.pt peaked after the first epoch
-$L export "$OUT2/kws/last.pt" --onnx "$OUT2/kws-sc10.onnx" --chunk 160 --verify
-# threshold and smoothing: chosen on 60 minutes of validation speakers, at most 2 false
-# accepts per hour
-[ -f "$OUT2/val60.wav" ] || $L data kws-stream "$OUT2/val60.wav" --labels "$OUT2/val60.csv" \
-  --data "$OUT/speech" --split validation --minutes 60 --seed 1
-$L kws-tune "$OUT2/kws-sc10.onnx" --stream "$OUT2/val60.wav" --labels "$OUT2/val60.csv" \
-  --max-fa-per-hour 2 --out "$OUT2/tune.json"
-# held-out test speakers (never used above)
-[ -f "$OUT/test.wav" ] || $L data kws-stream "$OUT/test.wav" --labels "$OUT/test.csv" \
-  --data "$OUT/speech" --minutes 30 --seed 2
-$L kws-eval "$OUT2/kws-sc10.onnx" --stream "$OUT/test.wav" --labels "$OUT/test.csv" \
-  --out "$OUT2/eval.json"
-# stage 3 (the stage-3 run passed stage 2's band statistics explicitly, as
-# --set model.frontend.mean/std, before train.init kept them itself: the same values)
+# a warm-started stage: train from INIT, export its final weights (last.pt), choose
+# threshold and smoothing on VAL_MIN minutes of validation speakers (at most 2 false accepts
+# per hour), score TEST (held-out test speakers, never used above)
+warm_stage() {  # warm_stage DIR SPEECH INIT EPOCHS VAL_MIN TEST TEST_MIN
+  local d=$1 sp=$2 init=$3 ep=$4 vm=$5 test=$6 tm=$7
+  train "$d/kws" --preset ship --data "$sp" --set train.init="$init" \
+    --set data.keyword_prob=0.5 --set optim.lr=0.002 --set optim.warmup_steps=100 \
+    --set optim.epochs="$ep" --set train.threads=1
+  $L export "$d/kws/last.pt" --onnx "$d/kws-sc10.onnx" --chunk 160 --verify
+  [ -f "$d/val$vm.wav" ] || $L data kws-stream "$d/val$vm.wav" --labels "$d/val$vm.csv" \
+    --data "$sp" --split validation --minutes "$vm" --seed 1
+  $L kws-tune "$d/kws-sc10.onnx" --stream "$d/val$vm.wav" --labels "$d/val$vm.csv" \
+    --max-fa-per-hour 2 --out "$d/tune.json"
+  [ -f "$test.wav" ] || $L data kws-stream "$test.wav" --labels "$test.csv" --data "$sp" \
+    --minutes "$tm" --seed 2
+  $L kws-eval "$d/kws-sc10.onnx" --stream "$test.wav" --labels "$test.csv" --out "$d/eval.json"
+}
+# stage 2 (its final weights: validation loss and frame accuracy improved to the end, while
+# the balanced frame accuracy that picks best.pt peaked after the first epoch)
+warm_stage "$OUT2" "$OUT/speech" "$OUT/kws/best.pt" 16 60 "$OUT/test" 30
+# stage 3 on a 3x larger set (its final weights: the lowest validation loss; best.pt, by
+# balanced frame accuracy, is epoch 18 of 20 at the same accuracy). The stage-3 run passed
+# stage 2's band statistics explicitly, as --set model.frontend.mean/std, before
+# train.init kept them itself: the same values.
 [ -d "$OUT3/speech" ] || $L data speech-synth "$OUT3/speech" --per-word 300 --seed 3
-train "$OUT3/kws" --preset ship --data "$OUT3/speech" --set train.init="$OUT2/kws/last.pt" \
-  --set data.keyword_prob=0.5 --set optim.lr=0.002 --set optim.warmup_steps=100 \
-  --set optim.epochs=20 --set train.threads=1
-# the final weights (last.pt: the lowest validation loss; best.pt, by balanced frame
-# accuracy, is epoch 18 of 20 at the same accuracy)
-$L export "$OUT3/kws/last.pt" --onnx "$OUT3/kws-sc10.onnx" --chunk 160 --verify
-[ -f "$OUT3/val120.wav" ] || $L data kws-stream "$OUT3/val120.wav" --labels "$OUT3/val120.csv" \
-  --data "$OUT3/speech" --split validation --minutes 120 --seed 1
-$L kws-tune "$OUT3/kws-sc10.onnx" --stream "$OUT3/val120.wav" --labels "$OUT3/val120.csv" \
-  --max-fa-per-hour 2 --out "$OUT3/tune.json"
-[ -f "$OUT3/test60.wav" ] || $L data kws-stream "$OUT3/test60.wav" --labels "$OUT3/test60.csv" \
-  --data "$OUT3/speech" --minutes 60 --seed 2
-$L kws-eval "$OUT3/kws-sc10.onnx" --stream "$OUT3/test60.wav" --labels "$OUT3/test60.csv" \
-  --out "$OUT3/eval.json"
+warm_stage "$OUT3" "$OUT3/speech" "$OUT2/kws/last.pt" 20 120 "$OUT3/test60" 60
 cp "$OUT3/kws-sc10.onnx" liquid_stream/models/kws-sc10.onnx
