@@ -170,11 +170,9 @@ class Trainer:
         self.higher_is_better = loss not in REGRESSION
         # per-step labels are mostly the no-event class: monitor the balanced accuracy
         # (mean per-class recall), which a model answering "silence" everywhere cannot game
-        self.monitor = {
-            "mse": "val_rmse",
-            "mse_per_step": "val_rmse",
-            "ce_per_step": "val_bacc",
-        }.get(loss, "val_acc")
+        self.monitor = (
+            "val_rmse" if loss in REGRESSION else {"ce_per_step": "val_bacc"}.get(loss, "val_acc")
+        )
         weights = self.meta.get("class_weights")
         self.class_weight = None if weights is None else torch.tensor(weights, dtype=torch.float32)
         self.log = RunLog(self.out, self.dist.is_main, loss, float(t.plot_every_s))
