@@ -61,14 +61,15 @@ def main() -> None:
     ]
     st = res.get("stream")
     if st:
-        table.insert(0, "")
-        table[:0] = [
+        table = [
             f"Streamed as the monitor runs it (each test record from its start, every second "
             f"against the trailing {d['window'] / d['sample_rate']:g} s label, "
             f"{st['n']} s): **RMSE {fmt(st['rmse'])} {u}**, MAE {fmt(st['mae'])}, "
             f"bias {st['bias']:+.2f}, within ±{tol} {u} {fmt(st['within'], True)}.",
             "",
             f"On {d['window'] / d['sample_rate']:g} s windows from a zero state:",
+            "",
+            *table,
         ]
     by = res.get("by_condition") or {}
     conditions = ""
