@@ -13,7 +13,12 @@ from fixtures_vitals import write_record
 
 from liquid_stream.training.config import load_config
 from liquid_stream.training.data.bidmc import load_wfdb_windows
-from liquid_stream.training.data.bidmc_crops import crop_targets, load_wfdb_crops
+from liquid_stream.training.data.bidmc_crops import (
+    OFF_SECONDS,
+    CropDataset,
+    crop_targets,
+    load_wfdb_crops,
+)
 from liquid_stream.training.metrics import compute_loss
 from liquid_stream.training.run import train
 
@@ -49,6 +54,41 @@ def test_crops_with_a_nan_sample_are_skipped(tmp_path):
     crops = load_wfdb_crops(tmp_path, "hr", ["bidmc02"], ["PLETH"], crop=40 * FS, hop=20 * FS,
                             window=W, sample_rate=FS)  # fmt: skip
     assert crops.start.tolist() == [20 * FS, 40 * FS, 60 * FS, 80 * FS]  # [0, 40) holds the gap
+
+
+def test_channel_off_holds_one_channel_flat_over_a_stretch_per_seed_and_epoch(tmp_path):
+    write_record(tmp_path, "bidmc03", seconds=150, seed=5)
+    crops = load_wfdb_crops(tmp_path, "hr", ["bidmc03"], ["PLETH", "II"], crop=100 * FS,
+                            hop=25 * FS, window=W, sample_rate=FS)  # fmt: skip
+    mean, std = [0.5, -0.2], [2.0, 0.5]
+    plain = CropDataset(crops, mean, std)
+    ds = CropDataset(crops, mean, std, channel_off=1.0, seed=7, sample_rate=FS)
+    seen = set()
+    for epoch in range(6):
+        ds.set_epoch(epoch)
+        for i in range(len(crops)):
+            x, y = ds[i]
+            ref, y_ref = plain[i]
+            torch.testing.assert_close(y, y_ref, equal_nan=True)  # labels unchanged
+            assert torch.equal(x, ds[i][0])  # a function of (seed, epoch, index)
+            changed = (x != ref).any(dim=0).tolist()
+            assert sum(changed) == 1  # exactly one channel is touched
+            c = changed.index(True)
+            seen.add(c)
+            diff = torch.nonzero(x[:, c] != ref[:, c]).flatten()
+            run = x[diff[0] : diff[-1] + 1, c]
+            assert (run == run[0]).all()  # held at one constant over one stretch
+            assert diff[-1] - diff[0] + 1 <= OFF_SECONDS[1] * FS
+            assert torch.equal(x[:, 1 - c], ref[:, 1 - c])  # the other channel intact
+    assert seen == {0, 1}
+    ds.set_epoch(0)
+    a = ds[0][0]
+    ds.set_epoch(1)
+    assert not torch.equal(a, ds[0][0])  # a new stretch every epoch
+    one = load_wfdb_crops(tmp_path, "hr", ["bidmc03"], ["PLETH"], crop=100 * FS, hop=25 * FS,
+                          window=W, sample_rate=FS)  # fmt: skip
+    single = CropDataset(one, [0.0], [1.0], channel_off=1.0, sample_rate=FS)
+    torch.testing.assert_close(single[0][0], CropDataset(one, [0.0], [1.0])[0][0])  # C = 1
 
 
 def test_mse_per_step_scores_the_labelled_steps_at_their_frames():

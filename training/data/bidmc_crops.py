@@ -17,6 +17,15 @@ the 1 Hz numerics over it). Every other step is NaN (no target). With a ``window
 the model's output at such a step is its estimate for exactly that window, after all of the
 crop before it; the loss ``mse_per_step`` scores those steps. Crops with a NaN sample
 (sensor-off) are skipped, as windows are.
+
+**Channel-off augmentation** (``data.channel_off``, train crops only): with probability
+``p`` per crop and epoch, one channel of a multi-channel crop, drawn uniformly, reads a
+constant over a stretch of U(4, 64) s placed uniformly in the crop, as a detached sensor does
+(the simulator's flat sensor-off stretches, training/data/vitals_sim.py, hold the channel's
+zero-input reading). The constant is ``lo + U(−0.5, 1.5)·(hi − lo)`` of that channel in the
+crop, so the model cannot tell a sensor-off stretch by its level. Labels are unchanged: the
+patient's rate goes on, and the model must read it from the channels still attached (the
+ECG when the PPG falls off). Draws are a function of (seed, epoch, index): resumable.
 """
 
 from __future__ import annotations
@@ -110,10 +119,51 @@ def load_wfdb_crops(
     )
 
 
+OFF_SECONDS = (4.0, 64.0)  # length of a channel-off stretch, U(lo, hi) seconds
+OFF_LEVEL = (-0.5, 1.5)  # its constant, as a fraction of the channel's range in the crop
+
+
+def channel_off(
+    x: np.ndarray, rng: np.random.Generator, p: float, fs: float
+) -> tuple[np.ndarray, int | None]:
+    """``x`` (crop, C) with, with probability ``p`` (and C > 1), one channel held at a
+    constant over a random stretch (module docstring); returns (x, channel or None). ``x``
+    itself is not modified."""
+    if p <= 0 or x.shape[1] < 2 or rng.random() >= p:
+        return x, None
+    n = x.shape[0]
+    c = int(rng.integers(x.shape[1]))
+    length = min(n, int(round(rng.uniform(*OFF_SECONDS) * fs)))
+    start = int(rng.integers(n - length + 1))
+    lo, hi = float(x[:, c].min()), float(x[:, c].max())
+    out = x.copy()
+    out[start : start + length, c] = lo + rng.uniform(*OFF_LEVEL) * (hi - lo)
+    return out, c
+
+
 class CropDataset(WindowDataset):
     """``(x (crop, C) float32 tensor = (x − mean) / std, y (crop,) float32 with NaN)``: a
     :class:`.bidmc.WindowDataset` (same standardisation and checks) whose target is the
-    crop's per-step label row."""
+    crop's per-step label row. With ``channel_off > 0`` (train crops) each item may have one
+    channel held constant over a stretch (:func:`channel_off`), drawn from (seed, epoch, i)."""
+
+    def __init__(self, crops: Crops, mean, std, channel_off: float = 0.0, seed: int = 0,
+                 sample_rate: float = 125.0):  # fmt: skip
+        super().__init__(crops, mean, std)
+        self.channel_off, self.seed, self.sample_rate = channel_off, seed, sample_rate
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def features(self, i: int):
+        import torch
+
+        x = self.windows.x[i]
+        if self.channel_off > 0:
+            rng = np.random.default_rng([self.seed, self.epoch, int(i)])
+            x, _ = channel_off(x, rng, self.channel_off, self.sample_rate)
+        return torch.from_numpy(np.ascontiguousarray((x - self.mean) / self.std, np.float32))
 
     def __getitem__(self, i: int):
         import torch
