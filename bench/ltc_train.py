@@ -1,8 +1,9 @@
-"""Training cost of one exact-LTC layer on the CPU, fused kernel vs torch scan, next to PB.
+"""Training cost of one exact-LTC layer, fused kernel vs torch scan, next to PB (CPU or GPU).
 
     python bench/ltc_train.py                        # N = 64, L = 16000, B = 2, H = 128
     python bench/ltc_train.py --threads 2 --rounds 5 --no-torch
     python bench/ltc_train.py --states 7 --length 4000
+    python bench/ltc_train.py --device cuda --batch 16 --length 16384 --channels 512
 
 What is timed: one ``forward + backward`` of ``LiquidS4(d_model=H, d_state=N, mode="diag",
 liquid=…, liquid_order=2)`` on ``u (B, L, H)``, loss ``y.square().mean()`` (as bench/kernel.py),
@@ -18,6 +19,11 @@ processes on a shared machine) and the ratio of medians to PB at the same thread
 1-minute load average before and after each thread count says how busy the machine was.
 Weights and inputs are random (the time does not depend on them); every configuration of a
 thread count sees the same ``u``.
+
+With ``--device cuda`` the layers and ``u`` live on the GPU, ``LTC fused`` is the Triton
+kernel of liquid_stream/ltc_triton.py, every call is bracketed by ``torch.cuda.synchronize``,
+the thread count is not varied (``—``) and the CPU-time column gives the peak GPU memory of
+the configuration (GB, ``torch.cuda.max_memory_allocated``) instead.
 """
 
 from __future__ import annotations
@@ -47,12 +53,20 @@ def layer_of(liquid: str, args) -> LiquidS4:
 
 
 def call(layer: LiquidS4, u: torch.Tensor, kernel: str | None) -> tuple[float, float]:
-    """One fwd+bwd; (wall s, process CPU s). ``kernel`` sets $LIQUID_STREAM_LTC_KERNEL."""
+    """One fwd+bwd; (wall s, process CPU s, or on a GPU its peak memory in GB). ``kernel``
+    sets $LIQUID_STREAM_LTC_KERNEL."""
     if kernel is not None:
         os.environ[ltc_kernel.KERNEL_ENV] = kernel
     layer.zero_grad(set_to_none=True)
+    gpu = u.device.type == "cuda"
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     t, c = time.perf_counter(), time.process_time()
     layer(u).square().mean().backward()
+    if gpu:
+        torch.cuda.synchronize()
+        return time.perf_counter() - t, torch.cuda.max_memory_allocated() / 2**30
     return time.perf_counter() - t, time.process_time() - c
 
 
@@ -63,15 +77,18 @@ def check_paths(layers: dict, u: torch.Tensor) -> None:
             os.environ[ltc_kernel.KERNEL_ENV] = kernel
             system = ltc_system(layers[name].kernel, 1.0, u.dtype)
             path = ltc_path(u.transpose(1, 2), system)
-            if path != kernel:
+            want = "triton" if kernel == "fused" and u.device.type == "cuda" else kernel
+            if path != want:
                 sys.exit(f"ltc_train: {name} would run the {path} path (kernel unavailable?)")
 
 
 def run(threads: int, args) -> list[dict]:
-    torch.set_num_threads(threads)
+    if threads:
+        torch.set_num_threads(threads)
     names = [n for n in CONFIGS if not (n == "LTC torch" and args.no_torch)]
-    layers = {n: layer_of(CONFIGS[n][0], args) for n in names}
+    layers = {n: layer_of(CONFIGS[n][0], args).to(args.device) for n in names}
     u = torch.randn(args.B, args.L, args.H, generator=torch.Generator().manual_seed(1))
+    u = u.to(args.device)
     check_paths(layers, u)
     load0 = os.getloadavg()[0]
     for n in names:  # warm-up: allocator, kernel build / load
@@ -104,20 +121,26 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=1, help="timed calls per configuration and round")
     ap.add_argument("--no-torch", action="store_true", help="skip the (slow) torch LTC scan")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
     command = "python bench/ltc_train.py " + shlex.join(sys.argv[1:])
-    if not ltc_kernel.available():
+    gpu = args.device == "cuda"
+    if gpu and not torch.cuda.is_available():
+        sys.exit("ltc_train: --device cuda needs a CUDA device")
+    if not gpu and not ltc_kernel.available():
         sys.exit("ltc_train: the fused LTC kernel cannot be built here (see the warning)")
-    rows = [row for t in args.threads for row in run(t, args)]
+    rows = [row for t in ([0] if gpu else args.threads) for row in run(t, args)]
+    where = f"the GPU ({torch.cuda.get_device_name()})" if gpu else "the CPU"
     print(
-        f"\nOne LiquidS4 layer (diag), fwd+bwd on the CPU: N = {args.N}, L = {args.L}, "
+        f"\nOne LiquidS4 layer (diag), fwd+bwd on {where}: N = {args.N}, L = {args.L}, "
         f"B = {args.B}, H = {args.H}; {args.rounds} interleaved rounds × {args.reps} call(s)"
     )
-    print("\n| threads | configuration | median s | [min, max] s | CPU s (median) | / PB "
+    extra = "peak GPU GB" if gpu else "CPU s (median)"
+    print(f"\n| threads | configuration | median s | [min, max] s | {extra} | / PB "
           "| load 1-min |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['threads']} | {r['config']} | {r['median']:.3f} | "
+        print(f"| {r['threads'] or '—'} | {r['config']} | {r['median']:.3f} | "
               f"[{r['min']:.3f}, {r['max']:.3f}] | {r['cpu']:.3f} | {r['ratio']:.2f}× | "
               f"{r['load'][0]:.1f} → {r['load'][1]:.1f} |")  # fmt: skip
     print(f"\nCommand: {command}")

@@ -28,17 +28,18 @@ input-dependent a_t. On the CPU :func:`ltc_scan` runs it by the fused kernel of
 :mod:`liquid_stream.ltc_kernel` when it can be built there: one sequential C++ loop over
 time per channel that keeps the state in registers, reads u and writes y, keeps the state
 every K steps and recomputes a segment's states for the adjoint in the backward pass (the
-same recurrence, gradients and bounds as below; ``LIQUID_STREAM_LTC_KERNEL=torch|fused|auto``
-selects, see :func:`ltc_scan`). Otherwise (a GPU, no compiler, a failed build, or ``torch``)
-it is evaluated by :class:`_LTCScan` over time segments of at most ``max_elements`` states:
-within a segment by a blocked scan (all blocks of ``block`` steps advance together, one
-position at a time; the state entering each block comes from the same scan over the block
-summaries, recursively), all in products and sums of numbers of modulus < 1, so nothing
-overflows (no logarithms, no divisions). Work O(B·H·M·L). Only the state entering each
-segment is kept; the backward pass recomputes a segment's states and runs the adjoint
-recurrence backwards in time, so memory is O(B·H·L) plus a few segments at any L. Segments
-are sized to the device: cache-sized on the CPU (the scan is bound by memory traffic
-there), large on a GPU (:func:`default_max_elements`).
+same recurrence, gradients and bounds as below). On a GPU the same design written in Triton
+(:mod:`liquid_stream.ltc_triton`) runs when Triton imports;
+``LIQUID_STREAM_LTC_KERNEL=torch|fused|auto`` selects (:func:`ltc_path`). Otherwise (no
+compiler, a failed build, no Triton, or ``torch``) it is evaluated by :class:`_LTCScan` over
+time segments of at most ``max_elements`` states: within a segment by a blocked scan (all
+blocks of ``block`` steps advance together, one position at a time; the state entering each
+block comes from the same scan over the block summaries, recursively), all in products and
+sums of numbers of modulus < 1, so nothing overflows (no logarithms, no divisions). Work
+O(B·H·M·L). Only the state entering each segment is kept; the backward pass recomputes a
+segment's states and runs the adjoint recurrence backwards in time, so memory is O(B·H·L)
+plus a few segments at any L. Segments are sized to the device: cache-sized on the CPU (the
+scan is bound by memory traffic there), large on a GPU (:func:`default_max_elements`).
 
 The coefficients are computed in float64 from the parameters and only then cast: a state
 of a slow mode sums ~1/(1 − |Ā|) steps, which would amplify float32 rounding of Ā by as
@@ -57,7 +58,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from . import ltc_kernel
+from . import ltc_kernel, ltc_triton
 from .kernel_base import complex_param
 
 LTC_RHO = 0.99  # ρ: |Ā + B̃ g| ≤ 1 − (1 − ρ)(1 − |Ā|)
@@ -260,17 +261,21 @@ def ltc_path(
     max_elements: int | None = None,
 ) -> str:
     """Which implementation :func:`ltc_scan` runs for these arguments: ``"fused"`` (the C++
-    kernel of :mod:`liquid_stream.ltc_kernel`) or ``"torch"`` (:class:`_LTCScan`).
+    kernel of :mod:`liquid_stream.ltc_kernel`, CPU), ``"triton"`` (the Triton kernel of
+    :mod:`liquid_stream.ltc_triton`, CUDA) or ``"torch"`` (:class:`_LTCScan`).
 
-    ``$LIQUID_STREAM_LTC_KERNEL``: ``torch`` always the torch scan; ``fused`` the kernel
-    wherever it applies (CPU tensors, float32 with complex64 or float64 with complex128);
+    ``$LIQUID_STREAM_LTC_KERNEL``: ``torch`` always the torch scan; ``fused`` the device's
+    fused kernel wherever it applies (float32 with complex64 or float64 with complex128);
     ``auto`` (default) the same, except that an explicit ``block`` or ``max_elements`` (the
-    torch scan's own parameters) asks for the torch scan. Where the kernel cannot be built,
-    the torch scan (after one warning)."""
+    torch scan's own parameters) asks for the torch scan. Where the kernel cannot be built
+    or Triton does not import, the torch scan (the C++ build failure is warned once)."""
     choice = ltc_kernel.kernel_choice()
     if choice == "torch" or (choice == "auto" and (block, max_elements) != (None, None)):
         return "torch"
     coefs = (sys.A_bar, sys.B_liq, sys.B_bar, sys.C)
+    if u.device.type == "cuda":
+        ok = all(ltc_triton.supports(u, c, x0) for c in coefs) and ltc_triton.available()
+        return "triton" if ok else "torch"
     if not all(ltc_kernel.supports(u, c, x0) for c in coefs) or not ltc_kernel.available():
         return "torch"
     return "fused"
@@ -286,15 +291,19 @@ def ltc_scan(
     """``u (B, H, L)`` → (s·Re(C x_t) ``(B, H, L)``, x_{L−1} ``(B, H, M)``), from x_{−1} = x0
     (zero if None). Differentiable in u, the coefficients of ``sys`` and x0.
 
-    By the fused CPU kernel or the torch scan, as :func:`ltc_path` decides; ``block``
-    (default :data:`LTC_BLOCK`) and ``max_elements`` (default :func:`default_max_elements`)
-    shape the torch scan: its block size and the states per time segment."""
+    By the fused CPU kernel, the Triton GPU kernel or the torch scan, as :func:`ltc_path`
+    decides; ``block`` (default :data:`LTC_BLOCK`) and ``max_elements`` (default
+    :func:`default_max_elements`) shape the torch scan: its block size and the states per
+    time segment."""
     B, H, L = u.shape
     if x0 is None:
         x0 = sys.A_bar.new_zeros(B, H, sys.A_bar.shape[-1])
-    u_t = u.permute(2, 0, 1).contiguous()  # (L, B, H)
     coefs = (sys.A_bar, sys.B_liq, sys.B_bar, sys.C)
-    if ltc_path(u, sys, x0, block, max_elements) == "fused":
+    path = ltc_path(u, sys, x0, block, max_elements)
+    if path == "triton":  # channel-major: no transposes
+        return ltc_triton.ltc_triton(u, *coefs, x0, sys.scale)
+    u_t = u.permute(2, 0, 1).contiguous()  # (L, B, H)
+    if path == "fused":
         y, x = ltc_kernel.ltc_fused(u_t, *coefs, x0, sys.scale)
     else:
         y, x = _LTCScan.apply(
