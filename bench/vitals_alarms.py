@@ -1,7 +1,8 @@
 """False and missed alarms of the vital-sign monitor over every held-out record.
 
     python bench/vitals_alarms.py MODEL.onnx [MODEL.onnx ...] --checkpoint RUN/best.pt \\
-        [--alarm 'hr>120,rr>30'] [--split test] [--out bench/results/vitals_alarms.json]
+        [--alarm 'hr>120,rr>30'] [--split test] [--baseline] \\
+        [--out bench/results/vitals_alarms.json]
 
 The records are the ``--split`` records of ``--checkpoint``'s record split (the ones its
 training never saw, for ``test``), read from the data root it recorded. Each record is
@@ -19,12 +20,22 @@ reference (the numerics over the model's window: ``RunResult.alarm_check``):
 
 A false *episode* is an alarm episode during which the reference never breached the rule:
 an alarm that should not have been raised at all.
+
+``--baseline`` drives the same rules (:class:`liquid_stream.apps.alarms.Alarm`: the same
+hold and hysteresis) with NeuroKit2's estimates instead, on the same seconds against the
+same references: every second, the rate over the model's trailing window
+(training/data/bidmc_baseline.py, as ``evaluate --baseline``): HR from the ECG's R peaks
+when the models read II (the PPG's peaks where that fails, or alone for PPG-only models),
+RR from the record's RESP channel, which no model sees (an advantage for the baseline; the
+PPG's respiratory modulation where a record has no RESP). Seconds before a full window are
+invalid for both.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 import time
@@ -37,23 +48,93 @@ from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
 from liquid_stream.checkpoint import split_records  # noqa: E402
 
 
-def false_episodes(result, rule) -> tuple[int, int]:
-    """(episodes, of which false): maximal runs of alarm-on seconds; false if no second of
-    the run has a finite reference that breaches the rule."""
-    episodes = false = 0
+def score(on: list[bool], refs: list[float], rule) -> dict[str, int]:
+    """Per-second alarm states ``on`` against references ``refs`` (NaN: none): active /
+    true / false / missed seconds (as ``RunResult.alarm_check``), and the episodes (maximal
+    runs of alarm-on seconds), of which false: no second of the run has a finite reference
+    that breaches the rule."""
+    c = {"active_s": 0, "true_s": 0, "false_s": 0, "missed_s": 0, "episodes": 0,
+         "false_episodes": 0}  # fmt: skip
     on_before, breached = False, False
-    for e in [*result.estimates, None]:
-        on = e is not None and bool(e.alarms.get(rule.name, False))
-        if on:
-            ref = e.ref.get(rule.vital, float("nan"))
-            breached |= ref == ref and rule.breached(ref)
-        if on_before and not on:  # an episode ended
-            episodes += 1
-            false += not breached
-        if not on:
+    for a, ref in [*zip(on, refs, strict=True), (False, math.nan)]:
+        hit = ref == ref and rule.breached(ref)
+        if a:
+            c["active_s"] += 1
+            c["true_s"] += hit
+            c["false_s"] += ref == ref and not hit
+            breached |= hit
+        else:
+            c["missed_s"] += hit
+        if on_before and not a:  # an episode ended
+            c["episodes"] += 1
+            c["false_episodes"] += not breached
+        if not a:
             breached = False
-        on_before = on
-    return episodes, false
+        on_before = a
+    c["breach_s"] = c["true_s"] + c["missed_s"]
+    return c
+
+
+def baseline_alarms(record: Path, monitor, estimates, spec: str) -> dict[str, list[bool]]:
+    """Per rule, the per-second states of the alarm driven by NeuroKit2's estimates (see
+    the module docstring) at the seconds of ``estimates``."""
+    from liquid_stream.apps.alarms import Alarm, parse_alarms
+    from liquid_stream.training.data import bidmc_baseline as bb
+    from liquid_stream.training.data.bidmc import read_whole_record, wfdb_dir
+
+    rec = read_whole_record(wfdb_dir(record.parent) / record.name, record.name)
+    fs = float(rec.fs)
+
+    def col(ch: str):
+        i = bb._find(rec.sig_name, ch)
+        return None if i is None else rec.p_signal[:, i]
+
+    reads = {bb.channel_key(c) for c in monitor.channels}
+    ii = col("II") if bb.channel_key("II") in reads else None
+    pleth = col("PLETH")
+    resp = col("RESP")
+    e_pk = bb.ecg_peaks(ii, fs) if ii is not None else None
+    p_pk = bb.ppg_peaks(pleth, fs) if pleth is not None else None
+    r_pk = bb.rsp_peaks(resp, fs) if resp is not None else None
+
+    def rate(vital: str, end: int, n: int) -> float:
+        start = end - n
+        if start < 0:
+            return math.nan
+        if vital == "hr":
+            return bb._hr(e_pk, p_pk, start, n, fs)
+        if vital == "rr" and r_pk is not None:
+            return bb.rate_in_window(r_pk, start, n, fs, 2, bb.RR_RANGE)
+        if vital == "rr" and pleth is not None:
+            r = bb.ppg_resp_rate(pleth[start:end], fs)
+            return r if bb.RR_RANGE[0] <= r <= bb.RR_RANGE[1] else math.nan
+        return math.nan
+
+    out = {}
+    for rule in parse_alarms(spec):
+        alarm, states = Alarm(rule), []
+        n = int(round(monitor.windows_s[rule.vital] * fs))
+        for e in estimates:
+            v = rate(rule.vital, int(round(e.time_s * fs)), n)
+            alarm.update(v, math.isfinite(v), e.time_s)
+            states.append(alarm.active)
+        out[rule.name] = states
+    return out
+
+
+def table(total: dict, n_records: int) -> list[str]:
+    lines = [
+        "| rule | seconds breached (ref.) | alarm on | true | false | missed | episodes | "
+        "false episodes | records with a false second |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, t in total.items():
+        lines.append(
+            f"| `{name}` | {t['breach_s']} | {t['active_s']} | {t['true_s']} | {t['false_s']} "
+            f"| {t['missed_s']} | {t['episodes']} | {t['false_episodes']} | "
+            f"{t['records_false']} / {n_records} |"
+        )
+    return lines
 
 
 def main() -> None:
@@ -63,33 +144,45 @@ def main() -> None:
                     help="a training checkpoint whose record split names the records")  # fmt: skip
     ap.add_argument("--split", default="test", choices=("val", "test"))
     ap.add_argument("--alarm", default="hr>120,rr>30", help="alarm rules (vitals --alarm)")
+    ap.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also drive the rules with NeuroKit2's estimates (module docstring)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "vitals_alarms.json")
     args = ap.parse_args()
     command = "python " + shlex.join(["bench/vitals_alarms.py", *sys.argv[1:]])
     records = split_records(args.checkpoint, args.split)
     rules = open_record(args.models, records[0], alarms=args.alarm)[0].alarms
-    total = {a.rule.name: {"active_s": 0, "true_s": 0, "false_s": 0, "missed_s": 0,
-                      "breach_s": 0, "episodes": 0, "false_episodes": 0,
-                      "records_breached": 0, "records_false": 0} for a in rules}  # fmt: skip
+    keys = ("active_s", "true_s", "false_s", "missed_s", "breach_s", "episodes", "false_episodes")
+    drivers = ["model", "NeuroKit2"] if args.baseline else ["model"]
+    total = {d: {a.rule.name: {**dict.fromkeys(keys, 0), "records_breached": 0,
+                               "records_false": 0} for a in rules} for d in drivers}  # fmt: skip
     per_record, seconds, t0 = [], 0, time.perf_counter()
     for i, rec in enumerate(records, 1):
         monitor, source = open_record(args.models, rec, alarms=args.alarm)
         result = run_record(monitor, source, speed=None)
         check = result.alarm_check()
-        row = {"record": rec.name, "seconds": len(result.estimates), "alarms": {}}
-        seconds += len(result.estimates)
-        for r in monitor.alarms:
-            rule = r.rule
-            c = dict(check[rule.name])
-            c["episodes"], c["false_episodes"] = false_episodes(result, rule)
-            c["breach_s"] = c["true_s"] + c["missed_s"]
-            t = total[rule.name]
-            for k in ("active_s", "true_s", "false_s", "missed_s", "breach_s", "episodes",
-                      "false_episodes"):  # fmt: skip
-                t[k] += c[k]
-            t["records_breached"] += c["breach_s"] > 0
-            t["records_false"] += c["false_s"] > 0
-            row["alarms"][rule.name] = c
+        ests = result.estimates
+        states = {"model": {r.rule.name: [bool(e.alarms.get(r.rule.name, False)) for e in ests]
+                            for r in monitor.alarms}}  # fmt: skip
+        if args.baseline:
+            states["NeuroKit2"] = baseline_alarms(rec, monitor, ests, args.alarm)
+        row = {"record": rec.name, "seconds": len(ests), "alarms": {}}
+        seconds += len(ests)
+        for d in drivers:
+            for r in monitor.alarms:
+                rule = r.rule
+                refs = [e.ref.get(rule.vital, math.nan) for e in ests]
+                c = score(states[d][rule.name], refs, rule)
+                if d == "model":  # the same counts as the app's own check
+                    assert all(c[k] == check[rule.name][k] for k in check[rule.name]), rule
+                t = total[d][rule.name]
+                for k in keys:
+                    t[k] += c[k]
+                t["records_breached"] += c["breach_s"] > 0
+                t["records_false"] += c["false_s"] > 0
+                row["alarms"][rule.name if d == "model" else f"{rule.name} ({d})"] = c
         per_record.append(row)
         print(f"[{i}/{len(records)}] {rec.name}: "
               + ", ".join(f"{k} active {v['active_s']} s (false {v['false_s']} s, "
@@ -102,16 +195,11 @@ def main() -> None:
         f"{len(records)} {args.split} records, {seconds} monitored seconds "
         f"({seconds / 3600:.2f} h); wall {wall:.0f} s.",
         "",
-        "| rule | seconds breached (ref.) | alarm on | true | false | missed | episodes | "
-        "false episodes | records with a false second |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *table(total["model"], len(records)),
     ]
-    for name, t in total.items():
-        lines.append(
-            f"| `{name}` | {t['breach_s']} | {t['active_s']} | {t['true_s']} | {t['false_s']} "
-            f"| {t['missed_s']} | {t['episodes']} | {t['false_episodes']} | "
-            f"{t['records_false']} / {len(records)} |"
-        )
+    if args.baseline:
+        lines += ["", "The same rules driven by NeuroKit2's estimates (same seconds, same "
+                  "references):", "", *table(total["NeuroKit2"], len(records))]  # fmt: skip
     md = "\n".join(lines)
     print("\n" + md)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,10 @@ seed1() {  # seed1 RUN PRESET TARGET INIT ARGS...: a warm start on the 480 recor
   train "$run" --preset "$p" --target "$t" --set data.sim_seed=1 --set data.sim_records=480 \
     --set optim.lr=0.002 --set train.init="$init" "$@"
 }
-stream() {  # stream RUN PRESET TARGET INIT EPOCHS: seed1, as a stream (192 s crops)
-  seed1 "$1" "$2" "$3" "$4" --set data.crop_s=192 --set data.crop_hop_s=48 \
-    --set optim.batch_size=8 --set optim.epochs="$5" --set optim.warmup_steps=50
+stream() {  # stream RUN PRESET TARGET INIT EPOCHS [ARGS...]: seed1, as a stream (192 s crops)
+  local run=$1 p=$2 t=$3 init=$4 epochs=$5; shift 5
+  seed1 "$run" "$p" "$t" "$init" --set data.crop_s=192 --set data.crop_hop_s=48 \
+    --set optim.batch_size=8 --set optim.epochs="$epochs" --set optim.warmup_steps=50 "$@"
 }
 ship() {  # ship RUN NAME: evaluate the last stage, export it, write its card
   local run=$1 t=${2##*-}  # vitals-ppg-ecg-hr -> hr
@@ -45,11 +46,13 @@ ship "${OUT}3/ppg-hr" vitals-ppg-hr
 train "$OUT/ppg-rr" --preset ppg --target rr
 stream "${OUT}3/ppg-rr" ppg rr "$OUT/ppg-rr/best.pt" 10
 ship "${OUT}3/ppg-rr" vitals-ppg-rr
-# vitals-ppg-ecg-hr: stage 1; then 6 epochs as a stream; then 10 more as a stream
+# vitals-ppg-ecg-hr: stage 1; then 6 epochs as a stream; then 10 more as a stream; then 8
+# more with one channel at a time held flat over a stretch (data.channel_off, stage 5)
 train "$OUT/ppg-ecg-hr" --preset ppg+ecg --target hr
 stream "${OUT}3/ppg-ecg-hr" ppg+ecg hr "$OUT/ppg-ecg-hr/best.pt" 6
 stream "${OUT}4/ppg-ecg-hr" ppg+ecg hr "${OUT}3/ppg-ecg-hr/best.pt" 10
-ship "${OUT}4/ppg-ecg-hr" vitals-ppg-ecg-hr
+stream "${OUT}5/ppg-ecg-hr-off" ppg+ecg hr "${OUT}4/ppg-ecg-hr/best.pt" 8 --set data.channel_off=0.3
+ship "${OUT}5/ppg-ecg-hr-off" vitals-ppg-ecg-hr
 # vitals-ppg-ecg-rr: stage 1; then 8 epochs as a stream
 train "$OUT/ppg-ecg-rr" --preset ppg+ecg --target rr
 stream "${OUT}3/ppg-ecg-rr" ppg+ecg rr "$OUT/ppg-ecg-rr/best.pt" 8

@@ -57,9 +57,9 @@ RAMP_CASES = [("vitals-ppg-hr", [PLETH], 5.0), ("vitals-ppg-ecg-hr", [PLETH, II]
 def test_hr_model_follows_a_rate_ramp_from_60_to_150_bpm(name, cols, worst):
     """Issue 20 asks for every estimate within 5 bpm once the window has filled. The `ppg`
     model, trained as a stream (training/data/bidmc_crops.py), meets it: measured RMSE 0.85,
-    max 1.6 bpm, slope 1.01 here. The `ppg+ecg` model (also stream-trained, 6 + 10 epochs)
-    stays within 5.8 bpm on 4 clean ramps (3.5-5.8, seeds 1-4); its test holds max <= 10
-    (its window-trained predecessor: up to 8.8)."""
+    max 1.6 bpm, slope 1.01 here. The `ppg+ecg` model (also stream-trained, 6 + 10 + 8 epochs)
+    stays within 5.1 bpm on 4 clean ramps (2.3-5.1, seeds 1-4; slope 0.97-1.04); its test
+    holds max <= 10 (its window-trained predecessor: up to 8.8)."""
     ramp = [{"kind": "ramp", "at_s": 60.0, "size": 90.0, "dur_s": 120.0}]
     rec = record(2, minutes=4.0, hr0=60.0, hr_changes=ramp)
     est = estimates(name, rec["signals"][:, cols])
@@ -75,6 +75,30 @@ def test_hr_model_follows_a_rate_ramp_from_60_to_150_bpm(name, cols, worst):
     assert 0.9 <= float(yc @ (e - e.mean()) / (yc @ yc)) <= 1.1
     assert np.sqrt(np.mean((e - y) ** 2)) <= 5.0
     assert np.abs(e - y).max() <= worst
+
+
+def test_ppg_ecg_hr_model_reads_the_ecg_when_the_ppg_falls_off():
+    """PPG flat (a detached clip) from 90 s on, ECG intact, 4 clean records (HR 65-95): the
+    `ppg+ecg` model, trained last with one channel at a time held flat (data.channel_off),
+    stays near the truth: measured RMSE 5.3 bpm over these records (2.98-8.36 per record;
+    bench/vitals_sensor_off.py: 5.36 over 8). Its predecessor without that augmentation was
+    73 and 84 bpm off on two of them; NeuroKit2 on the ECG: 0.58."""
+    errs = []
+    for seed in (1, 2, 3, 4):
+        rec = record(seed, minutes=4.0, hr0=55.0 + 10.0 * seed)
+        x = rec["signals"][:, [PLETH, II]].copy()
+        off = 90 * FS
+        x[off:, 0] = x[:off, 0].min()
+        est = estimates("vitals-ppg-ecg-hr", x)
+        hr = rec["truth"]["hr"]
+        ends = np.arange(len(est)) * FS + FS - 1
+        keep = ends - 32 * FS + 1 >= off  # the whole 32 s window is sensor-off
+        truth = np.array([hr[e - 32 * FS + 1 : e + 1].mean() for e in ends[keep]])
+        errs.append(est[keep] - truth)
+    e = np.concatenate(errs)
+    assert len(e) > 300 and np.isfinite(e).all()
+    assert np.sqrt(np.mean(e**2)) <= 8.0
+    assert max(np.sqrt(np.mean(d**2)) for d in errs) <= 12.0
 
 
 def test_vitals_app_picks_the_shipped_models_matching_the_record(tmp_path):
