@@ -24,9 +24,10 @@ Which nodes (:func:`weight_roles`; every MatMul / Gemm / Conv with a constant in
   the KWS logits on 30 s of validation speech by 28 % of max|y| (RMS 18 %; the ``linear``
   graph: 1.3 %, RMS 0.6 %) and the vital-sign outputs by 5–32 % on random input (``linear``:
   ≤ 0.7 %) — ``python bench/quantize.py --verify-only``.
-- ``frontend``, float32: the log-mel front end's DFT (a Conv) and mel filterbank (the
-  weight nodes upstream of the encoder, found from the graph: they are upstream of no
-  block state and feed another weight node before it). The log that follows magnifies the
+- ``frontend``, float32: the log-mel front end's DFT (a Conv) and mel filterbank, and the
+  scale-norm front end's within-block EMA products (the weight nodes upstream of the
+  encoder, found from the graph: they are upstream of no block state and feed another
+  weight node before it). The log that follows magnifies the
   error of quiet bins: quantizing them too moves the KWS logits on speech by 70 % of max|y|.
 
 Everything else stays as exported, in float32: the state inputs and outputs (the

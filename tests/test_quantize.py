@@ -63,9 +63,11 @@ def test_weight_roles_of_the_shipped_graphs():
     front = onnx.load(KWS)
     ops = {n.name: n.op_type for g in [front.graph] for n in g.node}
     assert "Conv" not in {ops.get(n) for n, r in kws.items() if r != "frontend"}
-    vit = weight_roles(onnx.load(VITALS))  # scale-norm front end: no weight node before the encoder
-    assert sorted(set(vit.values())) == ["linear", "ssm"]
-    assert sum(v == "linear" for v in vit.values()) == 1 + 4 * 2 + 1
+    vit = weight_roles(onnx.load(VITALS))
+    counts = {r: sum(v == r for v in vit.values()) for r in ("linear", "ssm", "frontend")}
+    # encoder + 4 × 2 GLU halves + decoder; 4 × 2 SSM tables; the scale-norm front end's two
+    # within-block EMA Toeplitz products (mean, variance), which stay float32
+    assert counts == {"linear": 1 + 4 * 2 + 1, "ssm": 8, "frontend": 2}
 
 
 @pytest.mark.parametrize("mode,liquid,P,norm", CASES)
