@@ -46,6 +46,8 @@ import os
 import torch
 from torch import Tensor
 
+from .ltc_kernel import _real  # contiguous (…, 2) real view of a complex tensor
+
 SEGMENT = 128  # K: steps per checkpointed segment
 BLOCK_ELEMENTS = 64  # BC·BM: channel-mode pairs per program (BC a power of two ≥ 1)
 NUM_WARPS = 1
@@ -94,10 +96,6 @@ def _blocks(M: int) -> tuple[int, int]:
 def _coefs(A: Tensor, Bl: Tensor, Bb: Tensor, C: Tensor) -> Tensor:
     """(4, H, M, 2) real: Ā, B̃, B̄, C (conjugate views resolved)."""
     return torch.view_as_real(torch.stack([t.detach().resolve_conj() for t in (A, Bl, Bb, C)]))
-
-
-def _real(z: Tensor) -> Tensor:
-    return torch.view_as_real(z.detach().resolve_conj().contiguous())
 
 
 def _forward(u: Tensor, g: Tensor, coef: Tensor, x0: Tensor, scale: float, keep: bool):
