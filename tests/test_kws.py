@@ -278,11 +278,14 @@ def test_virtual_microphone_end_to_end(tone_model, tmp_path):
     assert proc.returncode == 0, out + "".join(err_lines)
     assert "stopped (Ctrl-C)" in out and "dropped blocks 0" in out, out
     dets = parse_detections(out)
-    # wall-clock stamps: compare with the time paplay started (Pulse latency < 0.4 s)
+    # wall-clock stamps against the time the play script was started. Its start-up (bash,
+    # paplay, a Pulse connection) is not part of the app: usually < 0.4 s, but 1.16 s once on
+    # a loaded 2-core clean-clone run (every detection shifted alike), hence 1.5 s here;
+    # the app's own timing is checked to 0.1 s by the gaps between detections below.
     day = time.localtime(play_wall)
     midnight = play_wall - (3600 * day.tm_hour + 60 * day.tm_min + day.tm_sec) - play_wall % 1
     rel = [(t + midnight - play_wall, w, s) for t, w, s in dets]
-    assert_matches_events(rel, events, tol=TOL + 0.4)
+    assert_matches_events(rel, events, tol=TOL + 1.5)
     gaps = np.diff([t for t, _, _ in rel]) - np.diff([e[0] for e in events])
     assert np.abs(gaps).max() < 0.1, rel
     print(f"\nvirtual microphone test: {time.perf_counter() - t0:.1f} s")
