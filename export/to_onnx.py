@@ -761,18 +761,12 @@ class _Emitter:
 
     SCALENORM_BLOCK = 32  # Q: samples per block of the chunk's closed-form EMA
 
-    def ema_chunk(self, u: str, s0: str, T: str, name: str) -> tuple[str, str]:
-        """↔ :func:`liquid_stream.scalenorm.ema` with a carried start: s_t = β·s_{t−1} +
-        (1−β)·u_t over the chunk ``u (B, T, C)`` from ``s0 (B, C)`` → (s ``(B, T, C)``,
-        s_{T−1} ``(B, C)``), in closed form without a loop over samples. The chunk is cut
-        into n = ⌈T/Q⌉ blocks of Q samples (zeros after the end: causal, they change nothing
-        before them). Within a block s̃ = K·u, K[i, j] = (1−β)·β^{i−j} (i ≥ j); the state
-        after block k, c_k = β^Q·c_{k−1} + s̃_k[Q−1] with c_{−1} = s0, is the matrix product
-        c = G·s̃[:, :, Q−1] + β^{Q(k+1)}·s0 with G[k, j] = β^{Q(k−j)} (k ≥ j); then
-        s[k, i] = s̃[k, i] + β^{i+1}·c_{k−1}. Every coefficient is a power of β ≤ 1: no
-        growing exponential, and each sum runs over the samples it describes."""
+    def ema_tables(self, T: str) -> dict[str, str]:
+        """The constants and chunk-dependent slices of :meth:`ema_chunk` (built once per
+        graph, shared by the running mean and variance): K, G, the powers of β, and the
+        padding of the chunk ``T`` samples to whole blocks."""
         g, cfg = self.g, self.sm.frontend.cfg
-        beta, C, Q = float(cfg.beta), cfg.channels, self.SCALENORM_BLOCK
+        beta, Q = float(cfg.beta), self.SCALENORM_BLOCK
         nb_max = -(-self.max_chunk // Q)
         i = np.arange(Q, dtype=np.float64)
         lag = i[:, None] - i[None, :]
@@ -782,20 +776,39 @@ class _Emitter:
         G = np.where(lagk >= 0, beta ** (Q * np.clip(lagk, 0, None)), 0.0)  # (nb, nb)
         nb = g.op("Div", g.op("Add", T, g.const([Q - 1])), g.const([Q]))  # (1,) int64
         pad = g.op("Sub", g.op("Mul", nb, g.const([Q])), T)
-        zeros2 = g.const([0, 0], dtype=np.int64)
-        pads = g.op("Concat", zeros2, g.const([0]), g.const([0]), pad, g.const([0]), axis=0)
-        ub = g.op("Reshape", g.op("Pad", u, pads), g.const([0, -1, Q, C], dtype=np.int64))
-        local = g.op("MatMul", g.const(K, name=f"{name}_K"), ub)  # (B, n, Q, C)
+        zeros = g.const([0, 0, 0, 0], dtype=np.int64)
+        return {
+            "K": g.const(K, name="scalenorm_K"),
+            "G": g.slice(g.slice(g.const(G, name="scalenorm_G"), 0, nb, axis=0), 0, nb, axis=1),
+            "Pk": g.slice(
+                g.const((beta ** (Q * (k + 1)))[:, None], name="scalenorm_Pk"), 0, nb, axis=0
+            ),  # (n, 1): β^{Q(k+1)}  # fmt: skip
+            "Pq": g.const((beta ** (i + 1))[:, None], name="scalenorm_Pq"),  # (Q, 1)
+            "pads": g.op("Concat", zeros, pad, g.const([0]), axis=0),  # (0,0,0, 0,pad,0)
+            "T": T,
+        }
+
+    def ema_chunk(self, u: str, s0: str, tab: dict[str, str]) -> tuple[str, str]:
+        """↔ :func:`liquid_stream.scalenorm.ema` with a carried start: s_t = β·s_{t−1} +
+        (1−β)·u_t over the chunk ``u (B, T, C)`` from ``s0 (B, C)`` → (s ``(B, T, C)``,
+        s_{T−1} ``(B, C)``), in closed form without a loop over samples (``tab``:
+        :meth:`ema_tables`). The chunk is cut into n = ⌈T/Q⌉ blocks of Q samples (zeros
+        after the end: causal, they change nothing before them). Within a block s̃ = K·u,
+        K[i, j] = (1−β)·β^{i−j} (i ≥ j); the state after block k, c_k = β^Q·c_{k−1} +
+        s̃_k[Q−1] with c_{−1} = s0, is the matrix product c = G·s̃[:, :, Q−1] +
+        β^{Q(k+1)}·s0 with G[k, j] = β^{Q(k−j)} (k ≥ j); then s[k, i] = s̃[k, i] +
+        β^{i+1}·c_{k−1}. Every coefficient is a power of β ≤ 1: no growing exponential, and
+        each sum runs over the samples it describes."""
+        g, C, Q = self.g, self.sm.frontend.cfg.channels, self.SCALENORM_BLOCK
+        ub = g.op("Reshape", g.op("Pad", u, tab["pads"]), g.const([0, -1, Q, C], dtype=np.int64))
+        local = g.op("MatMul", tab["K"], ub)  # (B, n, Q, C)
         ends = g.op("Squeeze", g.slice(local, Q - 1, Q, axis=2), g.const([2]))  # (B, n, C)
-        Gn = g.slice(g.slice(g.const(G, name=f"{name}_G"), 0, nb, axis=0), 0, nb, axis=1)
-        Pk = g.slice(g.const((beta ** (Q * (k + 1)))[:, None], name=f"{name}_Pk"), 0, nb,
-                     axis=0)  # fmt: skip
         s0u = g.op("Unsqueeze", s0, g.const([1]))  # (B, 1, C)
-        c = g.op("Add", g.op("MatMul", Gn, ends), g.op("Mul", Pk, s0u))  # (B, n, C)
+        c = g.op("Add", g.op("MatMul", tab["G"], ends), g.op("Mul", tab["Pk"], s0u))  # (B, n, C)
         c_in = g.op("Concat", s0u, g.slice(c, 0, -1, axis=1), axis=1)  # entering each block
-        Pq = g.const((beta ** (i + 1))[:, None], name=f"{name}_Pq")  # (Q, 1)
-        full = g.op("Add", local, g.op("Mul", Pq, g.op("Unsqueeze", c_in, g.const([2]))))
-        seq = g.slice(g.op("Reshape", full, g.const([0, -1, C], dtype=np.int64)), 0, T, axis=1)
+        full = g.op("Add", local, g.op("Mul", tab["Pq"], g.op("Unsqueeze", c_in, g.const([2]))))
+        seq = g.slice(g.op("Reshape", full, g.const([0, -1, C], dtype=np.int64)), 0, tab["T"],
+                      axis=1)  # fmt: skip
         last = g.op("Squeeze", g.slice(seq, -1, END, axis=1), g.const([1]))
         return seq, last
 
@@ -818,9 +831,10 @@ class _Emitter:
         decay = g.slice(g.const((beta**t1)[:, None], name="scalenorm_decay"), 0, T, axis=0)
         w_seq = g.op("Sub", g.const(1.0), g.op("Mul", g.op("Sub", g.const(1.0), own["weight"]),
                                                 decay))  # (T, 1)  # fmt: skip
-        m_seq, m = self.ema_chunk(x0, own["mean"], T, "scalenorm_mean")
+        tab = self.ema_tables(T)
+        m_seq, m = self.ema_chunk(x0, own["mean"], tab)
         d = g.op("Sub", x0, g.op("Div", m_seq, w_seq))
-        v_seq, v = self.ema_chunk(g.op("Mul", d, d), own["var"], T, "scalenorm_var")
+        v_seq, v = self.ema_chunk(g.op("Mul", d, d), own["var"], tab)
         sd = g.op("Sqrt", g.op("Add", g.op("Div", v_seq, w_seq), g.const(float(c.eps))))
         zs = g.op("Clip", g.op("Div", d, sd), g.const(-float(c.clip)), g.const(float(c.clip)))
         w = g.op("Reshape", g.slice(w_seq, -1, END, axis=0), g.const([1]))
