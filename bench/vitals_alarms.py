@@ -98,17 +98,9 @@ def baseline_alarms(record: Path, monitor, estimates, spec: str) -> dict[str, li
     r_pk = bb.rsp_peaks(resp, fs) if resp is not None else None
 
     def rate(vital: str, end: int, n: int) -> float:
-        start = end - n
-        if start < 0:
+        if end < n:  # before a full window
             return math.nan
-        if vital == "hr":
-            return bb._hr(e_pk, p_pk, start, n, fs)
-        if vital == "rr" and r_pk is not None:
-            return bb.rate_in_window(r_pk, start, n, fs, 2, bb.RR_RANGE)
-        if vital == "rr" and pleth is not None:
-            r = bb.ppg_resp_rate(pleth[start:end], fs)
-            return r if bb.RR_RANGE[0] <= r <= bb.RR_RANGE[1] else math.nan
-        return math.nan
+        return bb.window_rate(vital, end - n, n, fs, e_pk, p_pk, r_pk, pleth)
 
     out = {}
     for rule in parse_alarms(spec):

@@ -137,6 +137,33 @@ def _hr(ecg_pk, ppg_pk, start, length, fs) -> float:
     return float(r)
 
 
+def window_rate(
+    target: str,
+    start: int,
+    length: int,
+    fs: float,
+    ecg_pk: np.ndarray | None = None,
+    ppg_pk: np.ndarray | None = None,
+    rsp_pk: np.ndarray | None = None,
+    pleth: np.ndarray | None = None,
+) -> float:
+    """NeuroKit2's estimate of ``target`` over samples [start, start + length) of a whole
+    record, from the peaks found on it (None: channel not used): HR from the ECG's R peaks,
+    the PPG's where that fails; RR from the RESP peaks, else from the respiratory modulation
+    of ``pleth`` (the record's PPG samples); NaN where it fails and for any other target
+    (no classical SpO2 estimate)."""
+    if target == "hr":
+        return _hr(ecg_pk, ppg_pk, start, length, fs)
+    if target != "rr":
+        return float("nan")
+    if rsp_pk is not None:
+        return rate_in_window(rsp_pk, start, length, fs, 2, RR_RANGE)
+    if pleth is not None:
+        r = ppg_resp_rate(pleth[start : start + length], fs)
+        return r if RR_RANGE[0] <= r <= RR_RANGE[1] else float("nan")
+    return float("nan")
+
+
 def _find(names: Sequence[str], want: str) -> int | None:
     for i, n in enumerate(names):
         if channel_key(n) == channel_key(want):
@@ -181,20 +208,15 @@ def baseline_estimates(
 
             idx = np.flatnonzero(windows.record == name)
             ii, pleth, resp = (col(c) if uses(c) else None for c in ("II", "PLETH", "RESP"))
-            if target == "hr":
-                e = ecg_peaks(ii, fs) if ii is not None else None
-                p = ppg_peaks(pleth, fs) if pleth is not None else None
-                for j in idx:
-                    out[j] = _hr(e, p, int(windows.start[j]), length, fs)
-            elif resp is not None:
-                r = rsp_peaks(resp, fs)
-                for j in idx:
-                    out[j] = rate_in_window(r, int(windows.start[j]), length, fs, 2, RR_RANGE)
-            elif pleth is not None:  # no RESP: the PPG's respiratory modulation
-                for j in idx:
-                    s0 = int(windows.start[j])
-                    r = ppg_resp_rate(pleth[s0 : s0 + length], fs)
-                    out[j] = r if RR_RANGE[0] <= r <= RR_RANGE[1] else np.nan
+            hr = target == "hr"
+            peaks = {  # RR without RESP: the PPG's respiratory modulation
+                "ecg_pk": ecg_peaks(ii, fs) if hr and ii is not None else None,
+                "ppg_pk": ppg_peaks(pleth, fs) if hr and pleth is not None else None,
+                "rsp_pk": rsp_peaks(resp, fs) if not hr and resp is not None else None,
+                "pleth": pleth if not hr else None,
+            }
+            for j in idx:
+                out[j] = window_rate(target, int(windows.start[j]), length, fs, **peaks)
         return out
     fs = float(sample_rate)
     i_ecg, i_ppg = _find(windows.channels, "II"), _find(windows.channels, "PLETH")
