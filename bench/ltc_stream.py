@@ -8,7 +8,7 @@ The paper Speech Commands model (6×128, N = 7, raw 16 kHz samples, bench/stream
 ``pb`` (the paper's PB liquid term, chunked convolution, the baseline), ``ltc`` (the
 literal input-dependent transition x_t = (Ā + B̃ tanh u_t) x_{t−1} + B̄ u_t, this tree's
 blocked scan) and, with ``--before REV``, ``ltc@REV``: the same model through the
-``ltc_layer`` of export/to_onnx.py at git revision REV (everything else from this tree).
+exporter (export/to_onnx.py) at git revision REV (the rest from this tree).
 Configurations are interleaved over rounds (the machine is noisy); medians, min and max
 of the per-chunk times; RTF = median time / audio time of a chunk.
 """
@@ -34,12 +34,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from stream import SR, paper_model  # noqa: E402
 
 from liquid_stream import OnnxStreamer  # noqa: E402
-from liquid_stream.export import to_onnx  # noqa: E402
+from liquid_stream.export import pipeline  # noqa: E402
 from liquid_stream.export.pipeline import export_model  # noqa: E402
 
 
-def ltc_layer_at(rev: str):
-    """``_Emitter.ltc_layer`` of export/to_onnx.py at git revision ``rev``."""
+def exporter_at(rev: str):
+    """``build_onnx`` of export/to_onnx.py at git revision ``rev`` (the rest of the export
+    pipeline from this tree)."""
     src = subprocess.run(
         ["git", "-C", str(ROOT), "show", f"{rev}:export/to_onnx.py"],
         check=True, capture_output=True, text=True,
@@ -49,19 +50,19 @@ def ltc_layer_at(rev: str):
     spec = importlib.util.spec_from_file_location("liquid_stream.export.to_onnx_before", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module._Emitter.ltc_layer
+    return module.build_onnx
 
 
 def export(kind: str, chunk: int, out: Path, before=None) -> Path:
     model = paper_model(7, "pb" if kind == "pb" else "ltc")
     path = out / f"{kind}-{chunk}.onnx"
     if kind.startswith("ltc@"):
-        current = to_onnx._Emitter.ltc_layer
-        to_onnx._Emitter.ltc_layer = before
+        current = pipeline.build_onnx
+        pipeline.build_onnx = before
         try:
             export_model(model, path, chunk=chunk)
         finally:
-            to_onnx._Emitter.ltc_layer = current
+            pipeline.build_onnx = current
     else:
         export_model(model, path, chunk=chunk)
     return path
@@ -90,7 +91,7 @@ def main() -> None:
     args = ap.parse_args()
     command = "python " + shlex.join(["bench/ltc_stream.py", *sys.argv[1:]])
     kinds = ["pb", "ltc"] + ([f"ltc@{args.before}"] if args.before else [])
-    before = ltc_layer_at(args.before) if args.before else None
+    before = exporter_at(args.before) if args.before else None
     tmp = Path(tempfile.mkdtemp())
     paths = {(k, c): export(k, c, tmp, before) for k in kinds for c in args.chunks}
     times: dict[tuple, list[float]] = {}

@@ -79,6 +79,24 @@ class Graph:
             args.append(self.const([step]))
         return self.op("Slice", *args)
 
+    def subgraph(self, name: str, inputs: list[str], body) -> onnx.GraphProto:
+        """A body graph (of ``Scan``): ``body(sub, *input_names)`` emits into ``sub`` (a
+        Graph sharing this one's names and constants: they are outer-scope initializers)
+        and returns its output values."""
+        sub = Graph(self.opset, self.float_dtype)
+        sub._ids, sub.inits, sub._consts = self._ids, self.inits, self._consts
+        ins = [self.fresh(n) for n in inputs]
+        outs = body(sub, *ins)
+        names = [self.fresh(f"{name}_out") for _ in outs]
+        sub.nodes += [
+            helper.make_node("Identity", [v], [o]) for v, o in zip(outs, names, strict=True)
+        ]
+
+        def info(n: str) -> onnx.ValueInfoProto:
+            return helper.make_tensor_value_info(n, DTYPES[self.float_dtype], None)
+
+        return helper.make_graph(sub.nodes, name, [info(n) for n in ins], [info(n) for n in names])
+
     def dim(self, x: str, axis: int) -> str:
         """The size of ``x`` along ``axis`` as an int64 (1,) tensor."""
         return self.op("Shape", x, start=axis, end=axis + 1)

@@ -11,9 +11,10 @@ exact systems, written op by op in real float32 arithmetic. Inside, activations 
 channel-first ``(H, batch, T)``, so that per layer the SSM is two batched MatMuls
 over ``(H, batch·n_blocks, ·)`` views (the local Toeplitz, D·u and the sub-block
 inputs in one; the cross term in the other) plus a log₂-depth scan over sub-blocks
-on tiny tensors, and the GLU is one plain MatMul. The states are those of the torch
-step form, laid out as in the table below; the ``state_spec`` metadata lists their names,
-shapes and dtypes.
+on tiny tensors, and the GLU is one plain MatMul. A model of LTC layers only runs
+batch-first ``(batch, T, H)``, the layout of its elementwise scan (``ltc_layer``). The
+states are those of the torch step form, laid out as in the table below; the
+``state_spec`` metadata lists their names, shapes and dtypes.
 
 Step by step (:class:`_Emitter`, one method per torch step, same names; ↔ in each docstring):
 
@@ -47,7 +48,7 @@ modes, P = liquid_order, L̃ = liquid_len, W = decoder_window, d = d_output:
     block{i}.ssm.z dense  (B, H, R, Mr)    (H, batch, 1, R·Mr)    permute(1, 0, 2, 3), reshape
     block{i}.u_buf        (B, P−1, H)      (H, batch, P−1)        permute(2, 0, 1) (b)
     block{i}.w_buf        (B, L̃−1, H)      (H, batch, L̃−1)        permute(2, 0, 1)
-    block{i}.ltc.x        (B, H, M, 2)     (H, batch, 2, M)       permute(1, 0, 3, 2)
+    block{i}.ltc.x        (B, H, M, 2)     (batch, 2, M, H)       permute(0, 3, 2, 1)
     decoder.sum, .count   (B, d), (B, 1)   same, float64          same
     decoder.history       (B, W, d) f64    (batch, W, d) float32  cast (c)
     frontend.buffer, .phase, .held         same                   same
@@ -93,10 +94,11 @@ def default_sub_block(chunk: int) -> int:
 
 def default_ltc_sub_block(steps: int) -> int:
     """Q, the sub-block of the LTC layers' blocked scan, for chunks of ``steps`` stack steps:
-    ~5Q ops for the positions, ~11⌈log₂(steps/Q + 1)⌉ for the scan across sub-blocks.
-    Measured (bench/stream.py --liquid ltc, paper model, 1 thread): Q = 8 best at 160
-    steps, Q = 16 at 1600."""
-    return 8 if steps <= 256 else 16
+    ~28 ops for each of the Q positions, one ``Scan`` iteration (~5 µs) per sub-block.
+    Measured on the six 128-channel LTC layers of the paper model alone (1 thread,
+    interleaved, 2026-11-27): 160 steps, Q = 2 / 4 / 8 / 16: 4.8 / 4.0 / 4.6 / 6.5 ms;
+    1600 steps, Q = 4 / 8 / 16 / 32: 36.6 / 34.0 / 36.4 / 47.0 ms."""
+    return 4 if steps <= 256 else 8
 
 
 class _Emitter:
@@ -116,10 +118,10 @@ class _Emitter:
         n_blocks = -(-(self.S - 1 + steps) // self.S) + 1
         self.levels = math.ceil(math.log2(n_blocks))
         self.max_chunk = (self.S * (2**self.levels - 1) - (self.S - 1)) * hop
-        # LTC layers: sub-blocks of Q steps, at most ltc_max_blocks of them per call
+        # LTC layers: sub-blocks of Q steps. A model of LTC layers only runs its stack
+        # batch-first (B, T, H) ("bf"): the LTC scan's layout, with no transposes per layer
         self.ltc_Q = ltc_sub_block or default_ltc_sub_block(steps)
-        max_steps = -(-self.max_chunk // hop)  # of the longest chunk the graph takes
-        self.ltc_max_blocks = -(-max_steps // self.ltc_Q)
+        self.bf = bool(sm.blocks) and all(b.ssm.liquid == "ltc" for b in sm.blocks)
         self.state_out: dict[str, str] = {}
         self.spec: list[dict] = []
         self._cache: dict[tuple, str] = {}
@@ -158,38 +160,47 @@ class _Emitter:
         return self._cache[key]
 
     # ------------------------------------------------------------------ pieces
-    def linear_cf(self, lin: torch.nn.Linear, x2d: str) -> str:
-        """Channel-first Linear: W (out, in) @ x (in, N) + b (out, 1)."""
+    def linear(self, lin: torch.nn.Linear, x2d: str) -> str:
+        """A Linear on the stack's layout: channel-first W (out, in) @ x (in, N) + b (out, 1),
+        or batch-first x (N, in) @ Wᵀ (in, out) + b (out,)."""
         g = self.g
-        y = g.op("MatMul", g.const(_f32(lin.weight)), x2d)
-        if lin.bias is not None:
-            y = g.op("Add", y, g.const(_f32(lin.bias)[:, None]))
-        return y
+        if self.bf:
+            y = g.op("MatMul", x2d, g.const(np.ascontiguousarray(_f32(lin.weight).T)))
+            bias = None if lin.bias is None else _f32(lin.bias)
+        else:
+            y = g.op("MatMul", g.const(_f32(lin.weight)), x2d)
+            bias = None if lin.bias is None else _f32(lin.bias)[:, None]
+        return y if bias is None else g.op("Add", y, g.const(bias))
 
-    def norm_cf(self, norm, x: str) -> str:
-        """BatchNorm (folded affine) or LayerNorm over the channel axis of ``(H, B, T)``."""
+    def to_2d(self, x: str, C: int) -> str:
+        """``(C, B, T)`` → ``(C, B·T)`` channel-first, ``(B, T, C)`` → ``(B·T, C)`` batch-first."""
+        return self.g.op("Reshape", x, self.g.const([-1, C] if self.bf else [C, -1]))
+
+    def norm(self, norm, x: str) -> str:
+        """BatchNorm (folded affine) or LayerNorm over the channel axis of the stack's
+        activations: axis 0 of ``(H, B, T)``, or the last of ``(B, T, H)``."""
         g = self.g
         if isinstance(norm, torch.nn.Identity):
             return x
+        axis = -1 if self.bf else 0
+
+        def per_channel(v: torch.Tensor) -> str:
+            v = _f32(v)
+            return g.const(v if self.bf else v[:, None, None])
+
         if isinstance(norm, torch.nn.LayerNorm):
-            mean = (
-                g.op("ReduceMean", x, g.const([0]), keepdims=1)
-                if self.opset >= 18
-                else g.op("ReduceMean", x, axes=[0], keepdims=1)
-            )
-            xc = g.op("Sub", x, mean)
-            sq = g.op("Mul", xc, xc)
-            var = (
-                g.op("ReduceMean", sq, g.const([0]), keepdims=1)
-                if self.opset >= 18
-                else g.op("ReduceMean", sq, axes=[0], keepdims=1)
-            )
+
+            def mean(v: str) -> str:
+                if self.opset >= 18:
+                    return g.op("ReduceMean", v, g.const([axis]), keepdims=1)
+                return g.op("ReduceMean", v, axes=[axis], keepdims=1)
+
+            xc = g.op("Sub", x, mean(x))
+            var = mean(g.op("Mul", xc, xc))
             inv = g.op("Reciprocal", g.op("Sqrt", g.op("Add", var, g.const(float(norm.eps)))))
-            y = g.op("Mul", xc, inv)
-            y = g.op("Mul", y, g.const(_f32(norm.weight)[:, None, None]))
-            return g.op("Add", y, g.const(_f32(norm.bias)[:, None, None]))
-        y = g.op("Mul", x, g.const(_f32(norm.a)[:, None, None]))
-        return g.op("Add", y, g.const(_f32(norm.b)[:, None, None]))
+            y = g.op("Mul", g.op("Mul", xc, inv), per_channel(norm.weight))
+            return g.op("Add", y, per_channel(norm.bias))
+        return g.op("Add", g.op("Mul", x, per_channel(norm.a)), per_channel(norm.b))
 
     def gelu(self, x: str) -> str:
         """Exact GELU 0.5·x·(1 + erf(x/√2)) (onnxruntime fuses the pattern)."""
@@ -475,156 +486,169 @@ class _Emitter:
         return mixed
 
     def ltc_dims(self) -> dict[str, str]:
-        """Shape arithmetic of the LTC layers' sub-blocks (built once): n_b = ⌈T/Q⌉ and
-        pad = n_b·Q − T (int64), the pads of ``(H, B, T)`` that put ``pad`` steps before the
-        chunk, and the mask ``(Q, 1, 1, 1, 1, n_b, 1)`` (float) that is 0 on those steps."""
+        """Shape arithmetic of the LTC layers' sub-blocks (built once, int64 (1,)): n_b =
+        ⌈T/Q⌉, pad = n_b·Q − T, the pads of ``(B, T, H)`` that put ``pad`` steps after the
+        chunk, the shapes ``(B, n_b, Q, H)`` and ``(B, −1, H)``, and (n_b − 1)·Q, where the
+        last sub-block starts."""
         if "ltc" not in self._cache:
-            g, d, Q = self.g, self.dims, self.ltc_Q
+            g, d, Q, H = self.g, self.dims, self.ltc_Q, self.sm.blocks[0].ssm.H
             nb = g.op("Div", g.op("Add", d["T"], g.const([Q - 1])), g.const([Q]))
-            n = g.op("Mul", nb, g.const([Q]))
-            pad = g.op("Sub", n, d["T"])
-            step = g.op("Range", g.const(0), g.op("Squeeze", n, g.const([0])), g.const(1))
-            step = g.op(
-                "Transpose", g.op("Reshape", step, g.op("Concat", nb, g.const([Q]), axis=0))
-            )
-            mask = g.op("Cast", g.op("GreaterOrEqual", step, pad), to=onnx.TensorProto.FLOAT)
+            pad = g.op("Sub", g.op("Mul", nb, g.const([Q])), d["T"])
             self._cache["ltc"] = {
                 "nb": nb,
-                "pad": pad,
-                "pads": g.op("Concat", g.const([0, 0]), pad, g.const([0, 0, 0]), axis=0),
-                "mask": g.op("Reshape", mask, g.const([Q, 1, 1, 1, 1, -1, 1])),
+                "pads": g.op("Concat", g.const([0, 0, 0, 0]), pad, g.const([0]), axis=0),
+                "blocks": g.op("Concat", d["B"], nb, g.const([Q, H]), axis=0),
+                "flat": g.op("Concat", d["B"], g.const([-1, H]), axis=0),
+                "last": g.op("Mul", g.op("Sub", nb, g.const([1])), g.const([Q])),
             }
         return self._cache["ltc"]
 
     def ltc_layer(self, i: int, step, u: str) -> str:
         """↔ the ``ltc`` branch of :meth:`LiquidS4Step.forward` (``ltc.ltc_scan``):
         x_t = a_t x_{t−1} + b_t, a_t = Ā + B̃ tanh(u_t), b_t = B̄ u_t, y_t = s·Re(C x_t) + D u_t
-        on ``u (H, B, T)``.
+        on batch-first ``u (B, T, H)`` (a channel-first stack is transposed to it and back).
 
-        A blocked scan (the decomposition of :func:`liquid_stream.ltc._scan_tf`) in few,
-        large ops. The chunk is cut into n_b sub-blocks of Q steps, after ``pad`` < Q identity
-        steps (a = 1, b = 0) put before it, laid out ``(Q, c, s, M, B, n_b, H)``: every
-        broadcast is over leading axes or along contiguous H (onnxruntime is slow on
-        broadcasts with a short innermost axis). Complex numbers are stacked on the axis
-        c = (Re, Im), so that a product by a takes three ops: a·z = Re(a)·z + [−Im a; Im a]·
-        rev_c(z). One unrolled loop over the Q positions advances every sub-block at once:
-        the local state X_q = a_q X_{q−1} + b_q (from zero) and the cumulative transition
-        P_q = a_q P_{q−1} (from one), 9 ops per position, stacked on the axis s for what
-        follows. A Hillis–Steele scan over the carried state and the n_b sub-block summaries
-        (11 ops a level) gives the states entering the sub-blocks, x_in[k+1] = P[Q−1, k]
-        x_in[k] + X[Q−1, k], and as its last element the next state (the chunk ends a
-        sub-block). Then, position by position, y = s·Re(C X) + Re((s C x_in) P) + D u is one
-        product and a ReduceSum over (c, s, M).
+        A blocked scan (the decomposition of :func:`liquid_stream.ltc._scan_tf`). The chunk
+        is cut into n_b sub-blocks of Q steps, with ``pad`` < Q steps of u = 0 after it, and
+        every value of a position q is a tensor ``(B, n_b, M, H)`` (M the modes), its Re and
+        Im parts apart: the fewest elementwise passes, and every broadcast of a ``(M, H)``
+        table is over leading axes.
+
+        1. One unrolled loop over the Q positions advances all sub-blocks at once: a_q and
+           b_q from u_q (4 + 2 ops), the local state X_q = a_q X_{q−1} + b_q from zero and
+           the cumulative transition P_q = a_q P_{q−1} (8 + 6 ops).
+        2. An ONNX ``Scan`` over the sub-blocks gives the state entering each,
+           x_in[k+1] = P_{Q−1}[k] x_in[k] + X_{Q−1}[k], x_in[0] = the carried state.
+        3. Position by position, y_q = Σ_M Re(s C X_q) + Re(P_q c), c = s C x_in (8 ops).
+        4. The next state: a second ``Scan`` runs the last sub-block's real steps (T − (n_b −
+           1)·Q ≤ Q of them) from its x_in. The pad steps (a = Ā, b = 0) are not the identity,
+           so the state at the end of the last sub-block is not the next state.
+
         Products and sums of numbers of modulus < 1 only: nothing overflows."""
         g, Q, H, pre = self.g, self.ltc_Q, step.H, f"block{i}."
         sys = {k: getattr(step, f"ltc_{k}").double() for k in ("A_bar", "B_liq", "B_bar", "C")}
         M = sys["A_bar"].shape[1]
-        dl, B = self.ltc_dims(), self.dims["B"]
-
-        def coef(*parts: np.ndarray) -> str:
-            """(H, M) arrays stacked on c → (c, 1, M, 1, 1, H)."""
-            return g.const(np.stack([p.T for p in parts])[:, None, :, None, None, :])
-
-        def rev(z: str, axis: int = 0) -> str:  # swap Re and Im (the axis c)
-            return g.slice(z, -1, -(2**62), axis=axis, step=-1)
-
         A, Bl, Bb = (_f32(sys[k]) for k in ("A_bar", "B_liq", "B_bar"))  # (H, M, 2)
         sC = _f32(step.ltc_scale * sys["C"])
-        sign = g.const(np.array([-1.0, 1.0], np.float32).reshape(2, 1, 1, 1, 1, 1))  # on c
-        x_state = self.state(pre + "ltc.x", [H, "batch", 2, M])
+        x_state = self.state(pre + "ltc.x", ["batch", 2, M, H])
+        if not self.bf:
+            u = g.op("Transpose", u, perm=[1, 2, 0])  # (H, B, T) → (B, T, H)
+        dl = self.ltc_dims()
+        # the (M, H) tables, each one initializer, shared by the loop and the Scan bodies
+        t = {}
+        for name, arr in (("A", A), ("Bl", Bl), ("Bb", Bb), ("sC", sC)):
+            t[name + "_re"] = g.const(np.ascontiguousarray(arr[..., 0].T))
+            t[name + "_im"] = g.const(np.ascontiguousarray(arr[..., 1].T))
 
-        # u (H, B, T) → (Q, 1, 1, 1, B, n_b, H), identity steps first; a = 1 + mask·(Ā − 1 +
-        # B̃ tanh u) as Re a (Q, 1, 1, M, B, n_b, H) and [−Im a; Im a] (Q, 2, 1, …);
-        # b = B̄ u (Q, c, s, M, B, n_b, H), zero on s = P (and on the identity steps: u = 0)
-        blk = g.op("Concat", g.const([H]), B, dl["nb"], g.const([Q]), axis=0)
-        uq = g.op("Transpose", g.op("Reshape", g.op("Pad", u, dl["pads"]), blk), perm=[3, 1, 2, 0])
-        uq = g.op("Unsqueeze", uq, g.const([1, 2, 3]))
-        tu, m = g.op("Tanh", uq), dl["mask"]
-        a_re = g.op("Mul", g.op("Add", g.op("Mul", tu, coef(Bl[..., 0])), coef(A[..., 0] - 1)), m)
-        a_re = g.op("Add", a_re, g.const(np.float32(1.0)))
-        a_im = g.op(
-            "Add", g.op("Mul", tu, coef(-Bl[..., 1], Bl[..., 1])), coef(-A[..., 1], A[..., 1])
-        )
-        a_im = g.op("Mul", a_im, m)
-        b = g.op("Mul", uq, coef(Bb[..., 0], Bb[..., 1]))  # (Q, c, 1, M, B, n_b, H)
-        if Q > 1:
-            split = g.const([1] * Q)
-            a_re, a_im, b = (g.op("Split", x, split, axis=0, n_out=Q) for x in (a_re, a_im, b))
-        else:
-            a_re, a_im, b = [a_re], [a_im], [b]
-        # X_0 = b_0, P_0 = a_0; X_q = b_q + a_q X_{q−1}, P_q = a_q P_{q−1}: (1, c, 1, M, B, n_b, H)
-        X = b[0]
-        P = g.op("Concat", a_re[0], g.slice(a_im[0], 1, 2, axis=1), axis=1)
-        Ys = [g.op("Concat", X, P, axis=2)]  # (1, c, s, M, B, n_b, H)
-        for q in range(1, Q):
-            ar, ai = a_re[q], a_im[q]
-            X = g.op("Add", b[q], g.op("Add", g.op("Mul", ar, X), g.op("Mul", ai, rev(X, axis=1))))
-            P = g.op("Add", g.op("Mul", ar, P), g.op("Mul", ai, rev(P, axis=1)))
-            Ys.append(g.op("Concat", X, P, axis=2))
-        Y = Ys[-1]
+        def a_b(gr, v, uu):  # a = Ā + B̃ v, b = B̄ u: Re and Im, each (…, M, H)
+            return (
+                gr.op("Add", gr.op("Mul", v, t["Bl_re"]), t["A_re"]),
+                gr.op("Add", gr.op("Mul", v, t["Bl_im"]), t["A_im"]),
+                gr.op("Mul", uu, t["Bb_re"]),
+                gr.op("Mul", uu, t["Bb_im"]),
+            )
 
-        # the carried state and the sub-block summaries: Z (c, s, M, B, n_b + 1, H)
-        x0 = g.op("Unsqueeze", g.op("Transpose", x_state, perm=[2, 3, 1, 0]), g.const([1, 4]))
-        x0 = g.op("Pad", x0, g.const([0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]))  # P_{−1}: unused
-        Z = g.op("Concat", x0, g.op("Squeeze", Y, g.const([0])), axis=4)
-        keep_x = g.const(np.array([1.0, 0.0], np.float32).reshape(1, 2, 1, 1, 1, 1))
-        re_p = (g.const([0, 1]), g.const([1, 2]), g.const([0, 1]))  # Slice: Re P of (c, s, …)
-        im_p = (g.const([1, 1]), g.const([2, 2]), g.const([0, 1]))  # Im P
-        levels = max(1, math.ceil(math.log2(self.ltc_max_blocks + 1)))
-        for lvl in range(levels):  # Z_k ← (X_k + P_k X_{k−sh}, P_k P_{k−sh})
-            sh = 2**lvl
-            Zs = g.slice(g.op("Pad", Z, g.const([0, 0, 0, 0, sh, 0] + [0] * 6)), 0, -sh, axis=4)
-            P_re = g.op("Slice", Z, *re_p)
-            P_im = g.op("Mul", g.op("Slice", Z, *im_p), sign)  # [−Im P; Im P]
-            Z = g.op("Add", g.op("Mul", Z, keep_x),
-                     g.op("Add", g.op("Mul", P_re, Zs), g.op("Mul", P_im, rev(Zs))))  # fmt: skip
-        # the next state: the last element (the chunk's last step ends the last sub-block)
-        x_next = g.op(
-            "Squeeze",
-            g.op("Slice", Z, g.const([0, -1]), g.const([1, END]), g.const([1, 4])),
-            g.const([1, 4]),
-        )  # fmt: skip  (c, M, B, H)
-        self.set_state(pre + "ltc.x", g.op("Transpose", x_next, perm=[3, 2, 0, 1]))  # (H, B, c, M)
-        nb1 = g.op("Concat", g.const([1]), dl["nb"], axis=0)
-        xin = g.op("Slice", Z, g.const([0, 0]), nb1, g.const([1, 4]))  # (c, 1, M, B, n_b, H)
+        def mul_add(gr, pr, pi, xr, xi, br=None, bi=None):  # p·x (+ b), complex, Re and Im
+            re = gr.op("Sub", gr.op("Mul", pr, xr), gr.op("Mul", pi, xi))
+            im = gr.op("Add", gr.op("Mul", pr, xi), gr.op("Mul", pi, xr))
+            if br is not None:
+                re, im = gr.op("Add", re, br), gr.op("Add", im, bi)
+            return re, im
 
-        # y_q = Σ_{c,s,M} Y_q·W, W = [s·Re C; −s·Im C] on X, [Re c'; −Im c'] on P, c' = s C x_in
-        conj = g.const(np.array([1.0, -1.0], np.float32).reshape(2, 1, 1, 1, 1, 1))
-        sC_re, sC_im = coef(sC[..., 0], sC[..., 0]), coef(sC[..., 1], sC[..., 1])
-        wP = g.op("Sub", g.op("Mul", g.op("Mul", xin, conj), sC_re), g.op("Mul", rev(xin), sC_im))
-        wX = g.op("Expand", coef(sC[..., 0], -sC[..., 1]), g.op("Shape", wP))
-        W = g.op("Concat", wX, wP, axis=1)  # (c, s, M, B, n_b, H)
-        # the sum over (c, s, M) is a ReduceSum, not a MatMul by ones: a MatMul with a
-        # constant would read as a Linear weight to export/quantize.py and be quantized
-        axes = g.const([1, 2, 3])
-        yq = [g.op("ReduceSum", g.op("Mul", Yq, W), axes, keepdims=0) for Yq in Ys]
-        yq = g.op("Concat", *yq, axis=0) if Q > 1 else yq[0]  # (Q, B, n_b, H)
-        y = g.op(
-            "Reshape",
-            g.op("Transpose", yq, perm=[3, 1, 2, 0]),
-            g.op("Concat", g.const([H]), B, g.const([-1]), axis=0),
-        )  # fmt: skip  (H, B, n_b·Q)
-        y = g.slice(y, dl["pad"], END, axis=2)
-        return g.op("Add", y, g.op("Mul", u, g.const(_f32(step.D)[:, None, None])))
+        # 1. u (B, T, H) → (B, n_b, Q, H) → per position (B, n_b, 1, H)
+        ub = g.op("Reshape", g.op("Pad", u, dl["pads"]), dl["blocks"])
+        vb = g.op("Tanh", ub)
+        split = g.const([1] * Q)
+        us = g.op("Split", ub, split, axis=2, n_out=Q) if Q > 1 else [ub]
+        vs = g.op("Split", vb, split, axis=2, n_out=Q) if Q > 1 else [vb]
+        X, P = [], []  # per position: (Re, Im), each (B, n_b, M, H)
+        for q in range(Q):
+            ar, ai, br, bi = a_b(g, vs[q], us[q])
+            if q == 0:
+                X.append((br, bi))
+                P.append((ar, ai))
+            else:
+                X.append(mul_add(g, ar, ai, *X[-1], br, bi))
+                P.append(mul_add(g, ar, ai, *P[-1]))
+
+        # 2. the states entering the sub-blocks: Scan over axis 1 of (B, n_b, M, H)
+        s_re, s_im = (
+            g.op("Squeeze", s, g.const([1]))
+            for s in g.op("Split", x_state, g.const([1, 1]), axis=1, n_out=2)
+        )  # (B, M, H)
+
+        def across(gr, sr, si, pr, pi, xr, xi):  # (x_in, P, X) of one sub-block → next x_in
+            return [*mul_add(gr, pr, pi, sr, si, xr, xi), sr, si]
+
+        body = g.subgraph(f"{pre}ltc.blocks", ["s_re", "s_im", "p_re", "p_im", "x_re", "x_im"],
+                          across)  # fmt: skip
+        _, _, in_re, in_im = g.op(
+            "Scan",
+            s_re,
+            s_im,
+            *P[-1],
+            *X[-1],
+            n_out=4,
+            body=body,
+            num_scan_inputs=4,
+            scan_input_axes=[1] * 4,
+            scan_output_axes=[1, 1],
+        )  # fmt: skip  (B, n_b, M, H)
+
+        # 3. y_q = Σ_M [Re(sC) Re X_q − Im(sC) Im X_q + Re P_q Re c − Im P_q Im c]
+        c_re, c_im = mul_add(g, t["sC_re"], t["sC_im"], in_re, in_im)
+        ys = []
+        for (xr, xi), (pr, pi) in zip(X, P, strict=True):
+            own = g.op("Sub", g.op("Mul", xr, t["sC_re"]), g.op("Mul", xi, t["sC_im"]))
+            carried = g.op("Sub", g.op("Mul", pr, c_re), g.op("Mul", pi, c_im))
+            ys.append(g.op("ReduceSum", g.op("Add", own, carried), g.const([2]), keepdims=1))
+        y = g.op("Concat", *ys, axis=2) if Q > 1 else ys[0]  # (B, n_b, Q, H)
+        y = g.slice(g.op("Reshape", y, dl["flat"]), 0, self.dims["T"], axis=1)  # (B, T, H)
+        y = g.op("Add", y, g.op("Mul", u, g.const(_f32(step.D))))
+
+        # 4. the next state: the last sub-block's real steps, one by one, from its x_in
+        def one_step(gr, sr, si, u_t):  # u_t (B, H)
+            u_t = gr.op("Unsqueeze", u_t, g.const([1]))  # (B, 1, H)
+            ar, ai, br, bi = a_b(gr, gr.op("Tanh", u_t), u_t)
+            return list(mul_add(gr, ar, ai, sr, si, br, bi))
+
+        last_in = [
+            g.op("Squeeze", g.slice(v, -1, END, axis=1), g.const([1])) for v in (in_re, in_im)
+        ]
+        tail = g.slice(u, dl["last"], END, axis=1)  # (B, T − (n_b − 1)·Q, H)
+        body = g.subgraph(f"{pre}ltc.tail", ["s_re", "s_im", "u"], one_step)
+        n_re, n_im = g.op(
+            "Scan", *last_in, tail, n_out=2, body=body, num_scan_inputs=1, scan_input_axes=[1]
+        )  # fmt: skip
+        self.set_state(
+            pre + "ltc.x",
+            g.op(
+                "Concat",
+                g.op("Unsqueeze", n_re, g.const([1])),
+                g.op("Unsqueeze", n_im, g.const([1])),
+                axis=1,
+            ),
+        )  # fmt: skip  (B, 2, M, H)
+        return y if self.bf else g.op("Transpose", y, perm=[2, 0, 1])
 
     def block(self, i: int, block, x: str) -> str:
-        """↔ :meth:`LiquidS4BlockStep.forward` on channel-first ``x (H, B, T)``."""
+        """↔ :meth:`LiquidS4BlockStep.forward` on the stack's activations ``x``."""
         g = self.g
-        z = self.norm_cf(block.norm, x) if block.prenorm else x
+        z = self.norm(block.norm, x) if block.prenorm else x
         z = self.gelu(self.layer(i, block.ssm, z))
-        z2d = g.op("Reshape", z, g.const([block.ssm.H, -1]))
         H = block.ssm.H
+        z2d = self.to_2d(z, H)
         halves = []
         for half in (slice(0, H), slice(H, 2 * H)):  # GLU as two MatMuls: no Split copy
             lin = torch.nn.Linear(H, H)
             with torch.no_grad():
                 lin.weight.copy_(block.out.weight[half])
                 lin.bias.copy_(block.out.bias[half])
-            halves.append(self.linear_cf(lin, z2d))
+            halves.append(self.linear(lin, z2d))
         z = g.op("Mul", halves[0], g.op("Sigmoid", halves[1]))
         z = g.op("Reshape", z, self.dims["act_shape"])
         x = g.op("Add", x, z)
-        return x if block.prenorm else self.norm_cf(block.norm, x)
+        return x if block.prenorm else self.norm(block.norm, x)
 
     def decoder(self, logits: str) -> str:
         """↔ the decoder part of :meth:`StreamingModel._stack`: per-step decoder on
@@ -672,7 +696,8 @@ class _Emitter:
         same chunks, so one ``ssm.fill`` state serves all (torch keeps one per layer, equal);
         its next value, (q + T) mod S, is set here."""
         g, S = self.g, self.S
-        d = {"B": B, "T": T, "act_shape": g.op("Concat", g.const([H]), B, T, axis=0)}
+        shape = (B, T, g.const([H])) if self.bf else (g.const([H]), B, T)
+        d = {"B": B, "T": T, "act_shape": g.op("Concat", *shape, axis=0)}
         if any(b.ssm.liquid != "ltc" for b in self.sm.blocks):  # the chunked layers
             fill0 = self.state("ssm.fill", [1], np.int64)
             n = g.op("Add", fill0, T)
@@ -694,14 +719,17 @@ class _Emitter:
 
     def stack(self, feats: str, B: str, T: str) -> str:
         """Encoder → blocks → norm → head → decoder on channel-first ``feats (d_in, B, T)``;
-        returns ``y (B, T, d_output)``. Declares the stack's states (inputs) as it goes."""
+        returns ``y (B, T, d_output)``. Declares the stack's states (inputs) as it goes.
+        The activations are channel-first ``(H, B, T)``, or batch-first ``(B, T, H)`` in a
+        model of LTC layers only (``self.bf``)."""
         g, sm = self.g, self.sm
         H = sm.blocks[0].ssm.H if len(sm.blocks) else sm.encoder.out_features
         self.dims = self.chunk_dims(B, T, H)
-        # Encoder (channel-first): (d_in, B·T) → (H, B, T). For raw-input models the input
-        # standardisation (x − μ)/σ is folded in: W' = W/σ, b' = b − W μ/σ.
+        # Encoder: (d_in, B·T) → (H, B, T) (or (B·T, d_in) → (B, T, H)). For raw-input
+        # models the input standardisation (x − μ)/σ is folded in: W' = W/σ, b' = b − W μ/σ.
         d_in = sm.encoder.in_features
-        xt = g.op("Reshape", feats, g.const([d_in, -1]))
+        if self.bf:
+            feats = g.op("Transpose", feats, perm=[1, 2, 0])
         enc = torch.nn.Linear(d_in, H).double()
         with torch.no_grad():
             enc.weight.copy_(sm.encoder.weight.double())
@@ -711,13 +739,16 @@ class _Emitter:
                 sd = torch.as_tensor(self.input_std, dtype=torch.float64).expand(d_in)
                 enc.weight.div_(sd)
                 enc.bias.sub_(enc.weight @ mu)
-        h = g.op("Reshape", self.linear_cf(enc, xt), g.op("Concat", g.const([H]), B, T, axis=0))
+        h = g.op("Reshape", self.linear(enc, self.to_2d(feats, d_in)), self.dims["act_shape"])
         for i, block in enumerate(sm.blocks):
             h = self.block(i, block, h)
-        h = self.norm_cf(sm.final_norm, h)
-        logits = self.linear_cf(sm.head, g.op("Reshape", h, g.const([H, -1])))
-        logits = g.op("Reshape", logits, g.op("Concat", g.const([sm.d_output]), B, T, axis=0))
-        logits = g.op("Transpose", logits, perm=[1, 2, 0])  # (B, T, d_output)
+        h = self.norm(sm.final_norm, h)
+        logits = self.linear(sm.head, self.to_2d(h, H))
+        if self.bf:  # (B·T, d_output) → (B, T, d_output)
+            logits = g.op("Reshape", logits, g.op("Concat", B, T, g.const([sm.d_output]), axis=0))
+        else:  # (d_output, B·T) → (B, T, d_output)
+            logits = g.op("Reshape", logits, g.op("Concat", g.const([sm.d_output]), B, T, axis=0))
+            logits = g.op("Transpose", logits, perm=[1, 2, 0])
         return self.decoder(logits)
 
     def logmel(self, seg: str) -> str:
@@ -1054,8 +1085,8 @@ def onnx_state_from_torch(
                     v = v.permute(1, 0, 2, 3).reshape(v.shape[1], v.shape[0], 1, -1)
             elif name.endswith((".u_buf", ".w_buf")):  # (B, n, H) -> (H, B, n)
                 v = v.permute(2, 0, 1)
-            elif name.endswith(".ltc.x"):  # (B, H, M, 2) -> (H, B, 2, M)
-                v = v.permute(1, 0, 3, 2)
+            elif name.endswith(".ltc.x"):  # (B, H, M, 2) -> (B, 2, M, H)
+                v = v.permute(0, 3, 2, 1)
             # decoder.*, frontend.*: the same layout (decoder.history: cast to float32)
         a = v.detach().cpu().numpy().astype(entry["dtype"])
         if batch is None and "batch" in shape and a.ndim == len(shape):

@@ -1,7 +1,8 @@
 """The LTC layer's ONNX graph (export/to_onnx.py ``ltc_layer``: a blocked scan with Q-step
-sub-blocks and a Hillis–Steele scan across them) against the float64 recurrence, for every
-sub-block size and chunking that exercises a different path: T < Q, T not a multiple of Q,
-one sub-block, many, a chunk of exactly the graph's ``max_chunk``, two streams in a batch."""
+sub-blocks, an ONNX Scan across them and one over the last sub-block's steps) against the
+float64 recurrence, for every sub-block size and chunking that exercises a different path:
+T < Q, T not a multiple of Q, one sub-block, many, a chunk of exactly the graph's
+``max_chunk``, two streams in a batch."""
 
 from __future__ import annotations
 
@@ -63,8 +64,8 @@ def test_blocked_scan_equals_float64_recurrence(tmp_path, monkeypatch, Q, sizes)
     sm = m64.streaming(dtype=torch.float64)
     _, st = sm.step(torch.from_numpy(x).double(), sm.init_state(2))
     for i in range(2):
-        got = state[f"state.block{i}.ltc.x"]  # (H, B, 2, M)
-        want = st[f"block{i}.ltc.x"].detach().numpy().transpose(1, 0, 3, 2)
+        got = state[f"state.block{i}.ltc.x"]  # (B, 2, M, H)
+        want = st[f"block{i}.ltc.x"].detach().numpy().transpose(0, 3, 2, 1)
         assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
 
 
@@ -74,7 +75,7 @@ def test_extreme_inputs_keep_the_state_bounded(tmp_path):
     m = ltc_model(1)
     export_model(m, tmp_path / "m.onnx", chunk=160)
     rng = np.random.default_rng(0)
-    x = (rng.standard_normal((1, 800, 2)) * 10.0 ** rng.integers(-3, 5, (1, 800, 1)))
+    x = rng.standard_normal((1, 800, 2)) * 10.0 ** rng.integers(-3, 5, (1, 800, 1))
     x = x.astype(np.float32)
     y, state = stream(tmp_path / "m.onnx", x, [160] * 5)
     assert all(np.isfinite(v).all() for v in state.values())
