@@ -80,6 +80,7 @@ from .graph import DTYPES, Graph
 END = 2**62  # "to the end" in Slice
 CLOSED_FORM_MAX_BLOCKS = 8  # sub-block recursion in closed form up to this many blocks
 MATMUL_SCAN_MIN_BLOCKS = 4  # from this many, the closed form as one batched MatMul
+LTC_MIN_B = 1e-20  # the LTC graph's coordinate z = x / B̄ needs |B̄| ≥ this
 
 
 def _f32(t: torch.Tensor) -> np.ndarray:
@@ -508,52 +509,66 @@ class _Emitter:
         x_t = a_t x_{t−1} + b_t, a_t = Ā + B̃ tanh(u_t), b_t = B̄ u_t, y_t = s·Re(C x_t) + D u_t
         on batch-first ``u (B, T, H)`` (a channel-first stack is transposed to it and back).
 
+        The graph runs in the coordinate z = x / B̄ (per channel and mode), where the input
+        term is u itself: z_t = a_t z_{t−1} + u_t, y_t = Re(w z_t) + D u_t with w = s C B̄.
+        That saves three of ~28 elementwise passes (measured 1.1× at 10 ms chunks, 1.16× at
+        100 ms); the carried state stays x (z = x·B̄⁻¹ on the way in, x = B̄ z on the way out).
+        A mode with |B̄| < :data:`LTC_MIN_B` gets B̄ = LTC_MIN_B (its input term is then
+        1e-20·u instead of ~0).
+
         A blocked scan (the decomposition of :func:`liquid_stream.ltc._scan_tf`). The chunk
         is cut into n_b sub-blocks of Q steps, with ``pad`` < Q steps of u = 0 after it, and
         every value of a position q is a tensor ``(B, n_b, M, H)`` (M the modes), its Re and
         Im parts apart: the fewest elementwise passes, and every broadcast of a ``(M, H)``
         table is over leading axes.
 
-        1. One unrolled loop over the Q positions advances all sub-blocks at once: a_q and
-           b_q from u_q (4 + 2 ops), the local state X_q = a_q X_{q−1} + b_q from zero and
-           the cumulative transition P_q = a_q P_{q−1} (8 + 6 ops).
+        1. One unrolled loop over the Q positions advances all sub-blocks at once: a_q from
+           u_q (4 ops), the local state Z_q = a_q Z_{q−1} + u_q from zero and the cumulative
+           transition P_q = a_q P_{q−1} (7 + 6 ops).
         2. An ONNX ``Scan`` over the sub-blocks gives the state entering each,
-           x_in[k+1] = P_{Q−1}[k] x_in[k] + X_{Q−1}[k], x_in[0] = the carried state.
-        3. Position by position, y_q = Σ_M Re(s C X_q) + Re(P_q c), c = s C x_in (8 ops).
+           z_in[k+1] = P_{Q−1}[k] z_in[k] + Z_{Q−1}[k], z_in[0] from the carried state.
+        3. Position by position, y_q = Σ_M Re(w Z_q) + Re(P_q c), c = w z_in (8 ops).
         4. The next state: a second ``Scan`` runs the last sub-block's real steps (T − (n_b −
-           1)·Q ≤ Q of them) from its x_in. The pad steps (a = Ā, b = 0) are not the identity,
+           1)·Q ≤ Q of them) from its z_in. The pad steps (a = Ā, b = 0) are not the identity,
            so the state at the end of the last sub-block is not the next state.
 
-        Products and sums of numbers of modulus < 1 only: nothing overflows."""
+        Products and sums of numbers of modulus < 1 only, and the fixed scalings B̄⁻¹ and B̄:
+        nothing grows along the stream."""
         g, Q, H, pre = self.g, self.ltc_Q, step.H, f"block{i}."
         sys = {k: getattr(step, f"ltc_{k}").double() for k in ("A_bar", "B_liq", "B_bar", "C")}
         M = sys["A_bar"].shape[1]
-        A, Bl, Bb = (_f32(sys[k]) for k in ("A_bar", "B_liq", "B_bar"))  # (H, M, 2)
-        sC = _f32(step.ltc_scale * sys["C"])
+        cplx = {k: torch.view_as_complex(v.contiguous()) for k, v in sys.items()}  # (H, M)
+        Bb = cplx["B_bar"]
+        Bb = torch.where(Bb.abs() < LTC_MIN_B, torch.full_like(Bb, LTC_MIN_B), Bb)
+        tables = {
+            "A": cplx["A_bar"], "Bl": cplx["B_liq"], "w": step.ltc_scale * cplx["C"] * Bb,
+            "B": Bb, "iB": 1.0 / Bb,
+        }  # fmt: skip
         x_state = self.state(pre + "ltc.x", ["batch", 2, M, H])
         if not self.bf:
             u = g.op("Transpose", u, perm=[1, 2, 0])  # (H, B, T) → (B, T, H)
         dl = self.ltc_dims()
         # the (M, H) tables, each one initializer, shared by the loop and the Scan bodies
         t = {}
-        for name, arr in (("A", A), ("Bl", Bl), ("Bb", Bb), ("sC", sC)):
-            t[name + "_re"] = g.const(np.ascontiguousarray(arr[..., 0].T))
-            t[name + "_im"] = g.const(np.ascontiguousarray(arr[..., 1].T))
+        for name, z in tables.items():
+            t[name + "_re"] = g.const(np.ascontiguousarray(z.real.T.numpy().astype(np.float32)))
+            t[name + "_im"] = g.const(np.ascontiguousarray(z.imag.T.numpy().astype(np.float32)))
 
-        def a_b(gr, v, uu):  # a = Ā + B̃ v, b = B̄ u: Re and Im, each (…, M, H)
+        def a_of(gr, v):  # a = Ā + B̃ v: Re and Im, each (…, M, H)
             return (
                 gr.op("Add", gr.op("Mul", v, t["Bl_re"]), t["A_re"]),
                 gr.op("Add", gr.op("Mul", v, t["Bl_im"]), t["A_im"]),
-                gr.op("Mul", uu, t["Bb_re"]),
-                gr.op("Mul", uu, t["Bb_im"]),
             )
 
-        def mul_add(gr, pr, pi, xr, xi, br=None, bi=None):  # p·x (+ b), complex, Re and Im
+        def mul(gr, pr, pi, xr, xi):  # p·x, complex, Re and Im
             re = gr.op("Sub", gr.op("Mul", pr, xr), gr.op("Mul", pi, xi))
-            im = gr.op("Add", gr.op("Mul", pr, xi), gr.op("Mul", pi, xr))
-            if br is not None:
-                re, im = gr.op("Add", re, br), gr.op("Add", im, bi)
-            return re, im
+            return re, gr.op("Add", gr.op("Mul", pr, xi), gr.op("Mul", pi, xr))
+
+        def step_z(gr, ar, ai, zr, zi, uu):  # a·z + u (u real; zi None: Im z = 0)
+            if zi is None:
+                return gr.op("Add", gr.op("Mul", ar, zr), uu), gr.op("Mul", ai, zr)
+            re, im = mul(gr, ar, ai, zr, zi)
+            return gr.op("Add", re, uu), im
 
         # 1. u (B, T, H) → (B, n_b, Q, H) → per position (B, n_b, 1, H)
         ub = g.op("Reshape", g.op("Pad", u, dl["pads"]), dl["blocks"])
@@ -561,33 +576,32 @@ class _Emitter:
         split = g.const([1] * Q)
         us = g.op("Split", ub, split, axis=2, n_out=Q) if Q > 1 else [ub]
         vs = g.op("Split", vb, split, axis=2, n_out=Q) if Q > 1 else [vb]
-        X, P = [], []  # per position: (Re, Im), each (B, n_b, M, H)
-        for q in range(Q):
-            ar, ai, br, bi = a_b(g, vs[q], us[q])
-            if q == 0:
-                X.append((br, bi))
-                P.append((ar, ai))
-            else:
-                X.append(mul_add(g, ar, ai, *X[-1], br, bi))
-                P.append(mul_add(g, ar, ai, *P[-1]))
+        Z, P = [(us[0], None)], [a_of(g, vs[0])]  # per position: (Re, Im), (B, n_b, M, H)
+        for q in range(1, Q):
+            ar, ai = a_of(g, vs[q])
+            Z.append(step_z(g, ar, ai, *Z[-1], us[q]))
+            P.append(mul(g, ar, ai, *P[-1]))
+        z_last = Z[-1] if Z[-1][1] is not None else (Z[-1][0], g.op("Mul", Z[-1][0], g.const(0.0)))
 
         # 2. the states entering the sub-blocks: Scan over axis 1 of (B, n_b, M, H)
-        s_re, s_im = (
+        x_re, x_im = (
             g.op("Squeeze", s, g.const([1]))
             for s in g.op("Split", x_state, g.const([1, 1]), axis=1, n_out=2)
         )  # (B, M, H)
+        z_re, z_im = mul(g, t["iB_re"], t["iB_im"], x_re, x_im)
 
-        def across(gr, sr, si, pr, pi, xr, xi):  # (x_in, P, X) of one sub-block → next x_in
-            return [*mul_add(gr, pr, pi, sr, si, xr, xi), sr, si]
+        def across(gr, sr, si, pr, pi, zr, zi):  # (z_in, P, Z) of one sub-block → next z_in
+            re, im = mul(gr, pr, pi, sr, si)
+            return [gr.op("Add", re, zr), gr.op("Add", im, zi), sr, si]
 
-        body = g.subgraph(f"{pre}ltc.blocks", ["s_re", "s_im", "p_re", "p_im", "x_re", "x_im"],
+        body = g.subgraph(f"{pre}ltc.blocks", ["s_re", "s_im", "p_re", "p_im", "z_re", "z_im"],
                           across)  # fmt: skip
         _, _, in_re, in_im = g.op(
             "Scan",
-            s_re,
-            s_im,
+            z_re,
+            z_im,
             *P[-1],
-            *X[-1],
+            *z_last,
             n_out=4,
             body=body,
             num_scan_inputs=4,
@@ -595,22 +609,23 @@ class _Emitter:
             scan_output_axes=[1, 1],
         )  # fmt: skip  (B, n_b, M, H)
 
-        # 3. y_q = Σ_M [Re(sC) Re X_q − Im(sC) Im X_q + Re P_q Re c − Im P_q Im c]
-        c_re, c_im = mul_add(g, t["sC_re"], t["sC_im"], in_re, in_im)
+        # 3. y_q = Σ_M [Re w Re Z_q − Im w Im Z_q + Re P_q Re c − Im P_q Im c]
+        c_re, c_im = mul(g, t["w_re"], t["w_im"], in_re, in_im)
         ys = []
-        for (xr, xi), (pr, pi) in zip(X, P, strict=True):
-            own = g.op("Sub", g.op("Mul", xr, t["sC_re"]), g.op("Mul", xi, t["sC_im"]))
+        for (zr, zi), (pr, pi) in zip(Z, P, strict=True):
+            own = g.op("Mul", zr, t["w_re"])
+            if zi is not None:
+                own = g.op("Sub", own, g.op("Mul", zi, t["w_im"]))
             carried = g.op("Sub", g.op("Mul", pr, c_re), g.op("Mul", pi, c_im))
             ys.append(g.op("ReduceSum", g.op("Add", own, carried), g.const([2]), keepdims=1))
         y = g.op("Concat", *ys, axis=2) if Q > 1 else ys[0]  # (B, n_b, Q, H)
         y = g.slice(g.op("Reshape", y, dl["flat"]), 0, self.dims["T"], axis=1)  # (B, T, H)
         y = g.op("Add", y, g.op("Mul", u, g.const(_f32(step.D))))
 
-        # 4. the next state: the last sub-block's real steps, one by one, from its x_in
+        # 4. the next state: the last sub-block's real steps, one by one, from its z_in
         def one_step(gr, sr, si, u_t):  # u_t (B, H)
             u_t = gr.op("Unsqueeze", u_t, g.const([1]))  # (B, 1, H)
-            ar, ai, br, bi = a_b(gr, gr.op("Tanh", u_t), u_t)
-            return list(mul_add(gr, ar, ai, sr, si, br, bi))
+            return list(step_z(gr, *a_of(gr, gr.op("Tanh", u_t)), sr, si, u_t))
 
         last_in = [
             g.op("Squeeze", g.slice(v, -1, END, axis=1), g.const([1])) for v in (in_re, in_im)
@@ -620,15 +635,14 @@ class _Emitter:
         n_re, n_im = g.op(
             "Scan", *last_in, tail, n_out=2, body=body, num_scan_inputs=1, scan_input_axes=[1]
         )  # fmt: skip
-        self.set_state(
-            pre + "ltc.x",
-            g.op(
-                "Concat",
-                g.op("Unsqueeze", n_re, g.const([1])),
-                g.op("Unsqueeze", n_im, g.const([1])),
-                axis=1,
-            ),
+        n_re, n_im = mul(g, t["B_re"], t["B_im"], n_re, n_im)  # x = B̄ z
+        x_next = g.op(
+            "Concat",
+            g.op("Unsqueeze", n_re, g.const([1])),
+            g.op("Unsqueeze", n_im, g.const([1])),
+            axis=1,
         )  # fmt: skip  (B, 2, M, H)
+        self.set_state(pre + "ltc.x", x_next)
         return y if self.bf else g.op("Transpose", y, perm=[2, 0, 1])
 
     def block(self, i: int, block, x: str) -> str:

@@ -81,3 +81,35 @@ def test_extreme_inputs_keep_the_state_bounded(tmp_path):
     assert all(np.isfinite(v).all() for v in state.values())
     ref = ltc_model(1).double().forward_steps(torch.from_numpy(x).double()).detach().numpy()
     assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_a_mode_without_input_streams_exactly(tmp_path):
+    """B̄ = 0 for some modes (B = 0): the graph's coordinate z = x / B̄ takes B̄ = 1e-20 there;
+    outputs and carried states stay within the contract of the float64 model, finite, and
+    a state begun in torch with those modes non-zero carries through."""
+    m = ltc_model(2)
+    with torch.no_grad():
+        m.blocks[0].ssm.kernel.B[:, 0] = 0.0  # mode 0 of every channel: no input
+        m.blocks[1].ssm.kernel.B[3] = 0.0  # channel 3: no input to any mode
+    export_model(m, tmp_path / "m.onnx", chunk=40)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 300, 2)).astype(np.float32)
+    m64 = ltc_model(2).double()
+    m64.load_state_dict(m.double().state_dict())
+    sm = m64.streaming(dtype=torch.float64)
+    with torch.no_grad():
+        _, st = sm.step(torch.from_numpy(x[:, :50]).double(), sm.init_state(1))
+    for i in range(2):  # a started state: those modes hold values the input cannot reach
+        st[f"block{i}.ltc.x"] = st[f"block{i}.ltc.x"] + 0.5
+    s = OnnxStreamer(tmp_path / "m.onnx", threads=1)
+    s.state = {f"state.{k}": v for k, v in to_onnx.onnx_state_from_torch(st, s.state_spec).items()}
+    y = np.concatenate([s.process(x[:, k : k + 25]) for k in range(50, 300, 25)], 1)
+    with torch.no_grad():
+        ref, st = sm.step(torch.from_numpy(x[:, 50:]).double(), st)
+    ref = ref.numpy()
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+    for i in range(2):
+        got = s.state[f"state.block{i}.ltc.x"]
+        want = st[f"block{i}.ltc.x"].numpy().transpose(0, 3, 2, 1)
+        assert np.isfinite(got).all()
+        assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
