@@ -9,7 +9,8 @@ Method: onnxruntime's dynamic quantization (``onnxruntime.quantization.quantize_
 stored in 8 bits with one scale and zero point (per tensor), the activation that meets it
 is quantized to uint8 on every call from its own range; no calibration data. The weights
 are stored as uint8 (asymmetric): the graph is channel-first, a Linear is ``W @ x``, and
-onnxruntime quantizes a MatMul's first input with the activation type. Static
+onnxruntime quantizes a MatMul's first input with the activation type (a batch-first
+graph of LTC layers, ``x @ Wᵀ``, stores them as int8). Static
 quantization (calibrated activation ranges) is not offered: onnxruntime's calibrators and
 static quantizer do not enter subgraphs, and the whole model stack of a front-end model
 sits in an ``If`` (export/to_onnx.py ``frontend_stack``).
