@@ -527,9 +527,13 @@ def _plot_eval(path, source, trace, spotter, truth, dets, until_s=None) -> None:
               help="False accepts per hour allowed on the stream.")  # fmt: skip
 @click.option("--write/--no-write", default=True, show_default=True,
               help="Store the chosen threshold and smoothing in MODEL's metadata.")  # fmt: skip
+@click.option("--chunk-ms", default=10.0, show_default=True, type=click.FloatRange(0.1),
+              help="Audio per model call (the posteriors do not depend on it: the graphs "
+                   "are exact for any chunking; a graph exported for long chunks runs "
+                   "faster in them).")  # fmt: skip
 @click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
               help="Write the whole grid (JSON) here.")  # fmt: skip
-def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, out_path):
+def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, chunk_ms, out_path):
     """Choose MODEL's detection threshold and smoothing on a labelled validation stream:
     the highest detection rate with at most --max-fa-per-hour false accepts."""
     import json
@@ -546,7 +550,9 @@ def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, out_pa
         audio, rate, _ = read_wav(stream_path)
         if len(audio) == 0:
             raise ValueError(f"{stream_path}: the WAV holds no samples: nothing to tune on")
-        res = tune_thresholds(model, audio, truth, max_fa_per_hour, sample_rate=rate)
+        res = tune_thresholds(
+            model, audio, truth, max_fa_per_hour, chunk_ms=chunk_ms, sample_rate=rate
+        )
     except (ValueError, KwsModelError, AudioError) as e:
         raise click.ClickException(str(e)) from e
     click.echo(

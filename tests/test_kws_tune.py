@@ -118,3 +118,24 @@ def test_kws_tune_writes_metadata_used_by_default(tone_model, val_stream, tmp_pa
     bad = CliRunner().invoke(kws_tune_cmd, [str(model), "--stream", str(tmp_path / "nope.wav"),
                                             "--labels", str(csv)])  # fmt: skip
     assert bad.exit_code != 0 and "Traceback" not in bad.output
+
+
+def test_kws_tune_grid_does_not_depend_on_the_call_length(tone_model, val_stream, tmp_path):  # noqa: F811
+    """`--chunk-ms` only changes how much audio each model call takes (the main job scores in
+    100 ms calls): the whole grid equals the 10 ms one, and the model file is not written."""
+    wav, csv = val_stream
+    grids = []
+    for chunk_ms in ("10", "100", "37.5"):
+        out = tmp_path / f"grid-{chunk_ms}.json"
+        r = CliRunner().invoke(kws_tune_cmd, [str(tone_model), "--stream", str(wav), "--labels",
+                                              str(csv), "--chunk-ms", chunk_ms, "--no-write",
+                                              "--out", str(out)])  # fmt: skip
+        assert r.exit_code == 0, r.output
+        assert "wrote" not in r.output
+        grids.append(json.loads(out.read_text()))
+    for grid in grids[1:]:
+        assert len(grid) == len(grids[0])
+        for a, b in zip(grids[0], grid, strict=True):
+            assert (a["threshold"], a["smooth_ms"]) == (b["threshold"], b["smooth_ms"])
+            assert a["detection_rate"] == b["detection_rate"], (a, b)
+            assert a["false_accepts_per_hour"] == b["false_accepts_per_hour"], (a, b)
