@@ -29,21 +29,25 @@ Three layers, one module each:
   ``deferred=True``: each bed resamples, checks and applies the NaN-gap rule itself and
   queues the rows (and resets) each model must see; the bank runs the models.
 
-The batching rule. Each model steps in fixed chunks of T0 model-rate samples (its
+The batching rule. Each model steps in whole chunks of T0 model-rate samples (its
 metadata ``chunk``, or the banks' ``chunk`` option). ``step()`` takes every stream with at
 least T0 pending samples and runs one T0 chunk of each in one session call; streams with
 more repeat, one call per round, until every stream has less than T0 pending; the
-remainders wait for more input. Two exceptions give a shorter chunk: a vital-sign model
-about to be reset (a long gap) first runs the rows before the reset, and ``close`` runs
-what is left. Chunks of one length run together; a stream never has two calls in one
-round.
+remainders wait for more input. The keyword bank takes more per call where the graph
+allows it: a stream with k whole chunks waiting runs min(k, ⌊max_chunk / T0⌋) of them at
+once, one call per k (T0 = the spotter's 10 ms frame; a graph exported for 10 ms calls has
+max_chunk = T0, while the shipped ``kws-sc10``, exported ``--chunk 1600 --sub-block 1``,
+steps a 100 ms block in one call instead of ten: docs/serving.md §8). Two exceptions give
+a shorter chunk: a vital-sign model about to be reset (a long gap) first runs the rows
+before the reset, and ``close`` runs what is left. Chunks of one length run together; a
+stream never has two calls in one round.
 
 Shared states split a call. A state without a batch axis (``ssm.fill``: the sub-block
 fill; ``frontend.phase``; the scale-norm front end's ``frontend.weight`` = 1 − β^{n+1})
 holds one value for the whole call, so the session groups the streams by those values
 and makes one call per group. Streams fed the same chunks since their start hold equal
-values: the shipped spotter (fill and phase constant at 160-sample chunks) always makes
-one group. The shipped vital-sign models make up to 4 groups by the fill (25 frames per
+values: the shipped spotter (fill and phase constant in whole 160-sample frames) always
+makes one group. The shipped vital-sign models make up to 4 groups by the fill (25 frames per
 1 s chunk, sub-blocks of 4 frames) plus one per start round among beds younger than
 ~80 s (until the weight reaches its float32 fixed point). A batch-shaped fill / phase /
 weight in the exported graph would lift this.

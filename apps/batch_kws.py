@@ -61,7 +61,8 @@ class KwsBank:
         threshold: as :class:`KeywordSpotter` (None: the model's tuned one, else 0.8).
         threads: onnxruntime intra-op threads.
         max_streams: most open streams (:meth:`open` refuses more: "server full").
-        chunk: model-rate samples per step T0 (default: the model's ``chunk``).
+        chunk: model-rate samples per step T0 (default: the spotter's 10 ms frame, as
+            :class:`KeywordSpotter` feeds it; a call takes several where the graph allows).
         max_pending_s: most seconds of input a stream may buffer between steps.
     """
 
@@ -78,9 +79,12 @@ class KwsBank:
         self.spotter = KeywordSpotter(model_path, threshold=threshold, threads=threads)
         self.session = BatchedSession.from_streamer(self.spotter.streamer, max_streams=max_streams)
         self.max_streams = int(max_streams)
-        self.chunk = int(chunk or self.session.chunk)
+        self.chunk = int(chunk or self.spotter.chunk)
         if self.chunk < 1:
             raise ValueError(f"chunk must be >= 1 sample, got {chunk}")
+        # whole chunks one call may take: a graph exported for longer calls (max_chunk)
+        # steps a stream's waiting chunks at once (one call, not one a chunk)
+        self.max_chunks = max(1, self.session.max_chunk // self.chunk)
         self.sample_rate = self.spotter.sample_rate
         self.max_pending = int(max_pending_s * self.sample_rate)
         self._streams: dict[str, _KwsStream] = {}
@@ -167,15 +171,23 @@ class KwsBank:
             st.n_pending += len(y)
 
     def step(self) -> dict[str, list[dict]]:
-        """Run every stream's pending whole chunks through the model, one batched call per
-        chunk position (module docstring of :mod:`.batch`); returns the events of the
-        streams that advanced or failed: detections, then one ``scores`` event."""
+        """Run every stream's pending whole chunks through the model (module docstring of
+        :mod:`.batch`): per round, each stream with a whole chunk waiting takes k of them,
+        as many as wait up to :attr:`max_chunks`, and the streams of one k share one
+        batched call. Returns the events of the streams that advanced or failed:
+        detections, then one ``scores`` event."""
         events: dict[str, list[dict]] = {}
         while True:
-            ready = [sid for sid, st in self._streams.items() if st.n_pending >= self.chunk]
-            if not ready:
+            by_k: dict[int, list[str]] = {}
+            for sid, st in self._streams.items():
+                k = min(st.n_pending // self.chunk, self.max_chunks)
+                if k:
+                    by_k.setdefault(k, []).append(sid)
+            if not by_k:
                 break
-            self._run({sid: self._streams[sid].take(self.chunk) for sid in ready}, events)
+            for k, sids in sorted(by_k.items(), reverse=True):
+                n = k * self.chunk
+                self._run({sid: self._streams[sid].take(n) for sid in sids}, events)
         return events
 
     def _run(self, blocks: dict[str, np.ndarray], events: dict[str, list[dict]]) -> None:

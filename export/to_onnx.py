@@ -325,9 +325,16 @@ class _Emitter:
             Zs = g.op("Reshape", Zs, g.const([0, 0, H * R, 2, Mc]))
             for lvl in range(self.levels):
                 sh = 2**lvl
-                shifted = self.shift_blocks(Zs, sh, 1, (d["B"], sh, H * R, 2, Mc))
+                zeros = self.zeros(d["B"], sh, H * R, 2, Mc)  # built outside the If
                 p = (lam ** (S * sh))[:, None, :].expand(H, R, Mc).reshape(H * R, 1, Mc)
-                Zs = g.op("Add", Zs, self.apply_power_diag(shifted, p))
+
+                def level(Zs=Zs, sh=sh, zeros=zeros, p=p) -> str:
+                    shifted = g.slice(g.op("Concat", zeros, Zs, axis=1), 0, -sh, axis=1)
+                    return g.op("Add", Zs, self.apply_power_diag(shifted, p))
+
+                # a level whose shift reaches past the n = nb + 1 elements adds nothing:
+                # skipped (If), so a short chunk costs the levels it needs, not max_chunk's
+                Zs = level() if lvl == 0 else self.if_then(self.more_than(sh), level, Zs)
         Zs = g.op("Reshape", Zs, g.const([0, 0, C]))
         Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=1), g.const([-1, H, R * Mr]))
         Z_prev = g.op("Transpose", Z_prev, perm=[1, 0, 2])  # (H, B·nb, RMr)
@@ -430,6 +437,33 @@ class _Emitter:
         Z_prev = g.op("Reshape", g.slice(Zs, 0, -1, axis=2), g.const([H, -1, R * Mr]))
         self.set_state(pre + "ssm.z", g.slice(Zs, d["n_full"], d["n_full_plus_1"], axis=2))
         return Z_prev
+
+    def more_than(self, k: int) -> str:
+        """The bool scalar n > k, n = nb + 1 (built once per k)."""
+        key = ("n>", k)
+        if key not in self._cache:
+            g = self.g
+            more = g.op("Greater", self.n_blocks_plus_1(), g.const([k]))
+            self._cache[key] = g.op("Squeeze", more, g.const([0]))
+        return self._cache[key]
+
+    def if_then(self, cond: str, then, otherwise: str) -> str:
+        """``then()`` if ``cond`` else ``otherwise``: an ONNX ``If`` whose then-branch holds
+        the nodes ``then`` emits (reading outer values; nothing it builds may be cached for
+        use outside) and whose else-branch passes ``otherwise`` through."""
+        g = self.g
+        outer, g.nodes = g.nodes, []
+        value = then()
+        then_nodes, g.nodes = g.nodes, outer
+        outs = [g.fresh("then"), g.fresh("else")]
+        then_nodes.append(onnx.helper.make_node("Identity", [value], [outs[0]]))
+        else_nodes = [onnx.helper.make_node("Identity", [otherwise], [outs[1]])]
+        info = [onnx.helper.make_tensor_value_info(o, DTYPES[g.float_dtype], None) for o in outs]
+        return g.op(
+            "If", cond,
+            then_branch=onnx.helper.make_graph(then_nodes, g.fresh("level"), [], [info[0]]),
+            else_branch=onnx.helper.make_graph(else_nodes, g.fresh("skip"), [], [info[1]]),
+        )  # fmt: skip
 
     def shift_blocks(self, Z: str, sh: int, axis: int, zeros: tuple) -> str:
         """Z[k − sh] along the sub-block ``axis`` (zeros of dims ``zeros`` for k < sh) ↔

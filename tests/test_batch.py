@@ -255,12 +255,24 @@ def check_kws_events(events: list[dict], ref: KwsReference, sr: int) -> None:
         close(list(e["scores"].values()), list(ref.scores[n].values()), f"scores at {e['t']}")
 
 
-def test_kws_bank_equals_spotter_per_stream(models):
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_kws_bank_equals_spotter_per_stream(models, chunk):
     """Streams at 8 / 16 / 11.025 kHz (resampled), int16 or float blocks of odd sizes,
     joining late and closing early: each stream's detections and scores equal a
-    KeywordSpotter's on that stream alone, whatever the others do."""
-    bank = KwsBank(models["tone"], max_streams=8)
+    KeywordSpotter's on that stream alone, whatever the others do. With chunk = 16 the graph
+    (max_chunk 97) takes up to 6 chunks a call: a stream steps all its waiting whole chunks
+    at once, and streams with different numbers of them go in different calls."""
+    bank = KwsBank(models["tone"], max_streams=8, chunk=chunk)
     T0 = bank.chunk
+    assert bank.max_chunks == (1 if chunk is None else 6)
+    lengths = set()
+    run = bank.session.step
+
+    def counting(blocks):
+        lengths.update(len(b) for b in blocks.values())
+        return run(blocks)
+
+    bank.session.step = counting
     plan = {  # sid: (rate, join round, close round, block size, int16)
         "a": (8000, 0, None, 400, False),
         "b": (16000, 10, None, 1337, False),
@@ -300,6 +312,8 @@ def test_kws_bank_equals_spotter_per_stream(models):
     # the tone keywords were heard (the comparison above is not between empty lists)
     assert sum(e["type"] == "detection" for e in events["a"]) == 5
     assert sum(e["type"] == "detection" for e in events["b"]) == 3
+    if chunk is not None:  # calls of several chunks, up to what the graph takes
+        assert max(lengths) == 6 * T0 and {2 * T0, 3 * T0} & lengths
 
 
 def test_kws_bank_refuses_bad_blocks_and_bad_opens(models):
