@@ -324,12 +324,12 @@ class _Emitter:
         else:
             Zs = g.op("Reshape", Zs, g.const([0, 0, H * R, 2, Mc]))
             for lvl in range(self.levels):
-                sh = 2**lvl
-                zeros = self.zeros(d["B"], sh, H * R, 2, Mc)  # built outside the If
+                sh, dims = 2**lvl, (d["B"], 2**lvl, H * R, 2, Mc)
+                self.zeros(*dims)  # built (and cached) here, outside the If
                 p = (lam ** (S * sh))[:, None, :].expand(H, R, Mc).reshape(H * R, 1, Mc)
 
-                def level(Zs=Zs, sh=sh, zeros=zeros, p=p) -> str:
-                    shifted = g.slice(g.op("Concat", zeros, Zs, axis=1), 0, -sh, axis=1)
+                def level(Zs=Zs, sh=sh, dims=dims, p=p) -> str:
+                    shifted = self.shift_blocks(Zs, sh, 1, dims)
                     return g.op("Add", Zs, self.apply_power_diag(shifted, p))
 
                 # a level whose shift reaches past the n = nb + 1 elements adds nothing:
