@@ -84,26 +84,16 @@ def baseline_alarms(record: Path, monitor, estimates, spec: str) -> dict[str, li
 
     rec = read_whole_record(wfdb_dir(record.parent) / record.name, record.name)
     fs = float(rec.fs)
-
-    def col(ch: str):
-        i = bb._find(rec.sig_name, ch)
-        return None if i is None else rec.p_signal[:, i]
-
-    reads = {bb.channel_key(c) for c in monitor.channels}
-    ii = col("II") if bb.channel_key("II") in reads else None
-    pleth = col("PLETH")
-    resp = col("RESP")
-    e_pk = bb.ecg_peaks(ii, fs) if ii is not None else None
-    p_pk = bb.ppg_peaks(pleth, fs) if pleth is not None else None
-    r_pk = bb.rsp_peaks(resp, fs) if resp is not None else None
+    rules = parse_alarms(spec)
+    peaks = {v: bb.record_peaks(rec, monitor.channels, v) for v in {r.vital for r in rules}}
 
     def rate(vital: str, end: int, n: int) -> float:
         if end < n:  # before a full window
             return math.nan
-        return bb.window_rate(vital, end - n, n, fs, e_pk, p_pk, r_pk, pleth)
+        return bb.window_rate(vital, end - n, n, fs, **peaks.get(vital, {}))
 
     out = {}
-    for rule in parse_alarms(spec):
+    for rule in rules:
         alarm, states = Alarm(rule), []
         n = int(round(monitor.windows_s[rule.vital] * fs))
         for e in estimates:

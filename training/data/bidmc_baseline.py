@@ -171,6 +171,29 @@ def _find(names: Sequence[str], want: str) -> int | None:
     return None
 
 
+def record_peaks(rec, channels: Sequence[str], target: str) -> dict:
+    """The inputs :func:`window_rate` needs for ``target`` on a whole WFDB record ``rec``
+    (``read_whole_record``), as keyword arguments: the baseline reads the channels the model
+    reads (``channels``), except that RR uses a RESP channel whenever the record has one
+    (models never see RESP); RR without RESP uses the PPG's respiratory modulation."""
+    fs, reads = float(rec.fs), {channel_key(c) for c in channels}
+
+    def col(ch: str) -> np.ndarray | None:
+        if channel_key(ch) not in reads and not (ch == "RESP" and target == "rr"):
+            return None
+        i = _find(rec.sig_name, ch)
+        return None if i is None else rec.p_signal[:, i]
+
+    ii, pleth, resp = col("II"), col("PLETH"), col("RESP")
+    hr = target == "hr"
+    return {
+        "ecg_pk": ecg_peaks(ii, fs) if hr and ii is not None else None,
+        "ppg_pk": ppg_peaks(pleth, fs) if hr and pleth is not None else None,
+        "rsp_pk": rsp_peaks(resp, fs) if not hr and resp is not None else None,
+        "pleth": pleth if not hr else None,
+    }
+
+
 def baseline_estimates(
     root: str | os.PathLike | None,
     windows: Windows,
@@ -190,33 +213,11 @@ def baseline_estimates(
         if root is None:
             raise BidmcDataError("WFDB windows need the records' root for the baseline")
         d = wfdb_dir(root)
-        model_channels = {channel_key(c) for c in windows.channels}
-
-        def uses(ch: str) -> bool:
-            """The baseline reads the channels the model reads (same inputs), except that
-            RR uses a RESP channel whenever the record has one (models never see RESP)."""
-            return channel_key(ch) in model_channels or (ch == "RESP" and target == "rr")
-
         for name in np.unique(windows.record):
             rec = read_whole_record(d / str(name), str(name))
-            fs = float(rec.fs)
-            sig = rec.p_signal
-
-            def col(ch: str, rec=rec, sig=sig):
-                i = _find(rec.sig_name, ch)
-                return None if i is None else sig[:, i]
-
-            idx = np.flatnonzero(windows.record == name)
-            ii, pleth, resp = (col(c) if uses(c) else None for c in ("II", "PLETH", "RESP"))
-            hr = target == "hr"
-            peaks = {  # RR without RESP: the PPG's respiratory modulation
-                "ecg_pk": ecg_peaks(ii, fs) if hr and ii is not None else None,
-                "ppg_pk": ppg_peaks(pleth, fs) if hr and pleth is not None else None,
-                "rsp_pk": rsp_peaks(resp, fs) if not hr and resp is not None else None,
-                "pleth": pleth if not hr else None,
-            }
-            for j in idx:
-                out[j] = window_rate(target, int(windows.start[j]), length, fs, **peaks)
+            peaks = record_peaks(rec, windows.channels, target)
+            for j in np.flatnonzero(windows.record == name):
+                out[j] = window_rate(target, int(windows.start[j]), length, float(rec.fs), **peaks)
         return out
     fs = float(sample_rate)
     i_ecg, i_ppg = _find(windows.channels, "II"), _find(windows.channels, "PLETH")
