@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy.signal import welch
+from scipy.signal import resample_poly, welch
 
 from liquid_stream.training.data.augment import (
     TRANSFORMS,
@@ -269,6 +269,17 @@ def test_speed_perturb_duration_and_pitch(factor):
     assert len(y) / n == pytest.approx(1 / factor, rel=1e-3)  # duration ÷ factor
     assert _peak_hz(y) == pytest.approx(1000.0 * factor, rel=1e-3)  # pitch × factor
     assert np.array_equal(speed_perturb(tone, 1.0), tone)
+
+
+def test_speed_perturb_cached_filter_is_resample_polys_own():
+    """The cached anti-alias filter gives bit for bit what resample_poly designs itself,
+    also for a factor drawn twice (the cache must not be modified by a call)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(4000)
+    for factor in [*rng.uniform(0.85, 1.15, 8), 0.93, 0.93]:
+        fr = rational_speed(factor)
+        assert np.array_equal(speed_perturb(x, factor),
+                              resample_poly(x, fr.denominator, fr.numerator))  # fmt: skip
 
 
 def test_speed_and_shift_label_alignment():
