@@ -4,6 +4,7 @@ does on the voices of a text-to-speech engine it has never heard.
     python bench/kws_engines.py                         # all four engines + the reference
     python bench/kws_engines.py --engines piper --no-reference --epochs 2
     python bench/kws_engines.py --dry-run               # build the roots, print the commands
+    python bench/kws_engines.py --engines flite --merge # add an engine to an earlier --out
 
 The synthetic Speech Commands set ``--src`` (default runs/ship/speech, made by
 ``liquid-stream data speech-synth``) is split by TTS engine: the engine of every clip is
@@ -265,14 +266,20 @@ def oracle(run: Runner, args, onnx: Path, wav: Path, csv: Path, grid: Path) -> d
     return out
 
 
-def add_oracles(run: Runner, args, res: dict) -> None:
-    """Oracle rates for every scored stream of ``res`` (in place)."""
-    jobs = [(r["test"], Path(r["run"])) for r in res["loeo"].values() if r.get("test")]
+def add_oracles(run: Runner, args, res: dict, only: list[str] | None = None) -> None:
+    """Oracle rates for every scored stream of ``res`` (in place); with ``only``, just the
+    streams of those held-out engines (a merge: the others have theirs already)."""
+    keep = (lambda e: True) if only is None else (lambda e: e in only)
+    jobs = [(r["test"], Path(r["run"])) for e, r in res["loeo"].items()
+            if r.get("test") and keep(e)]  # fmt: skip
     ref = res.get("reference")
     if ref and ref.get("test"):
-        jobs.append((ref["test"], Path(ref["run"])))
-        jobs += [(t, Path(ref["run"])) for t in ref.get("per_engine", {}).values()]
+        if only is None:
+            jobs.append((ref["test"], Path(ref["run"])))
+        jobs += [(t, Path(ref["run"])) for e, t in ref.get("per_engine", {}).items() if keep(e)]
     for t, out in jobs:
+        if "stream" not in t:  # --dry-run: nothing was scored
+            continue
         wav = Path(t["stream"])
         t["oracle"] = oracle(run, args, out / "kws.onnx", wav, wav.with_suffix(".csv"),
                              wav.with_suffix(".grid.json"))  # fmt: skip
@@ -364,6 +371,10 @@ def main() -> None:
                     help="also kws-tune each test stream itself (test-tuned rates)")  # fmt: skip
     ap.add_argument("--oracle-only", action="store_true",
                     help="add the test-tuned rates to the --out JSON, rewrite it")  # fmt: skip
+    ap.add_argument("--merge", action="store_true",
+                    help="add --engines to the earlier result in --out (same --src, budget "
+                         "and streams): its held-out rows are kept, and its reference run "
+                         "is scored on the new engines' streams instead of trained again")
     ap.add_argument("--dry-run", action="store_true", help="build the roots, print commands")
     args = ap.parse_args()
     if args.oracle_only:
@@ -417,6 +428,10 @@ def main() -> None:
         "loeo": {},
     }
     save = not args.dry_run
+    earlier = None
+    if args.merge:
+        earlier = merge_base(args, res)
+        res["loeo"] = dict(earlier["loeo"])
     for e in args.engines:
         r = roots[e]
         t0 = time.perf_counter()
@@ -441,7 +456,18 @@ def main() -> None:
         if save:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(res, indent=1) + "\n")
-    if args.reference:
+    if earlier is not None and earlier.get("reference"):
+        t0 = time.perf_counter()  # the earlier reference run, scored on the new engines too
+        ref = dict(earlier["reference"])
+        ref["per_engine"] = dict(ref.get("per_engine", {}))
+        for e in args.engines:
+            t = evaluate(run, args, Path(ref["run"]) / "kws.onnx",
+                         args.work / "roots" / f"test-{e}", Path(ref["run"]), f"test-{e}")
+            t["distinct_kw_clips"] = roots[e]["indomain_test"]["sc10_keyword_clips"]["test"]
+            ref["per_engine"][e] = t
+        ref["merge_wall_s"] = time.perf_counter() - t0
+        res["reference"] = ref
+    elif args.reference:
         t0 = time.perf_counter()
         out = args.work / "run-all"
         ref = {
@@ -463,14 +489,30 @@ def main() -> None:
         ref["wall_s"] = time.perf_counter() - t0
         res["reference"] = ref
     if args.oracle:
-        add_oracles(run, args, res)
+        add_oracles(run, args, res, only=None if earlier is None else args.engines)
     res["total_wall_s"] = time.perf_counter() - t_all
     res["commands"] = run.commands
+    if earlier is not None:  # the earlier commands first; wall times add up
+        res["commands"] = earlier.get("commands", []) + run.commands
+        res["total_wall_s"] += earlier.get("total_wall_s", 0.0)
     md = report(res, save)
     if save:
         args.out.write_text(json.dumps(res, indent=1) + "\n")
         args.out.with_suffix(".md").write_text(md)
     print("\n" + md)
+
+
+def merge_base(args, res: dict) -> dict:
+    """The earlier result in ``args.out`` that ``--merge`` adds to; SystemExit unless it was
+    made from the same source set, budget and stream lengths (rows must be comparable)."""
+    if not args.out.is_file():
+        raise SystemExit(f"--merge: no earlier result at {args.out}")
+    earlier = json.loads(args.out.read_text())
+    for key in ("src", "budget", "minutes", "val_minutes", "max_fa_per_hour"):
+        if earlier.get(key) != res[key]:
+            raise SystemExit(f"--merge: {args.out} has {key} = {earlier.get(key)!r}, this run "
+                             f"{res[key]!r}; the rows would not be comparable")
+    return earlier
 
 
 def report(res: dict, with_table: bool = True) -> str:
