@@ -17,8 +17,11 @@ frame exists as soon as its last sample has arrived):
     z_k[m]  = (log(E_k[m] + ε) − μ[m]) / σ[m]          ε = log floor, μ/σ fixed per band
 
 A sequence of L samples gives ⌊L/R⌋ frames (the last L mod R samples wait for the next
-frame). The DFT is a strided convolution with the 2·(N/2+1) windowed cos/sin rows as
-kernels, so training, the step form and the ONNX graph compute the same sums.
+frame). In torch (training and the step form) the frames are cut with ``unfold`` and
+transformed by a real FFT of N points; the ONNX graph computes the same DFT as a strided
+convolution with the 2·(N/2+1) windowed cos/sin rows as kernels (:func:`dft_basis`). The
+two agree to float rounding (tests: ≤ 1e-9 against a literal float64 DFT); the FFT costs
+a third of the convolution (6.7 vs 17 ms for 16 × 2 s crops on one thread).
 
 Streaming (:class:`LogMelStep`): the state is the last W−1 samples (zeros at the start)
 and the phase p = samples seen mod R (shared by the batch, like ``ssm.fill``). A chunk
@@ -155,12 +158,18 @@ def mel_filterbank(n_fft: int, n_mels: int, sample_rate: float, fmin: float, fma
     return torch.clamp(torch.minimum(up, down), min=0.0)
 
 
+def hann(cfg: LogMelConfig) -> Tensor:
+    """float64 ``(W,)``: the periodic Hann window w[n] = ½ − ½·cos(2πn/W)."""
+    n = torch.arange(cfg.win, dtype=torch.float64)
+    return 0.5 - 0.5 * torch.cos(2 * math.pi * n / cfg.win)
+
+
 def dft_basis(cfg: LogMelConfig) -> Tensor:
     """float64 ``(2·n_freq, 1, W)``: rows w[n]·cos(2πjn/N) then −w[n]·sin(2πjn/N), so a
     stride-R convolution gives Re X_k[j] and Im X_k[j] of every frame."""
     W, N = cfg.win, cfg.n_fft
     n = torch.arange(W, dtype=torch.float64)
-    window = 0.5 - 0.5 * torch.cos(2 * math.pi * n / W)  # periodic Hann
+    window = hann(cfg)
     j = torch.arange(cfg.n_freq, dtype=torch.float64)[:, None]
     phase = 2 * math.pi * j * n / N
     return torch.cat([window * torch.cos(phase), -window * torch.sin(phase)])[:, None]
@@ -179,6 +188,7 @@ class LogMel(nn.Module):
         self.win, self.hop, self.n_mels = cfg.win, cfg.hop, cfg.n_mels
         self.n_features = cfg.n_mels
         self._tables: dict[tuple, tuple[Tensor, ...]] = {}
+        self._windows: dict[tuple, Tensor] = {}
 
     def tables(self, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, ...]:
         """(basis (2·nf, 1, W), mel (nf, M), μ (M,), σ (M,)) in ``dtype`` on ``device``."""
@@ -199,11 +209,19 @@ class LogMel(nn.Module):
 
     def frames(self, xs: Tensor) -> Tensor:
         """``xs (B, 1, (F−1)·R + W)`` → features ``(B, F, n_mels)`` of its F frames."""
-        basis, mel, mean, std = self.tables(xs.dtype, xs.device)
-        spec = F.conv1d(xs, basis, stride=self.hop)  # (B, 2·nf, F)
-        re, im = spec.chunk(2, dim=1)
-        power = (re * re + im * im).transpose(1, 2)  # (B, F, nf)
+        _, mel, mean, std = self.tables(xs.dtype, xs.device)
+        window = self.window(xs.dtype, xs.device)
+        f = xs[:, 0].unfold(-1, self.win, self.hop)  # (B, F, W): frame k = f[:, k]
+        X = torch.fft.rfft(f * window, n=self.cfg.n_fft)  # (B, F, nf)
+        power = X.real.square() + X.imag.square()
         return (torch.log(power @ mel + self.cfg.log_floor) - mean) / std
+
+    def window(self, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """The Hann window ``(W,)`` in ``dtype`` on ``device`` (built in float64, cached)."""
+        key = (dtype, device)
+        if key not in self._windows:
+            self._windows[key] = hann(self.cfg).to(dtype=dtype, device=device)
+        return self._windows[key]
 
     def forward(self, x: Tensor) -> Tensor:
         B, L, _ = x.shape
