@@ -10,8 +10,8 @@ repeated by hand:
    front end, augmentation, SC10 keywords) on it, export it to ONNX (checked against the
    torch forward), choose its threshold on a stream of validation speakers
    (``kws-tune``), build a long test stream of held-out speakers with keywords at known
-   times, score it with ``kws-eval`` and run the live app ``kws`` on it (the
-   microphone's code path);
+   times, score it with ``kws-eval``, and run the live app ``kws`` (the microphone's
+   code path) on a 3-minute clip of the same held-out speakers;
 2. vital signs: generate domain-randomised simulated BIDMC records, train ``bidmc`` for
    HR and RR (preset ``ppg+ecg``: scale-normalisation front end, so any signal units)
    on 32 s windows, then continue each the way the monitor uses it, as a stream (192 s
@@ -65,6 +65,7 @@ class Settings:
     kws_train: list[str]
     kws_stream: list[str]  # the test stream
     kws_val_stream: list[str]  # the validation stream the threshold is chosen on
+    kws_app_stream: list[str]  # the clip of test speakers the live app is run on
     bidmc_train: list[str]  # stage 1: windows
     bidmc_stream: list[str]  # stage 2: from stage 1's best.pt, long crops (a stream)
     sim: list[str]
@@ -77,6 +78,7 @@ class Settings:
             kws_train=["--preset", "cpu"],
             kws_stream=["--minutes", "20", "--seed", "2"],
             kws_val_stream=["--minutes", "30", "--seed", "1"],
+            kws_app_stream=["--minutes", "3", "--seed", "3"],
             bidmc_train=["--preset", "ppg+ecg"],
             # then as a stream: 192 s crops every 48 s, a label every second, 6 epochs
             bidmc_stream=["--preset", "ppg+ecg", "--set", "data.crop_s=192",
@@ -98,6 +100,7 @@ class Settings:
                        "--set", "data.normalizer_per_class=2"],
             kws_stream=["--minutes", "0.25", "--seed", "2"],
             kws_val_stream=["--minutes", "0.25", "--seed", "1"],
+            kws_app_stream=["--minutes", "0.25", "--seed", "3"],
             bidmc_train=["--preset", "ppg+ecg", "--max-steps", "2", "--set", "optim.epochs=1",
                          "--set", "optim.eval_batch_size=16", "--set", "data.hop=2000"],
             bidmc_stream=["--preset", "ppg+ecg", "--max-steps", "2", "--set", "optim.epochs=1",
@@ -169,9 +172,12 @@ def plan(out: Path, s: Settings) -> list[Step]:
               "--labels", str(kws / "stream.csv"), "--chunk-ms", "100",
               "--out", str(kws / "eval.json")],
              [kws / "eval.json"]),
-        Step("run the live keyword-spotting app on the stream (the microphone's code path, "
-             "--fast)", ["kws", str(kws / "kws.onnx"), "--input", str(kws / "stream.wav"),
-                        "--fast", "--no-ui"]),
+        Step("build a short clip of the test speakers for the live app",
+             ["data", "kws-stream", str(kws / "app.wav"), "--labels", str(kws / "app.csv"),
+              "--data", str(speech), *s.kws_app_stream], [kws / "app.wav", kws / "app.csv"]),
+        Step("run the live keyword-spotting app on it (the microphone's code path, --fast)",
+             ["kws", str(kws / "kws.onnx"), "--input", str(kws / "app.wav"), "--fast",
+              "--no-ui"]),
         Step("generate domain-randomised simulated BIDMC records (WFDB pairs with 1 Hz "
              "numerics; random morphology, rhythm, noise, artefacts and units)",
              ["data", "bidmc-sim", str(records), *s.sim], [records]),
