@@ -74,7 +74,7 @@ class Settings:
     def full(cls) -> Settings:
         # fmt: off
         return cls(
-            speech=["--per-word", "150"],  # 300 speakers: FA rates transfer better
+            speech=["--per-word", "250"],  # 500 speakers: FA rates transfer better
             kws_train=["--preset", "cpu"],
             kws_stream=["--minutes", "20", "--seed", "2"],
             kws_val_stream=["--minutes", "30", "--seed", "1"],
