@@ -4,7 +4,7 @@ With ``frontend = {"kind": "logmel", ...}`` a :class:`~liquid_stream.model.Liqui
 takes raw audio ``x (B, L, 1)`` and its Liquid-S4 stack runs at the frame rate
 ``sample_rate / hop`` (100 Hz for the standard 10 ms hop) instead of the sample rate:
 ~160× fewer steps per second of audio, the reason a keyword spotter trains on 2 CPU cores
-(measured: 0.19 s per training step of 16 × 2 s crops for a 4 × 128 model on 2 cores,
+(measured: 0.15 s per training step of 16 × 2 s crops for a 4 × 128 model on 2 cores,
 augmentation included).
 
 Frame k (k = 0, 1, …) covers the W samples that *end* at sample (k+1)·R − 1, with
