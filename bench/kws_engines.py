@@ -459,12 +459,7 @@ def main() -> None:
     if earlier is not None and earlier.get("reference"):
         t0 = time.perf_counter()  # the earlier reference run, scored on the new engines too
         ref = dict(earlier["reference"])
-        ref["per_engine"] = dict(ref.get("per_engine", {}))
-        for e in args.engines:
-            t = evaluate(run, args, Path(ref["run"]) / "kws.onnx",
-                         args.work / "roots" / f"test-{e}", Path(ref["run"]), f"test-{e}")
-            t["distinct_kw_clips"] = roots[e]["indomain_test"]["sc10_keyword_clips"]["test"]
-            ref["per_engine"][e] = t
+        score_per_engine(run, args, ref, roots)
         ref["merge_wall_s"] = time.perf_counter() - t0
         res["reference"] = ref
     elif args.reference:
@@ -480,12 +475,7 @@ def main() -> None:
         print("\n## in-domain reference: all engines")
         ref.update(train_export_tune(run, args, src, out))
         ref["test"] = evaluate(run, args, out / "kws.onnx", src, out, "test")
-        ref["per_engine"] = {}
-        for e in args.engines:
-            t = evaluate(run, args, out / "kws.onnx", args.work / "roots" / f"test-{e}", out,
-                         f"test-{e}")  # fmt: skip
-            t["distinct_kw_clips"] = roots[e]["indomain_test"]["sc10_keyword_clips"]["test"]
-            ref["per_engine"][e] = t
+        score_per_engine(run, args, ref, roots)
         ref["wall_s"] = time.perf_counter() - t0
         res["reference"] = ref
     if args.oracle:
@@ -500,6 +490,18 @@ def main() -> None:
         args.out.write_text(json.dumps(res, indent=1) + "\n")
         args.out.with_suffix(".md").write_text(md)
     print("\n" + md)
+
+
+def score_per_engine(run: Runner, args, ref: dict, roots: dict) -> None:
+    """The reference run ``ref`` scored on the in-domain test stream of each of
+    ``args.engines`` (its ``per_engine`` rows, added to those it has; in place)."""
+    out = Path(ref["run"])
+    ref["per_engine"] = dict(ref.get("per_engine", {}))
+    for e in args.engines:
+        t = evaluate(run, args, out / "kws.onnx", args.work / "roots" / f"test-{e}", out,
+                     f"test-{e}")  # fmt: skip
+        t["distinct_kw_clips"] = roots[e]["indomain_test"]["sc10_keyword_clips"]["test"]
+        ref["per_engine"][e] = t
 
 
 def merge_base(args, res: dict) -> dict:
