@@ -11,6 +11,7 @@ import pytest
 from fixtures_speech import tiny_root
 from scipy.signal import chirp
 
+from liquid_stream.training.data import kws_baseline
 from liquid_stream.training.data.kws_baseline import (
     LEVEL_CAP_DB,
     N_FEATURES,
@@ -73,7 +74,7 @@ def test_recursion_equals_every_path_enumerated(seed):
     np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=1e-12)
 
 
-def test_streaming_state_any_chunking_and_reset():
+def test_streaming_state_any_chunking_and_reset(monkeypatch):
     rng = np.random.default_rng(7)
     templates = [Template(k, rng.normal(size=(6, N_FEATURES)), "") for k in ("a", "b", "c")]
     matcher = TemplateMatcher(templates, ["a", "b", "c"])
@@ -86,6 +87,8 @@ def test_streaming_state_any_chunking_and_reset():
         pos += n
     assert np.array_equal(np.concatenate(pieces), whole)
     assert np.array_equal(score_frames(matcher, frames), whole)  # reset: the same again
+    monkeypatch.setattr(kws_baseline, "BLOCK_FRAMES", 6)  # long inputs go in blocks
+    assert np.array_equal(score_frames(matcher, frames), whole)
 
 
 def test_level_above_floor_is_the_literal_running_minimum():

@@ -237,7 +237,12 @@ class TemplateMatcher:
         return scores
 
     def _run(self, frames: np.ndarray) -> np.ndarray:
-        """The raw template scores ``(T, J)`` (−mean distance; −inf before a first end)."""
+        """The raw template scores ``(T, J)`` (−mean distance; −inf before a first end),
+        :data:`BLOCK_FRAMES` frames at a time (the distances of a block are ``(T, C)``)."""
+        frames = np.asarray(frames, np.float64)
+        n = BLOCK_FRAMES
+        if len(frames) > n:
+            return np.concatenate([self._run(frames[i : i + n]) for i in range(0, len(frames), n)])
         dist = self.distances(frames)
         T, C = dist.shape
         out = np.full((T, len(self.last)), -np.inf)
@@ -264,10 +269,8 @@ class TemplateMatcher:
         return out
 
 
-def score_frames(matcher: TemplateMatcher, frames: np.ndarray, block: int = 6000) -> np.ndarray:
+def score_frames(matcher: TemplateMatcher, frames: np.ndarray) -> np.ndarray:
     """Keyword scores ``(F, K)`` of a whole stream's feature frames (:func:`mfcc`), from a
-    fresh matcher state, ``block`` frames at a time; frame k is scored at time
-    (k+1)·HOP / SR."""
+    fresh matcher state; frame k is scored at time (k+1)·HOP / SR."""
     matcher.reset()
-    out = [matcher.update(frames[i : i + block]) for i in range(0, len(frames), block)]
-    return np.concatenate(out) if out else np.zeros((0, len(matcher.keywords)))
+    return matcher.update(frames)
