@@ -118,28 +118,48 @@ def tune_thresholds(
             f"({', '.join(spotter.keywords)}): nothing to tune on"
         )
     p, dt, keywords = _trace(spotter, audio, step_ms)
-    duration = len(p) * dt
     table = []
     for sm in smooth_grid:
         s = smooth(p, max(1, int(round(sm / 1000 / dt))))
         for thr in threshold_grid:
-            armed = np.ones(len(keywords), bool)
-            thresholds = np.full(len(keywords), thr)
-            fired, _ = detect_events(s, thresholds, refractory / dt, armed, -np.inf)
-            dets = [Detection((t + 1) * dt, keywords[k], float(s[t, k])) for t, k in fired]
-            res = evaluate_detections(dets, truth, keywords, duration, tolerance)
+            res = replay(s, dt, thr, keywords, truth, refractory, tolerance)
             table.append({
                 "smooth_ms": sm, "threshold": thr,
                 "detection_rate": res["detection_rate"] or 0.0,
                 "false_accepts_per_hour": res["false_accepts_per_hour"],
                 "mean_latency_s": res["mean_latency_s"],
             })  # fmt: skip
-    ok = [r for r in table if r["false_accepts_per_hour"] <= max_fa_per_hour]
-    if not ok:  # nothing meets the target: the fewest false accepts
-        ok = [min(table, key=lambda r: (r["false_accepts_per_hour"], -r["detection_rate"]))]
-    best = max(ok, key=lambda r: (r["detection_rate"], r["threshold"], -r["smooth_ms"]))
+    best = choose(table, max_fa_per_hour)
     return TuneResult(best["threshold"], best["smooth_ms"], best["detection_rate"],
                       best["false_accepts_per_hour"], table)  # fmt: skip
+
+
+def replay(
+    s: np.ndarray,
+    dt: float,
+    threshold: float,
+    keywords: list[str],
+    truth: list[TrueEvent],
+    refractory: float = 1.0,
+    tolerance: float = 1.0,
+) -> dict:
+    """The app's rule (:func:`~.kws.detect_events`, every keyword at ``threshold``) on
+    scores ``s (T, K)`` taken every ``dt`` seconds (row t at time (t+1)·dt), scored against
+    ``truth`` by :func:`~.kws.evaluate_detections`."""
+    k = len(keywords)
+    fired, _ = detect_events(s, np.full(k, threshold), refractory / dt, np.ones(k, bool), -np.inf)
+    dets = [Detection((t + 1) * dt, keywords[j], float(s[t, j])) for t, j in fired]
+    return evaluate_detections(dets, truth, keywords, len(s) * dt, tolerance)
+
+
+def choose(table: list[dict], max_fa_per_hour: float) -> dict:
+    """The row of ``table`` (``detection_rate``, ``false_accepts_per_hour``, ``threshold``,
+    ``smooth_ms``) with the highest detection rate at ≤ ``max_fa_per_hour`` (ties: the
+    higher threshold, then the shorter window); none meets it: the fewest false accepts."""
+    ok = [r for r in table if r["false_accepts_per_hour"] <= max_fa_per_hour]
+    if not ok:
+        ok = [min(table, key=lambda r: (r["false_accepts_per_hour"], -r["detection_rate"]))]
+    return max(ok, key=lambda r: (r["detection_rate"], r["threshold"], -r["smooth_ms"]))
 
 
 def write_tuning(model: str | os.PathLike, result: TuneResult, source: str) -> None:

@@ -39,8 +39,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from liquid_stream.apps.kws import Detection, detect_events, evaluate_detections  # noqa: E402
-from liquid_stream.apps.kws_tune import SMOOTH_GRID_MS, THRESHOLD_GRID, posterior_trace, smooth  # noqa: E402
+from liquid_stream.apps.kws_tune import (  # noqa: E402
+    SMOOTH_GRID_MS,
+    THRESHOLD_GRID,
+    choose,
+    posterior_trace,
+    replay,
+    smooth,
+)
 from liquid_stream.labels import read_label_csv  # noqa: E402
 from liquid_stream.training.data.kws_baseline import (  # noqa: E402
     TemplateMatcher,
@@ -54,32 +60,17 @@ from liquid_stream.wav import read_pcm16  # noqa: E402
 BUDGETS = (5.0, 10.0, 20.0)
 
 
-def replay(s: np.ndarray, dt: float, thr: float, truth, keywords) -> dict:
-    """The app's rule on scores ``s (T, K)`` at threshold ``thr``, scored against ``truth``."""
-    K = len(keywords)
-    fired, _ = detect_events(s, np.full(K, thr), 1.0 / dt, np.ones(K, bool), -np.inf)
-    dets = [Detection((t + 1) * dt, keywords[k], float(s[t, k])) for t, k in fired]
-    return evaluate_detections(dets, truth, keywords, len(s) * dt, 1.0)
-
-
 def sweep(traces: dict, dt: float, grid, truth, keywords) -> list[dict]:
-    """Every (setting, threshold): detection rate and false accepts per hour."""
+    """Every (smoothing window, threshold): detection rate and false accepts per hour, rows
+    as kws-tune's table (``traces``: window in ms → scores)."""
     rows = []
-    for setting, s in traces.items():
+    for sm, s in traces.items():
         for thr in grid:
-            r = replay(s, dt, thr, truth, keywords)
-            rows.append({"setting": setting, "threshold": float(thr),
+            r = replay(s, dt, float(thr), keywords, truth)
+            rows.append({"smooth_ms": sm, "threshold": float(thr),
                          "detection_rate": r["detection_rate"] or 0.0,
                          "false_accepts_per_hour": r["false_accepts_per_hour"]})  # fmt: skip
     return rows
-
-
-def choose(rows: list[dict], max_fa: float) -> dict:
-    """kws-tune's rule: the highest detection at ≤ max_fa (ties: the stricter threshold)."""
-    ok = [r for r in rows if r["false_accepts_per_hour"] <= max_fa]
-    if not ok:
-        return min(rows, key=lambda r: (r["false_accepts_per_hour"], -r["detection_rate"]))
-    return max(ok, key=lambda r: (r["detection_rate"], r["threshold"]))
 
 
 def best_at(rows: list[dict], budget: float) -> float:
@@ -87,14 +78,16 @@ def best_at(rows: list[dict], budget: float) -> float:
     return max(ok) if ok else 0.0
 
 
-def method_row(name, traces, dt, grid, truth, kws, max_fa, cost) -> dict:
-    """Choose the operating point on ``traces["val"]``, apply it to ``traces["test"]``."""
+def method_row(name, traces, dt, grid, truth, kws, max_fa, cost, setting=None) -> dict:
+    """Choose the operating point on ``traces["val"]`` (kws-tune's rule), apply it to
+    ``traces["test"]``; ``setting`` names it (default: the smoothing window)."""
     val_rows = sweep(traces["val"], dt, grid, truth["val"], kws)
     pick = choose(val_rows, max_fa)
-    test = replay(traces["test"][pick["setting"]], dt, pick["threshold"], truth["test"], kws)
+    test = replay(traces["test"][pick["smooth_ms"]], dt, pick["threshold"], kws, truth["test"])
     test_rows = sweep(traces["test"], dt, grid, truth["test"], kws)
     return {
-        "method": name, "setting": pick["setting"], "threshold": pick["threshold"],
+        "method": name, "setting": setting or f"{pick['smooth_ms']:g} ms",
+        "threshold": pick["threshold"],
         "val_detection": pick["detection_rate"],
         "val_fa_per_hour": pick["false_accepts_per_hour"],
         "test_detection": test["detection_rate"],
@@ -134,9 +127,7 @@ def main() -> None:
         cost = (time.process_time() - t0) / hours[k] if k == "test" else cost
         if labels != kws:
             raise SystemExit(f"the model's keywords {labels} are not SC10 {kws}")
-        traces[k] = {
-            f"{sm:g} ms": smooth(p, max(1, int(round(sm / 1000 / dt)))) for sm in SMOOTH_GRID_MS
-        }
+        traces[k] = {sm: smooth(p, max(1, int(round(sm / 1000 / dt)))) for sm in SMOOTH_GRID_MS}
         print(f"model: {k} stream scored", flush=True)
     name = f"Liquid-S4 ({Path(a.model).name})"
     rows.append(method_row(name, traces, dt, THRESHOLD_GRID, truth, kws, a.max_fa, cost))
@@ -150,15 +141,15 @@ def main() -> None:
             feats[k] = mfcc(audio[k])
             if k == "val":  # the z-norm of each template's score: from the val stream
                 matcher.calibrate(feats[k])
-            tr[k] = {"z-norm": score_frames(matcher, feats[k])}
+            tr[k] = {0.0: score_frames(matcher, feats[k])}  # no smoothing
             if k == "test":
                 cost = (time.process_time() - t0) / hours[k]
-        fin = tr["val"]["z-norm"].max(1)
+        fin = tr["val"][0.0].max(1)
         fin = fin[np.isfinite(fin)]
         q = 1.0 - np.logspace(-6, np.log10(0.5), 100)  # dense in the top tail (false accepts)
         grid = np.unique(np.append(np.quantile(fin, q), fin.max() + 1e-9))
         name = f"MFCC + DTW, {K} templates/keyword"
-        rows.append(method_row(name, tr, dt, grid, truth, kws, a.max_fa, cost))
+        rows.append(method_row(name, tr, dt, grid, truth, kws, a.max_fa, cost, "z-norm"))
         print(f"baseline K={K} done", flush=True)
 
     print(f"\n**Output of `{cmd}`**\n")
