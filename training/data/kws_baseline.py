@@ -153,10 +153,12 @@ def load_templates(
         mine = [f for f in files if f.split("/")[0] == word]
         if not mine:
             raise ValueError(f"no {split}-split clips of {word!r} in {root}")
-        order = [mine[i] for i in rng.permutation(len(mine))]
-        seen: set[str] = set()
-        first = [f for f in order if not (_speaker(f) in seen or seen.add(_speaker(f)))]
-        chosen = (first + [f for f in order if f not in first])[:per_keyword]
+        first, again, seen = [], [], set()  # a speaker's first clip, then the others
+        for i in rng.permutation(len(mine)):
+            spk = _speaker(mine[i])
+            (again if spk in seen else first).append(mine[i])
+            seen.add(spk)
+        chosen = (first + again)[:per_keyword]
         for rel in chosen:
             s = read_wav(root / rel).astype(np.float64) / 32768.0
             a, b = speech_span(s)
