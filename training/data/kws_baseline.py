@@ -62,7 +62,7 @@ from scipy.special import logsumexp
 
 from liquid_stream.frontend import LogMel, LogMelConfig
 
-from .kws_stream import SR, _noise_bed, speech_span
+from .kws_stream import SR, noise_crop, noise_source, speech_span
 from .speech import read_wav, scan_split
 
 N_CEPS = 12  # cepstra 1 … 12 (c0 dropped)
@@ -148,6 +148,8 @@ def load_templates(
     root = Path(root)
     rng = np.random.default_rng(seed)
     files = scan_split(root, split, list(keywords))
+    noise = noise_source(root) if noise_gain > 0 else None  # loaded once
+    pad = SR // 2
     out = []
     for word in keywords:
         mine = [f for f in files if f.split("/")[0] == word]
@@ -162,10 +164,9 @@ def load_templates(
         for rel in chosen:
             s = read_wav(root / rel).astype(np.float64) / 32768.0
             a, b = speech_span(s)
-            pad = SR // 2
             x = np.concatenate([np.zeros(pad), s])
-            if noise_gain > 0:
-                x = x + noise_gain * _noise_bed(root, len(x), rng)
+            if noise is not None:
+                x = x + noise_gain * noise_crop(noise, len(x), rng)
             f = mfcc(x)[(pad + a) // HOP : (pad + b) // HOP]
             if len(f):
                 out.append(Template(word, f, rel))
@@ -181,7 +182,8 @@ class TemplateMatcher:
 
     ``update(frames)`` takes the next feature frames ``(T, N_FEATURES)`` and returns every
     keyword's score ``(T, K)`` at each of them (−inf until a first match can end);
-    ``reset()`` starts a new stream. State: ``D`` and ``N`` of every template cell."""
+    ``reset()`` starts a new stream. State: ``A`` / ``S`` (least path distance into every
+    template cell by a move / by a stay) and ``NA`` / ``NS`` (their paths' frame counts)."""
 
     def __init__(self, templates: list[Template], keywords: list[str] | tuple[str, ...]):
         if not templates:

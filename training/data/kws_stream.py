@@ -86,12 +86,24 @@ def _load(path: Path) -> np.ndarray:
     return x
 
 
-def _noise_bed(root: Path, n: int, rng: np.random.Generator) -> np.ndarray:
+def noise_source(root: Path) -> np.ndarray | None:
+    """The root's ``_background_noise_`` recordings concatenated and scaled to peak 1
+    (None when it has none): what :func:`noise_crop` cuts the noise bed from."""
     files = sorted((root / NOISE_DIR).glob("*.wav")) if (root / NOISE_DIR).is_dir() else []
     if not files:
-        return np.zeros(n, np.float32)
+        return None
     src = np.concatenate([_load(p) for p in files])
-    src = src / max(float(np.abs(src).max()), 1e-9)
+    return src / max(float(np.abs(src).max()), 1e-9)
+
+
+def _noise_bed(root: Path, n: int, rng: np.random.Generator) -> np.ndarray:
+    return noise_crop(noise_source(root), n, rng)
+
+
+def noise_crop(src: np.ndarray | None, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` samples of ``src`` (looped if shorter) from a random start; zeros if None."""
+    if src is None:
+        return np.zeros(n, np.float32)
     if len(src) < n:
         src = np.tile(src, -(-n // len(src)))
     start = int(rng.integers(0, len(src) - n + 1))
