@@ -43,9 +43,9 @@ def test_training_reduces_loss(tmp_path):
     assert summary["train_acc"] > 0.5
 
 
-@pytest.mark.parametrize("accum,k", [(1, 6), (2, 4)])
-def test_resume_is_bit_exact(tmp_path, accum, k):
-    over = [f"optim.grad_accum={accum}"]
+@pytest.mark.parametrize("accum,k,ema", [(1, 6, 0), (2, 4, 0), (1, 5, 0.9)])
+def test_resume_is_bit_exact(tmp_path, accum, k, ema):
+    over = [f"optim.grad_accum={accum}", f"optim.ema={ema}"]
     full = make(tmp_path / "full", over)
     full.fit()
     # Interrupted run: stops after k steps (mid-epoch for accum=1), then a fresh process
@@ -61,8 +61,62 @@ def test_resume_is_bit_exact(tmp_path, accum, k):
     for (name, a), b in zip(full.model.state_dict().items(), second.model.state_dict().values(),
                             strict=True):  # fmt: skip
         assert torch.equal(a, b), name
+    if ema:  # the weight average resumes too, and so do best.pt (the average) and its metrics
+        assert all(torch.equal(v, second.ema[n]) for n, v in full.ema.items())
+        b_full, b_cut = (load_checkpoint(tmp_path / d / "best.pt") for d in ("full", "cut"))
+        drop = ("time_s",)
+        assert ({k: v for k, v in b_full["metrics"].items() if k not in drop}
+                == {k: v for k, v in b_cut["metrics"].items() if k not in drop})  # fmt: skip
+        assert all(torch.equal(v, b_cut["model"][n]) for n, v in b_full["model"].items())
     with open(tmp_path / "full" / "steps.csv") as f1, open(tmp_path / "cut" / "steps.csv") as f2:
         assert [r["loss"] for r in csv.DictReader(f1)] == [r["loss"] for r in csv.DictReader(f2)]
+
+
+def test_weight_average_is_the_literal_recurrence(tmp_path):
+    """optim.ema: w̄_t = d_t w̄_{t-1} + (1 - d_t) w_t, d_t = min(d, (1 + t) / (10 + t)), from
+    w̄_0 = w_0, recomputed in float64 from the raw weights after every step; validation and
+    best.pt use w̄, last.pt keeps the raw weights and w̄, and a lost best.pt comes back as
+    w̄ from last.pt."""
+    d = 0.8
+    tr = make(tmp_path, ["optim.epochs=2", f"optim.ema={d}", "train.eval_every=1"])
+    raw = [{k: v.double().clone() for k, v in tr.model.state_dict().items()}]
+    update = tr._update_ema
+
+    def record():
+        raw.append({k: v.double().clone() for k, v in tr.model.state_dict().items()})
+        update()
+
+    tr._update_ema = record
+    tr.fit()
+    assert tr.step == len(raw) - 1 == 8
+    avgs = [dict(raw[0])]
+    for t in range(1, len(raw)):
+        dt = min(d, (1 + t) / (10 + t))
+        avgs.append({k: dt * avgs[-1][k] + (1 - dt) * raw[t][k] for k in raw[t]})
+    avg = avgs[-1]
+    floating = [k for k, v in tr.ema.items() if v.is_floating_point()]
+    assert floating and max((tr.ema[k].double() - avg[k]).abs().max().item()
+                            for k in floating) < 1e-6  # fmt: skip
+    # the average is not the weights (else this test could not tell them apart)
+    assert max((avg[k] - raw[-1][k]).abs().max().item() for k in floating) > 1e-3
+    last = load_checkpoint(tmp_path / "last.pt")
+    assert all(torch.equal(last["model"][k], v) for k, v in tr.model.state_dict().items())
+    assert all(torch.equal(last["trainer"]["ema"][k], v) for k, v in tr.ema.items())
+    best = load_checkpoint(tmp_path / "best.pt")
+    at = avgs[best["trainer"]["step"]]  # best.pt is the average at its step
+    assert max((best["model"][k].double() - at[k]).abs().max().item() for k in floating) < 1e-6
+    if best["trainer"]["step"] == tr.step:  # and the validation row is the average's
+        with tr.averaged():
+            again = tr.evaluate(tr.val_set)
+        assert best["metrics"]["val_loss"] == pytest.approx(again["loss"], rel=1e-6)
+    assert all(torch.equal(last["model"][k], v) for k, v in tr.model.state_dict().items())
+    (tmp_path / "best.pt").unlink()
+    again = make(tmp_path, ["optim.epochs=2", f"optim.ema={d}"])
+    again.resume(tmp_path / "last.pt")
+    back = load_checkpoint(tmp_path / "best.pt")
+    assert all(torch.equal(back["model"][k], v) for k, v in best["model"].items())
+    with pytest.raises(CheckpointError, match="optim.ema=on.*off"):
+        make(tmp_path / "plain").resume(tmp_path / "last.pt")
 
 
 def test_checkpoints_weights_only_and_corrupt(tmp_path):

@@ -59,6 +59,10 @@ class OptimConfig:
     batch_size: int = 8
     eval_batch_size: int | None = None  # default: batch_size
     grad_accum: int = 1
+    # decay d of an exponential moving average of the weights (0 = off): after each step
+    # w_avg <- d' w_avg + (1 - d') w with d' = min(d, (1 + t) / (10 + t)); validation,
+    # best.pt and the test use w_avg, last.pt keeps both (exact resume)
+    ema: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -396,6 +400,7 @@ OPTIM_FIELDS: dict[str, Spec] = {
     "batch_size": integer(1),
     "eval_batch_size": integer(1, null=True),
     "grad_accum": integer(1),
+    "ema": number(0, 1, hi_open=True),
 }
 TRAIN_FIELDS: dict[str, Spec] = {
     "seed": integer(),

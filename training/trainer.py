@@ -31,6 +31,16 @@ checkpoint so far (its state, or just its metrics when it is ``last.pt``'s own s
 cuts the logs to exactly those rows (TensorBoard: purges the steps after them), rewrites
 ``best.pt`` if it is not the recorded best, and continues — the logs and checkpoints then
 match an uninterrupted run row for row. A run that does not resume starts its logs afresh.
+
+Weight averaging (``optim.ema`` = d > 0): after optimizer step t (1, 2, …) every floating
+entry w of the model's state becomes part of an exponential moving average
+
+    w̄_t = d_t · w̄_{t-1} + (1 − d_t) · w_t,   d_t = min(d, (1 + t) / (10 + t)),   w̄_0 = w_0
+
+(the ramp keeps the first steps from being dominated by the initial weights; integer
+buffers are copied). Validation, ``best.pt`` and so the test and every export use w̄;
+``last.pt`` holds the raw weights (its ``model``) and w̄ (``trainer["ema"]``), so a resume
+is exact, and always embeds its best checkpoint in full (w̄ is not its own ``model``).
 """
 
 from __future__ import annotations
@@ -177,6 +187,10 @@ class Trainer:
         self.class_weight = None if weights is None else torch.tensor(weights, dtype=torch.float32)
         self.log = RunLog(self.out, self.dist.is_main, loss, float(t.plot_every_s))
         self._kill_at = _kill_points(os.environ.get(KILL_ENV))
+        # the weight average w̄ (optim.ema > 0), a copy of the model's state
+        self.ema: dict[str, torch.Tensor] | None = None
+        if optim_cfg.ema > 0:
+            self.ema = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self._seed_rank()
 
     def _place(self) -> tuple[torch.device, DistInfo]:
@@ -235,6 +249,32 @@ class Trainer:
             persistent_workers=False,
         )  # fmt: skip
 
+    @contextlib.contextmanager
+    def averaged(self):
+        """The model holds the weight average w̄ inside the block (no-op without ``ema``)."""
+        if self.ema is None:
+            yield
+            return
+        raw = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(self.ema)
+        try:
+            yield
+        finally:
+            self.model.load_state_dict(raw)
+
+    @torch.no_grad()
+    def _update_ema(self) -> None:
+        """w̄ ← d_t w̄ + (1 − d_t) w after step t (the module docstring's rule)."""
+        if self.ema is None:
+            return
+        d = min(float(self.optim_cfg.ema), (1 + self.step) / (10 + self.step))
+        for k, w in self.model.state_dict().items():
+            avg = self.ema[k]
+            if avg.is_floating_point():
+                avg.lerp_(w.to(avg.dtype), 1.0 - d)  # avg + (1 - d)(w - avg)
+            else:
+                avg.copy_(w)
+
     @property
     def elapsed(self) -> float:
         return self._elapsed0 + time.perf_counter() - self._t0
@@ -283,6 +323,7 @@ class Trainer:
             "batch_size": self.batch_size,
             "world_size": self.dist.world_size,
             "grad_accum": self.accum,
+            "ema": None if self.ema is None else {k: v.detach().cpu() for k, v in self.ema.items()},
         }
 
     def _checkpoint(self, metrics: dict | None = None) -> dict:
@@ -300,7 +341,8 @@ class Trainer:
             return path
         obj = self._checkpoint(metrics)
         if name == "last.pt" and self._best is not None:
-            own = self.best_step == self.step  # the best is this very state: no second copy
+            # the best is this very state (and its weights, not an average): no second copy
+            own = self.best_step == self.step and self.ema is None
             obj[BEST_KEY] = {"metrics": self._best["metrics"]} if own else self._best
         atomic_torch_save(obj, path)
         return path
@@ -363,6 +405,14 @@ class Trainer:
         self.epoch, self.batch_in_epoch, self.step = st["epoch"], st["batch_in_epoch"], st["step"]
         self.best, self.best_epoch = st["best"], st["best_epoch"]
         self.best_step = st.get("best_step")  # None: no validation yet, or an older file
+        if (self.ema is None) != (st.get("ema") is None):
+            raise CheckpointError(
+                f"{path} was trained with optim.ema={'on' if st.get('ema') is not None else 'off'}"
+                f"; this run has it {'on' if self.ema is not None else 'off'}"
+            )
+        if self.ema is not None:
+            for k, v in st["ema"].items():
+                self.ema[k].copy_(v)
         best = embedded_best(ckpt)
         self._best = None if best is None else _cpu_copy(
             {"model": best["model"], "trainer": best["trainer"],
@@ -400,6 +450,7 @@ class Trainer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
+        self._update_ema()
 
     def fit(self) -> dict:
         """Train until ``epochs`` (or ``max_steps``); returns the final summary.
@@ -536,8 +587,9 @@ class Trainer:
         self.log.validation(row)
         self._crash_point("after_epoch_row")
         if better:
-            state = self._checkpoint(row)
-            self._best = _cpu_copy({k: state[k] for k in ("model", "trainer", "metrics")})
+            with self.averaged():  # copied inside: the state's tensors are the model's own
+                state = self._checkpoint(row)
+                self._best = _cpu_copy({k: state[k] for k in ("model", "trainer", "metrics")})
         self.save("last.pt", row)
         self._crash_point("after_last_ckpt")
         if better:
@@ -547,7 +599,8 @@ class Trainer:
 
     def _validation_row(self, epoch_pos: float, train_metrics: dict) -> dict:
         """The metrics.csv row: position, lr, train and validation metrics, time."""
-        val = self.evaluate(self.val_set) if self.val_set is not None else {}
+        with self.averaged():
+            val = self.evaluate(self.val_set) if self.val_set is not None else {}
         row: dict = {"epoch": round(epoch_pos, 4), "step": self.step,
                      "lr": float(self.optimizer.param_groups[0]["lr"])}  # fmt: skip
         row.update({f"train_{k}": float(v) for k, v in train_metrics.items()})
