@@ -316,6 +316,9 @@ def test_step_labels_rule() -> None:
     # overlap: the later clip wins; spans are clipped at both ends
     y = make_step_labels(8, [(1, 0), (5, 3), (6, 4), (9, 2)], tail=2, hold=2, silence=9)
     assert y.tolist() == [0, 0, 0, 3, 4, 4, 4, 2]
+    # a negative tail delays the span: [end + 2, end + 4)
+    y = make_step_labels(12, [(3, 1), (10, 2)], tail=-2, hold=4, silence=7)
+    assert y.tolist() == [7] * 5 + [1, 1] + [7] * 5
 
 
 def test_speech_end() -> None:
@@ -337,6 +340,8 @@ def test_speech_stream_speech_end(synth_root: Path) -> None:
                 assert np.abs(x[end : end + 1600]).max() < np.abs(x[end - 1600 : end]).max()
     with pytest.raises(ValueError, match="clip_end"):
         SpeechStream(synth_root, "val", "sc10", clip_end="middle")
+    with pytest.raises(ValueError, match="label_tail_ms"):  # an empty label span
+        SpeechStream(synth_root, "val", "sc10", label_tail_ms=-100, label_hold_ms=100)
 
 
 def test_speech_stream(synth_root: Path) -> None:

@@ -591,7 +591,7 @@ DATA_FIELDS: dict[str, Spec] = {
     "synth_per_word": _per_word(),
     "normalizer_per_class": integer(1, null=True),
     "augment": boolean(),
-    "label_tail_ms": number(0),
+    "label_tail_ms": number(),  # < 0: the label starts that long after the speech's end
     "label_hold_ms": number(0),
     "clip_end": choice(_speech_clip_ends),
     "gap_ms": number_list("[lo, hi] in ms with 0 <= lo <= hi", number(0), length=2),

@@ -315,7 +315,7 @@ def make_step_labels(
 ) -> np.ndarray:
     """Per-step labels of a stream: ``events`` are ``(end, cls)`` with ``end`` the index one
     past the clip's last sample; steps ``[end - tail, end + hold)`` (clipped to
-    ``[0, length)``) get ``cls``, later events overwriting earlier ones, every other step
+    ``[0, length)``; ``tail < 0`` starts after ``end``) get ``cls``, later events overwriting earlier ones, every other step
     ``silence``. ``cls = silence`` (a non-keyword clip) marks nothing."""
     y = np.full(length, silence, dtype=np.int64)
     for end, cls in events:
@@ -347,7 +347,8 @@ class SpeechStream(_Augmented, Dataset):
     later clip's span overwrites an earlier one where they overlap; every other step —
     gaps, non-keywords, the start of each keyword — is the extra class ``_silence_`` =
     ``len(labels)``. So a causal model is asked to name a keyword only once it has heard
-    (most of) it. At ``rate=2`` both ``x`` and ``y`` are taken ``[::2]``. ``labels``
+    (most of) it; a negative ``label_tail`` starts the span that long *after* the end (the
+    model then has heard the word's last sound and |label_tail| ms more). At ``rate=2`` both ``x`` and ``y`` are taken ``[::2]``. ``labels``
     lists the classes, ``_silence_`` last.
 
     ``augment`` (an :class:`~.augment.AugmentConfig`): each clip is speed-perturbed before
@@ -407,6 +408,10 @@ class SpeechStream(_Augmented, Dataset):
         self.normalizer = normalizer
         self.tail = int(round(label_tail_ms * SR / 1000))
         self.hold = int(round(label_hold_ms * SR / 1000))
+        if self.hold + self.tail <= 0:
+            raise ValueError(f"label_tail_ms + label_hold_ms must be > 0 (the span [end - tail, "
+                             f"end + hold) of a keyword's label), got {label_tail_ms} + "
+                             f"{label_hold_ms}")  # fmt: skip
         if clip_end not in CLIP_ENDS:
             raise ValueError(f"clip_end must be 'file' or 'speech', got {clip_end!r}")
         self.clip_end = clip_end
