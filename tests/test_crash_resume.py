@@ -24,10 +24,11 @@ from liquid_stream.training.trainer import KILL_ENV
 
 # toy, 16 train examples, batch 4: 4 steps per epoch, 4 epochs = 16 steps; last.pt every
 # 2 steps (so the in-loop last.pt at an epoch's last step precedes that epoch's row).
-# lr 0.1 makes val_bacc improve after epoch 1 and peak before the last epoch (the reference
-# fixture checks it): best.pt then holds other weights than last.pt, and an earlier best.pt
-# exists to go stale. The best step is read from the reference run, not fixed here, so that
-# float-rounding changes in the model (e.g. another memory layout) do not break the test.
+# lr 0.1 makes val_bacc improve after epoch 1 and, for most seeds, peak before the last
+# epoch: best.pt then holds other weights than last.pt, and an earlier best.pt exists to go
+# stale. Which seeds do so depends on float rounding (another CPU, another memory layout),
+# so the reference fixture takes the first seed whose run has that property (SEED) and the
+# best step is read from it, never fixed here.
 ARGS = [
     "train", "toy", "--preset", "tiny", "--device", "cpu",
     "--set", "model.d_model=8", "--set", "data.length=128", "--set", "optim.epochs=4",
@@ -35,6 +36,7 @@ ARGS = [
     "--set", "train.progress=false", "--set", "train.save_every_steps=2",
 ]  # fmt: skip
 STEPS, STEPS_PER_EPOCH = 16, 4
+SEED: list[str] = []  # ["--set", "train.seed=S"]: the reference fixture's choice
 EPOCH_ENDS = range(STEPS_PER_EPOCH, STEPS + 1, STEPS_PER_EPOCH)
 
 
@@ -66,8 +68,8 @@ def start(out: Path, kill_at: str | None = None) -> tuple[multiprocessing.Proces
     afresh (a kill before the first checkpoint leaves nothing to resume)."""
     resume = ["--resume", str(out / "last.pt")] if (out / "last.pt").is_file() else []
     log = out.parent / f"{out.name}-{len(list(out.parent.glob(f'{out.name}-*.log')))}.log"
-    proc = CTX.Process(target=_child, args=([*ARGS, "--out", str(out), *resume], kill_at,
-                                            str(log)))  # fmt: skip
+    proc = CTX.Process(target=_child, args=([*ARGS, *SEED, "--out", str(out), *resume],
+                                            kill_at, str(log)))  # fmt: skip
     proc.start()
     return proc, log
 
@@ -179,16 +181,22 @@ def assert_same_run(ref: Path, out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("crash") / "uninterrupted"
-    text = run(out)
-    rows = _rows(out / "metrics.csv")
-    assert [int(r["step"]) for r in rows] == list(EPOCH_ENDS)
-    assert len(_rows(out / "steps.csv")) == STEPS
-    best = _ckpt(out / "best.pt")["trainer"]["step"]
-    # a new best after the first epoch, and not the last epoch (see ARGS)
-    assert STEPS_PER_EPOCH < best < STEPS and best in EPOCH_ENDS, text
-    assert f"best_epoch={best / STEPS_PER_EPOCH:.4f}" in text, text
-    return out
+    """The uninterrupted run of the first seed whose best epoch is neither the first nor
+    the last (see ARGS); every run of this module then uses that seed."""
+    root, texts = tmp_path_factory.mktemp("crash"), []
+    for seed in range(8):
+        SEED[:] = ["--set", f"train.seed={seed}"]
+        out = root / f"uninterrupted-{seed}"
+        text = run(out)
+        rows = _rows(out / "metrics.csv")
+        assert [int(r["step"]) for r in rows] == list(EPOCH_ENDS)
+        assert len(_rows(out / "steps.csv")) == STEPS
+        best = _ckpt(out / "best.pt")["trainer"]["step"]
+        assert best in EPOCH_ENDS and f"best_epoch={best / STEPS_PER_EPOCH:.4f}" in text, text
+        if STEPS_PER_EPOCH < best < STEPS:
+            return out
+        texts.append(text)
+    raise AssertionError("no seed of 0..7 has its best epoch inside the run:\n" + "\n".join(texts))
 
 
 def test_random_kills_then_resume_match_an_uninterrupted_run(reference, tmp_path):
