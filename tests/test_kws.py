@@ -204,6 +204,43 @@ def test_kws_stream_labels_match_placed_audio(tmp_path):
     assert 0 < np.abs(y[~covered]).max() <= 0.03
 
 
+def test_kws_stream_distinct_uses_every_clip_before_repeating_one(tmp_path):
+    """distinct=True: each word's clips come in rounds, every round a permutation of all of
+    them; the default (with replacement) repeats a clip within a round."""
+    from fixtures_speech import tiny_root
+
+    from liquid_stream.training.data.kws_stream import build_kws_stream
+
+    words = ("yes", "no", "marvin")
+    root = tiny_root(tmp_path / "sc", words=words, per_word=4)
+    (root / "testing_list.txt").write_text(
+        "".join(f"{w}/{n:08x}_nohash_0.wav\n" for w in words for n in (1, 2, 3)))
+    clips = {(w, n): read_wav(root / w / f"{n:08x}_nohash_0.wav")[0]
+             for w in words for n in (1, 2, 3)}  # fmt: skip
+
+    def draws(distinct: bool) -> dict[str, list[int]]:
+        x, rows = build_kws_stream(root, 1.0, ["yes", "no"], seed=5, noise_gain=0,
+                                   distinct=distinct)  # fmt: skip
+        seq: dict[str, list[int]] = {w: [] for w in words}
+        for r in rows:
+            a = round(r.start_s * 16000)
+            found = [n for (w, n), c in clips.items() if w == r.word
+                     and np.array_equal(x[a : a + len(c)], c)]  # fmt: skip
+            assert len(found) == 1, r
+            seq[r.word] += found
+        return seq
+
+    def rounds_ok(seq: list[int]) -> bool:
+        full = len(seq) // 3 * 3
+        return all(sorted(seq[i : i + 3]) == [1, 2, 3] for i in range(0, full, 3)) and (
+            len(set(seq[full:])) == len(seq[full:]))
+
+    seq = draws(True)
+    assert all(len(seq[w]) >= 6 for w in ("yes", "no")), seq  # at least two whole rounds
+    assert all(rounds_ok(v) for v in seq.values()), seq
+    assert not all(rounds_ok(v) for v in draws(False).values())
+
+
 def test_kws_eval_on_tone_stream(tone_model, tone_wavs, tmp_path):
     out = tmp_path / "eval" / "eval.json"
     r = run_cli(kws_eval_cmd, [tone_model, "--stream", tone_wavs["8k"], "--labels",

@@ -214,8 +214,11 @@ def pathfinder_cmd(out, n_images, resolution, difficulty, seed, workers):
               type=click.Choice(["testing", "validation"]),
               help="Clips of this split: 'validation' for a stream to tune thresholds "
                    "on.")  # fmt: skip
+@click.option("--distinct", is_flag=True,
+              help="Draw each word's clips without replacement (no clip repeats before all "
+                   "of its word's clips are used) [default: with replacement].")  # fmt: skip
 def kws_stream_cmd(out_wav, labels_path, root, minutes, keywords, seed, noise_gain,
-                   synth_per_word, split):  # fmt: skip
+                   synth_per_word, split, distinct):  # fmt: skip
     """Build a long 16 kHz test stream OUT_WAV of Speech Commands TEST clips (or VALIDATION
     clips, --split validation; keywords at known times, other words and background noise
     between) and its labels CSV."""
@@ -227,7 +230,8 @@ def kws_stream_cmd(out_wav, labels_path, root, minutes, keywords, seed, noise_ga
         root = ensure_synth(synth_per_word)
     kw = [k.strip() for k in keywords.split(",") if k.strip()] if keywords else list(SC10)
     try:
-        x, rows = build_kws_stream(root, minutes, kw, seed, noise_gain=noise_gain, split=split)
+        x, rows = build_kws_stream(root, minutes, kw, seed, noise_gain=noise_gain, split=split,
+                                   distinct=distinct)  # fmt: skip
     except (OSError, ValueError) as e:  # a WavError is a ValueError
         raise click.ClickException(str(e)) from e
     write_kws_stream(out_wav, labels_path, x, rows)
