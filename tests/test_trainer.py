@@ -111,8 +111,8 @@ def test_weight_average_is_the_literal_recurrence(tmp_path):
         assert best["metrics"]["val_loss"] == pytest.approx(again["loss"], rel=1e-6)
     assert all(torch.equal(last["model"][k], v) for k, v in tr.model.state_dict().items())
     (tmp_path / "best.pt").unlink()
-    again = make(tmp_path, ["optim.epochs=2", f"optim.ema={d}"])
-    again.resume(tmp_path / "last.pt")
+    resumed = make(tmp_path, ["optim.epochs=2", f"optim.ema={d}"])
+    resumed.resume(tmp_path / "last.pt")
     back = load_checkpoint(tmp_path / "best.pt")
     assert all(torch.equal(back["model"][k], v) for k, v in best["model"].items())
     with pytest.raises(CheckpointError, match="optim.ema=on.*off"):
