@@ -1,10 +1,13 @@
 """Write the model card of a shipped vital-sign model from its run folder.
 
-    python scripts/vitals_card.py RUN NAME "COMMAND" [--commit SHA]
+    python scripts/vitals_card.py RUN NAME "COMMAND" [--commit SHA] [--data ROOT]
+        [--made-by SCRIPT] [--hardware TEXT]
 
 RUN is a `liquid-stream train bidmc` output folder that `liquid-stream evaluate --baseline`
 has scored (agreement_<target>_record_test.json); NAME the shipped file's stem
-(liquid_stream/models/NAME.onnx); COMMAND the training command, quoted. Every number on
+(liquid_stream/models/NAME.onnx); COMMAND the training command, quoted. ROOT: the record set
+the run trained on when it was given one (`--data`; its params.json names the simulator's
+arguments), else the config's data.sim_* are. Every number on
 the card is read from RUN, so the card says what the run measured and nothing else.
 """
 
@@ -32,6 +35,9 @@ def main() -> None:
     ap.add_argument("name")
     ap.add_argument("command")
     ap.add_argument("--commit", default=None)
+    ap.add_argument("--data", type=Path, default=None, help="the run's record set (--data)")
+    ap.add_argument("--made-by", default="scripts/ship-vitals.sh")
+    ap.add_argument("--hardware", default="2 CPU cores shared with other jobs")
     a = ap.parse_args()
     cfg = yaml.safe_load((a.run / "config.yaml").read_text())
     t = cfg["data"]["target"]
@@ -45,6 +51,13 @@ def main() -> None:
         ).stdout.strip()
     )
     m, d = cfg["model"], cfg["data"]
+    sim = {"records": d["sim_records"], "minutes": d["sim_minutes"], "seed": d["sim_seed"]}
+    if d.get("root") is not None:
+        if a.data is None:
+            ap.error(f"{a.run} trained on data.root={d['root']}: name that set with --data")
+        sim = json.loads((a.data / "params.json").read_text())
+    planned, done = int(cfg["optim"]["epochs"]), int(float(last["epoch"]))
+    cut = f" (cut at its time limit; {planned} planned)" if done < planned else ""
     u, tol = res["units"], f"{WITHIN[t]:g}"
     base = res.get("baseline_n", 0) > 0
     table = [
@@ -88,11 +101,20 @@ def main() -> None:
     init = cfg["train"].get("init")
     warm = (
         f"\nThe last run is a warm start (`train.init`) from `{init}`, the run of the command "
-        "before it (other records: its seed and count are in that run's config), keeping that "
-        "checkpoint's data constants; the test records of both runs' sets were never trained on."
+        "before it (its records: that run's config), keeping that checkpoint's data constants; "
+        "the test records of both runs' sets were never trained on."
         if init
         else ""
     )
+    before = a.run.parent / Path(init or ".").parent.name / "metrics.csv"  # a sibling run
+    if init and before.is_file():
+        rows0 = [line.split(",") for line in before.read_text().splitlines()]
+        last0 = dict(zip(rows0[0], rows0[-1], strict=True))
+        cfg0 = yaml.safe_load((before.parent / "config.yaml").read_text())
+        done0, planned0 = int(float(last0["epoch"])), int(cfg0["optim"]["epochs"])
+        cut0 = f" (cut at its time limit; {planned0} planned)" if done0 < planned0 else ""
+        warm += f" That run: {done0} epochs{cut0} ({last0['step']} steps)."
+    data_arg = f" --data {a.data}" if a.data is not None else ""
     text = f"""# {a.name} — streaming {t.upper()} estimator ({" + ".join(d["channels"])})
 
 `liquid-stream vitals --record R` uses this model when no MODEL is given and the record has
@@ -108,20 +130,19 @@ Causal Liquid-S4: scale-norm front end (τ = {m["frontend"]["tau_s"]:g} s, poole
 p = {m["liquid_order"]}, LayerNorm → {m["decoder_window"]}-frame window decoder → {t}.
 
 ## Data
-Synthetic only: {d["sim_records"]} domain-randomised records of {d["sim_minutes"]:g} min, seed
-{d["sim_seed"]} (`liquid-stream data bidmc-sim --randomised`, training/data/vitals_sim.py:
+Synthetic only: {sim["records"]} domain-randomised records of {sim["minutes"]:g} min, seed
+{sim["seed"]} (`liquid-stream data bidmc-sim --randomised`, training/data/vitals_sim.py:
 HR 40–180, RR 6–40, SpO2 80–100, ectopic beats and AF, two morphology families, noise, motion,
 sensor-off stretches, random gain / offset / ADC per channel), split by record 70/15/15;
 {d["window"]}-sample windows every {d["hop"]} samples.
 
-## How it was made (`scripts/ship-vitals.sh`)
+## How it was made (`{a.made_by}`)
 ```sh
 {a.command}
-liquid-stream evaluate {a.run}/best.pt --baseline --device cpu
+liquid-stream evaluate {a.run}/best.pt --baseline --device cpu{data_arg}
 liquid-stream export {a.run}/best.pt --onnx {a.name}.onnx --chunk 125 --verify --verify-length 8000
 ```
-Code: git commit {commit}; {last["epoch"].split(".")[0]} epochs ({last["step"]} steps), 2 CPU
-cores shared with other jobs.{warm}
+Code: git commit {commit}; {done} epochs{cut} ({last["step"]} steps), {a.hardware}.{warm}
 
 ## Metrics (held-out test records: never seen in training or model selection)
 {res["n"]} windows of the test records; NeuroKit2 reads the same channels as the model

@@ -1,0 +1,84 @@
+"""Streamed error of exported vital-sign models over whole records, as the monitor runs them.
+
+    python bench/vitals_stream.py MODEL.onnx [MODEL.onnx ...] (--records ROOT | --checkpoint
+        RUN/best.pt [--split test])
+
+Each record is streamed from its start through ``liquid-stream vitals``' own code path
+(``open_record`` + ``run_record``: 1 s chunks, unpaced, one model at a time), and every
+emitted second whose status is ``ok`` or ``bridged`` is scored against the record's
+reference over the model's trailing window (the mean of the 1 Hz numerics, as
+``evaluate`` streams it). Records: every record pair under ``--records`` (e.g. a set of
+``liquid-stream data bidmc-sim --randomised`` that no compared model trained on: a fair
+judge of models trained on different sets), or the ``--split`` records of
+``--checkpoint``'s record split. Prints one row per model: seconds scored, RMSE, MAE, bias,
+share within ±5 bpm (HR) / ±2 breaths/min (RR) / ±2 % (SpO2), and the least-squares slope of
+estimate on truth; with the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
+from liquid_stream.bidmc_vocab import WITHIN  # noqa: E402
+from liquid_stream.checkpoint import split_records  # noqa: E402
+
+
+def record_paths(root: Path) -> list[Path]:
+    """The signal records (``bidmcNN``, not the numerics ``bidmcNNn``) under ``root``."""
+    return sorted(p.with_suffix("") for p in root.glob("*.hea") if not p.stem.endswith("n"))
+
+
+def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndarray]:
+    """(target, estimates, references) over every scored second of ``records``."""
+    est, ref, target = [], [], ""
+    for rec in records:
+        monitor, source = open_record([model], rec)
+        res = run_record(monitor, source, speed=None)
+        target = res.targets[0]
+        for e in res.estimates:
+            v, r = e.values.get(target, math.nan), e.ref.get(target, math.nan)
+            if e.status.get(target) in ("ok", "bridged") and v == v and r == r:
+                est.append(v)
+                ref.append(r)
+    return target, np.asarray(est), np.asarray(ref)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="+", type=Path, help="exported vital-sign models (.onnx)")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--records", type=Path, help="a folder of WFDB record pairs")
+    src.add_argument("--checkpoint", type=Path, help="a run whose record split names them")
+    ap.add_argument("--split", default="test", choices=("val", "test"))
+    args = ap.parse_args()
+    command = "python " + shlex.join(["bench/vitals_stream.py", *sys.argv[1:]])
+    records = (record_paths(args.records) if args.records is not None
+               else split_records(args.checkpoint, args.split))  # fmt: skip
+    if not records:
+        sys.exit(f"error: no records under {args.records}")
+    print(f"{len(records)} records", flush=True)
+    rows = ["| model | target | seconds | RMSE | MAE | bias | within | slope |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for m in args.models:
+        t, e, y = streamed(m, records)
+        d, tol = e - y, WITHIN[t]
+        slope = float(np.polyfit(y, e, 1)[0])
+        rows.append(f"| {m} | {t} | {len(d)} | {np.sqrt(np.mean(d**2)):.3f} | "
+                    f"{np.mean(np.abs(d)):.3f} | {d.mean():+.3f} | ±{tol:g}: "
+                    f"{100 * np.mean(np.abs(d) <= tol):.1f} % | {slope:.3f} |")  # fmt: skip
+        print(rows[-1], flush=True)
+    print("\n" + "\n".join(rows) + f"\n\nCommand: `{command}`")
+
+
+if __name__ == "__main__":
+    main()
