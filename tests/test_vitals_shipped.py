@@ -40,8 +40,12 @@ def estimates(name: str, x: np.ndarray, chunk: int = 125) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name, cols", [("vitals-ppg-hr", [PLETH]),
-                                        ("vitals-ppg-ecg-hr", [PLETH, II])])  # fmt: skip
-def test_hr_estimate_does_not_depend_on_the_signal_units(name, cols):
+                                        ("vitals-ppg-ecg-hr", [PLETH, II]),
+                                        ("vitals-ppg-rr", [PLETH]),
+                                        ("vitals-ppg-ecg-rr", [PLETH, II])])  # fmt: skip
+def test_estimate_does_not_depend_on_the_signal_units(name, cols):
+    """Gain 0.01-100 and offsets of +-1000 units change no estimate by 1 bpm / breath per
+    minute (measured: at most 0.07, the RR model of PLETH alone)."""
     rec = record(1, hr0=85.0)
     x = rec["signals"][:, cols]  # (T, C), in the record's own units
     ref = estimates(name, x)[40:]  # after the 32 s window has filled
@@ -50,16 +54,17 @@ def test_hr_estimate_does_not_depend_on_the_signal_units(name, cols):
         assert np.abs(got - ref).max() < 1.0, (a, b)
 
 
-RAMP_CASES = [("vitals-ppg-hr", [PLETH], 5.0), ("vitals-ppg-ecg-hr", [PLETH, II], 10.0)]
+RAMP_CASES = [("vitals-ppg-hr", [PLETH], 5.0), ("vitals-ppg-ecg-hr", [PLETH, II], 7.0)]
 
 
 @pytest.mark.parametrize("name, cols, worst", RAMP_CASES)
 def test_hr_model_follows_a_rate_ramp_from_60_to_150_bpm(name, cols, worst):
     """Issue 20 asks for every estimate within 5 bpm once the window has filled. The `ppg`
     model, trained as a stream (training/data/bidmc_crops.py), meets it: measured RMSE 0.85,
-    max 1.6 bpm, slope 1.01 here. The `ppg+ecg` model (also stream-trained, 6 + 10 + 8 epochs)
-    stays within 5.1 bpm on 4 clean ramps (2.3-5.1, seeds 1-4; slope 0.97-1.04); its test
-    holds max <= 10 (its window-trained predecessor: up to 8.8)."""
+    max 1.6 bpm, slope 1.01 here. The `ppg+ecg` model (stream-trained on 999 records on a
+    GPU, scripts/gpu-vitals.sh) stays within 5.1 bpm on 4 clean ramps (max 3.8-5.1, RMSE
+    2.2-2.8, seeds 1-4; slope 1.00-1.02); its test holds max <= 7 (its CPU-trained
+    predecessor: 2.3-5.1; the window-trained one before it: up to 8.8)."""
     ramp = [{"kind": "ramp", "at_s": 60.0, "size": 90.0, "dur_s": 120.0}]
     rec = record(2, minutes=4.0, hr0=60.0, hr_changes=ramp)
     est = estimates(name, rec["signals"][:, cols])
@@ -79,10 +84,11 @@ def test_hr_model_follows_a_rate_ramp_from_60_to_150_bpm(name, cols, worst):
 
 def test_ppg_ecg_hr_model_reads_the_ecg_when_the_ppg_falls_off():
     """PPG flat (a detached clip) from 90 s on, ECG intact, 4 clean records (HR 65-95): the
-    `ppg+ecg` model, trained last with one channel at a time held flat (data.channel_off),
-    stays near the truth: measured RMSE 5.3 bpm over these records (2.98-8.36 per record;
-    bench/vitals_sensor_off.py: 5.36 over 8). Its predecessor without that augmentation was
-    73 and 84 bpm off on two of them; NeuroKit2 on the ECG: 0.58."""
+    `ppg+ecg` model, trained as a stream with one channel at a time held flat
+    (data.channel_off), stays near the truth: bench/vitals_sensor_off.py measures RMSE 2.46
+    bpm over 8 such records (0.77-4.58 per record; 0.77-2.89 on these 4). Its CPU-trained
+    predecessor: 5.36 (2.88-8.39); the one before, without that augmentation, was 73 and 84
+    bpm off on two of them; NeuroKit2 on the ECG: 0.58."""
     errs = []
     for seed in (1, 2, 3, 4):
         rec = record(seed, minutes=4.0, hr0=55.0 + 10.0 * seed)
@@ -97,8 +103,8 @@ def test_ppg_ecg_hr_model_reads_the_ecg_when_the_ppg_falls_off():
         errs.append(est[keep] - truth)
     e = np.concatenate(errs)
     assert len(e) > 300 and np.isfinite(e).all()
-    assert np.sqrt(np.mean(e**2)) <= 8.0
-    assert max(np.sqrt(np.mean(d**2)) for d in errs) <= 12.0
+    assert np.sqrt(np.mean(e**2)) <= 4.0
+    assert max(np.sqrt(np.mean(d**2)) for d in errs) <= 6.0
 
 
 def test_vitals_app_picks_the_shipped_models_matching_the_record(tmp_path):
