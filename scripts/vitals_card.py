@@ -57,7 +57,7 @@ def main() -> None:
             ap.error(f"{a.run} trained on data.root={d['root']}: name that set with --data")
         sim = json.loads((a.data / "params.json").read_text())
     planned, done = int(cfg["optim"]["epochs"]), int(float(last["epoch"]))
-    cut = f" (cut at its time limit; {planned} planned)" if done < planned else ""
+    cut = f" (stopped early; {planned} planned)" if done < planned else ""
     u, tol = res["units"], f"{WITHIN[t]:g}"
     base = res.get("baseline_n", 0) > 0
     table = [
@@ -112,7 +112,7 @@ def main() -> None:
         last0 = dict(zip(rows0[0], rows0[-1], strict=True))
         cfg0 = yaml.safe_load((before.parent / "config.yaml").read_text())
         done0, planned0 = int(float(last0["epoch"])), int(cfg0["optim"]["epochs"])
-        cut0 = f" (cut at its time limit; {planned0} planned)" if done0 < planned0 else ""
+        cut0 = f" (stopped early; {planned0} planned)" if done0 < planned0 else ""
         warm += f" That run: {done0} epochs{cut0} ({last0['step']} steps)."
     data_arg = f" --data {a.data}" if a.data is not None else ""
     text = f"""# {a.name} — streaming {t.upper()} estimator ({" + ".join(d["channels"])})
