@@ -662,7 +662,14 @@ def test_two_server_processes_behind_a_client_side_shard(tone):
     procs = [start_server(args) for _ in range(2)]
     urls = [u for _, u in procs]
     try:
-        ids = [f"bed-{i}" for i in range(4)] + [f"call-{i}" for i in range(4)]
+        # two beds and two calls per server, from the first ids that land there: eight fixed
+        # ids would all land on one server for 2 in 256 draws of the two (random) ports
+        def two_each(prefix: str) -> list[str]:
+            ids = [f"{prefix}-{i}" for i in range(64)]
+            return [sid for u in urls for sid in [i for i in ids if shard(i, urls) == u][:2]]
+
+        ids = two_each("bed") + two_each("call")
+        assert len(ids) == 8
         where = {sid: shard(sid, urls) for sid in ids}
         assert where == {sid: shard(sid, list(reversed(urls))) for sid in ids}  # order-free
         assert set(where.values()) == set(urls)  # both servers get streams
