@@ -31,11 +31,7 @@ sys.path.insert(0, str(ROOT))
 from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
 from liquid_stream.bidmc_vocab import WITHIN  # noqa: E402
 from liquid_stream.checkpoint import split_records  # noqa: E402
-
-
-def record_paths(root: Path) -> list[Path]:
-    """The signal records (``bidmcNN``, not the numerics ``bidmcNNn``) under ``root``."""
-    return sorted(p.with_suffix("") for p in root.glob("*.hea") if not p.stem.endswith("n"))
+from liquid_stream.training.data.bidmc import list_records, wfdb_dir  # noqa: E402
 
 
 def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndarray]:
@@ -62,7 +58,8 @@ def main() -> None:
     ap.add_argument("--split", default="test", choices=("val", "test"))
     args = ap.parse_args()
     command = "python " + shlex.join(["bench/vitals_stream.py", *sys.argv[1:]])
-    records = (record_paths(args.records) if args.records is not None
+    records = ([wfdb_dir(args.records) / n for n in list_records(args.records)]
+               if args.records is not None
                else split_records(args.checkpoint, args.split))  # fmt: skip
     if not records:
         sys.exit(f"error: no records under {args.records}")
