@@ -6,13 +6,13 @@
 # time limit and keeps its best checkpoint so far (chosen on the set's validation records).
 #   bash scripts/gpu-vitals.sh OUT [N=999] [DEVICE=cuda]
 # Env: EP1 / EP2 epochs (the cosine schedules span them), T1 / T2 seconds per stage, WORKERS
-# for the simulator. The shipped models came from (one lent H100, 2026-11-27; the models'
-# cards give the epochs each stage completed):
-#   EP1=8 EP2=15 T1=220 T2=210 bash scripts/gpu-vitals.sh /tmp/gv 999 cuda
+# for the simulator; the defaults are what made the shipped models (one lent H100,
+# 2026-11-27: `bash scripts/gpu-vitals.sh /tmp/gv`; the models' cards give the epochs each
+# stage completed, and scripts/ship-vitals.sh writes these commands out for the cards).
 set -uo pipefail
 OUT=$1; N=${2:-999}; DEV=${3:-cuda}
 L=${LIQUID_STREAM:-liquid-stream}
-EP1=${EP1:-6}; EP2=${EP2:-12}; T1=${T1:-200}; T2=${T2:-200}
+EP1=${EP1:-8}; EP2=${EP2:-15}; T1=${T1:-220}; T2=${T2:-210}
 SIM=$OUT/sim$N
 mkdir -p "$OUT"
 $L data bidmc-sim "$SIM" --records "$N" --minutes 4 --seed 3 --randomised \
