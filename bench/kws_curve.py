@@ -10,6 +10,11 @@ smoothing window × threshold of kws-tune's grid the app's rule is replayed and 
 20 false accepts per hour (over every smoothing window and threshold), and their mean over
 2 … 10 / h, one number for the low-false-accept region. A budget of b / h on an h-hour
 stream allows ⌊b·h⌋ false accepts: on a short stream the low budgets are coarse.
+
+A model written ``A.onnx+B.onnx`` is the ensemble of the two: the mean of their posteriors,
+which is what ``liquid-stream export A.pt B.pt`` writes as one graph (export/ensemble.py;
+tests/test_ensemble.py checks the graph against the members streamed alone). Each graph's
+posteriors are computed once per run, however many rows use it.
 """
 
 from __future__ import annotations
@@ -41,16 +46,24 @@ BUDGETS = (2.0, 4.0, 6.0, 8.0, 10.0, 20.0)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", nargs="+", help="exported keyword spotters (.onnx)")
+    ap.add_argument("models", nargs="+",
+                    help="exported keyword spotters (.onnx); A.onnx+B.onnx: their ensemble")
     ap.add_argument("--stream", required=True, help="labelled 16 kHz stream (WAV)")
     ap.add_argument("--labels", required=True, help="its labels CSV")
     a = ap.parse_args()
     cmd = "python bench/kws_curve.py " + " ".join(shlex.quote(v) for v in sys.argv[1:])
     x = read_pcm16(a.stream).astype(np.float32) / 32768.0
     truth = read_label_csv(a.labels)
-    rows = []
+    rows, cache = [], {}
     for model in a.models:
-        p, dt, kws = posterior_trace(model, x, chunk_ms=100)
+        for part in model.split("+"):
+            if part not in cache:
+                cache[part] = posterior_trace(part, x, chunk_ms=100)
+        parts = [cache[part] for part in model.split("+")]
+        dt, kws = parts[0][1], parts[0][2]
+        if any(q[2] != kws for q in parts):
+            raise SystemExit(f"{model}: the members' keywords differ")
+        p = np.mean([q[0] for q in parts], axis=0)
         traces = {sm: smooth(p, max(1, int(round(sm / 1000 / dt)))) for sm in SMOOTH_GRID_MS}
         table = sweep(traces, dt, THRESHOLD_GRID, truth, kws)
         rows.append((model, [best_at(table, b) for b in BUDGETS]))

@@ -3,6 +3,7 @@
     liquid-stream export runs/speech/best.pt --onnx kws.onnx [--chunk 160] [--verify]
     liquid-stream export runs/speech/best.pt --onnx kws-int8.onnx --quantize int8 --verify
     liquid-stream export kws.onnx --onnx kws-int8.onnx --quantize int8 --verify
+    liquid-stream export a/best.pt b/best.pt --onnx kws.onnx --verify   # an ensemble
 
 Heavy imports (torch, onnx, the pipeline) stay inside the function so ``--help`` is fast.
 """
@@ -13,7 +14,7 @@ import click
 
 
 @click.command("export")
-@click.argument("checkpoint", type=click.Path(dir_okay=False))
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--onnx", "onnx_path", required=True, type=click.Path(dir_okay=False),
               help="Output .onnx file (streaming graph with explicit state).")  # fmt: skip
 @click.option("--chunk", default=160, show_default=True, type=click.IntRange(1),
@@ -33,16 +34,37 @@ import click
                    "the state path, the SSM tables and the front end stay float32. "
                    "--verify then also checks the int8 graph against the float32 one "
                    "(looser tolerance, in the metadata).")  # fmt: skip
-def export_cmd(checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_length, quantize):
+def export_cmd(checkpoints, onnx_path, chunk, opset, sub_block, verify, verify_length, quantize):
     """Convert a trained CHECKPOINT to its exact step-wise form and write it as ONNX.
 
     With --quantize, CHECKPOINT may also be an exported float32 .onnx graph: it is
-    quantized as it is (--chunk, --opset and --sub-block are then the graph's own)."""
+    quantized as it is (--chunk, --opset and --sub-block are then the graph's own).
+    Several checkpoints of one classifier task: one graph whose posteriors are the mean
+    of theirs (an ensemble, export/ensemble.py; --verify checks each member and the
+    mean)."""
     from liquid_stream.checkpoint import CheckpointError
+    from liquid_stream.meta import MetaError
 
     from .pipeline import describe, export_checkpoint
     from .quantize import quantize_file
 
+    if len(checkpoints) > 1:
+        from .ensemble import export_ensemble
+
+        if quantize is not None or any(c.endswith(".onnx") for c in checkpoints):
+            raise click.ClickException("an ensemble is exported from checkpoints (.pt), "
+                                       "without --quantize")  # fmt: skip
+        try:
+            info, reports = export_ensemble(
+                list(checkpoints), onnx_path, chunk, opset, sub_block, verify, verify_length
+            )
+        except (CheckpointError, MetaError, ValueError, RuntimeError) as e:
+            raise click.ClickException(str(e)) from e
+        click.echo(f"wrote {describe(info)}")
+        for r in reports:
+            click.echo(str(r))
+        return
+    checkpoint = checkpoints[0]
     try:
         if checkpoint.endswith(".onnx"):
             if quantize is None:

@@ -80,6 +80,7 @@ class VerifyReport:
     chunks: int
     max_abs: float
     max_ref: float
+    quantity: str = "y"  # what is compared: the outputs y, or "p" (an ensemble's posteriors)
 
     @property
     def rel(self) -> float:
@@ -92,8 +93,9 @@ class VerifyReport:
     def __str__(self) -> str:
         verdict = "OK" if self.ok else "FAILED"
         return (
-            f"verify: {self.length} steps in {self.chunks} random chunks: max|Δy| = "
-            f"{self.max_abs:.3e}, max|y| = {self.max_ref:.3e}, relative {self.rel:.3e} "
+            f"verify: {self.length} steps in {self.chunks} random chunks: "
+            f"max|Δ{self.quantity}| = {self.max_abs:.3e}, max|{self.quantity}| = "
+            f"{self.max_ref:.3e}, relative {self.rel:.3e} "
             f"(contract ≤ {CONTRACT_RTOL:g}) {verdict}"
         )
 
@@ -177,5 +179,6 @@ def _export_verified(
 
 
 def describe(info: dict) -> str:
-    keys = ("path", "nodes", "bytes", "sub_block", "max_chunk", "quantized", "source_bytes")
+    keys = ("path", "nodes", "bytes", "sub_block", "max_chunk", "members", "quantized",
+            "source_bytes")  # fmt: skip
     return json.dumps({k: info[k] for k in keys if k in info})

@@ -22,7 +22,9 @@ the apps read them back. Fields (None: not stored):
 - graph (export): ``liquid_stream_version``, ``model_config``, ``decoder``, ``rate``,
   ``sub_block``, ``max_chunk``, ``chunk``, ``state_spec``, and for an int8 graph
   ``quantization`` (method, the quantized and the float32 nodes, the verify tolerance, the
-  checksums of the quantization parameters: :mod:`liquid_stream.quantized`);
+  checksums of the quantization parameters: :mod:`liquid_stream.quantized`), and for
+  an ensemble of classifiers ``ensemble`` (members, how they are combined, their graphs'
+  SHA-256: export/ensemble.py);
 - tuning (``kws-tune``): ``kws_threshold``, ``kws_smooth_ms``, ``kws_tuning``;
 - ``extra``: the tasks' provenance (``PROVENANCE``: data root, split records, subset, ...),
   which no reader relies on.
@@ -137,6 +139,7 @@ class ModelMeta:
     chunk: int | None = field(default=None, metadata=_kind("count"))
     state_spec: list[dict] | None = field(default=None, metadata=_kind("list"))
     quantization: dict | None = field(default=None, metadata=_kind("object"))
+    ensemble: dict | None = field(default=None, metadata=_kind("object"))
     # keyword-spotter tuning (kws-tune)
     kws_threshold: float | None = field(default=None, metadata=_kind("number"))
     kws_smooth_ms: float | None = field(default=None, metadata=_kind("number"))

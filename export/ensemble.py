@@ -1,0 +1,257 @@
+"""Several trained classifiers as one streaming graph whose posteriors are their mean.
+
+    liquid-stream export a/best.pt b/best.pt --onnx kws.onnx --chunk 1600 --verify
+
+Members i = 0 … K−1 (same task, labels, sample rate, input and chunk) are exported one by
+one (:func:`~.pipeline.export_model`) and placed side by side in one ONNX graph that
+takes the one input ``x`` and returns
+
+    y = log( max( (1/K) Σ_i softmax(y_i), 1e-30 ) )                      (batch, T, d)
+
+so that the softmax the apps take of ``y`` is the members' mean posterior
+``p = (1/K) Σ_i softmax(y_i)`` (``softmax(log p) = p / Σp = p``; the floor keeps ``y``
+finite where every member gives a class a posterior below 1e-30 in float32, and moves
+``p`` by at most 1e-30 per class). Member i's state ``<name>`` is the graph's state
+``m<i>.<name>`` (input ``state.m<i>.<name>``, output ``next.m<i>.<name>``); its nodes,
+values and weights are prefixed ``m<i>.``, so the members share nothing but ``x``.
+Everything downstream (``OnnxStreamer``, the batched server, ``kws``, ``kws-tune``,
+``kws-eval``) reads the graph as any other: its ``state_spec`` lists the members' states.
+
+Why: two spotters trained from different seeds make different mistakes. Three seeds of the
+main job's recipe detected 77.8–91.4 % (mean of the best detection at ≤ 2 … 10 false
+accepts per hour) on a 60-minute validation stream, and the mean posterior of any two of
+them 90.7–93.3 % (docs/benchmarks.md §4.1) — for twice the training.
+
+Exactness: each member's graph is its torch model's (verified per member, the contract of
+docs/design.md §5, when ``verify``), and the ensemble's posteriors equal the mean of the
+members' float64 torch posteriors within :data:`~.pipeline.CONTRACT_RTOL`
+(:func:`verify_ensemble`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from liquid_stream.atomic import atomic_write_bytes
+from liquid_stream.checkpoint import model_from_checkpoint
+from liquid_stream.meta import ModelMeta
+
+from .pipeline import CONTRACT_RTOL, VerifyReport, export_model, verify_onnx
+
+FLOOR = 1e-30  # of the mean posterior before its log (module docstring)
+SAME = ("task", "labels", "sample_rate", "d_input", "d_output", "max_chunk", "chunk",
+        "rate", "decoder", "input_mean", "input_std")  # fmt: skip
+
+
+def member_prefix(i: int) -> str:
+    return f"m{i}."
+
+
+def prefix_graph(graph: onnx.GraphProto, prefix: str) -> onnx.GraphProto:
+    """A copy of ``graph`` with ``prefix`` before every name: nodes, values, inputs,
+    outputs, initializers, value infos, in every nested subgraph (``If`` / ``Scan``
+    bodies) as well; the empty name (an omitted optional input) stays empty. Every name
+    is renamed the same way everywhere, so outer-scope references from a subgraph keep
+    pointing at their values. (``onnx.compose.add_prefix_graph`` of onnx 1.23 renames a
+    subgraph's edges before the outer graph's initializers are known, and leaves the
+    subgraph's references to them dangling.)"""
+    g = onnx.GraphProto()
+    g.CopyFrom(graph)
+
+    def ren(name: str) -> str:
+        return prefix + name if name else name
+
+    def walk(gr: onnx.GraphProto) -> None:
+        for coll in (gr.input, gr.output, gr.value_info):
+            for v in coll:
+                v.name = ren(v.name)
+        for t in gr.initializer:
+            t.name = ren(t.name)
+        for n in gr.node:
+            n.name = ren(n.name)
+            n.input[:] = [ren(v) for v in n.input]
+            n.output[:] = [ren(v) for v in n.output]
+            for a in n.attribute:
+                if a.HasField("g"):
+                    walk(a.g)
+                for sub in a.graphs:
+                    walk(sub)
+
+    walk(g)
+    return g
+
+
+def merge_classifiers(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, ModelMeta]:
+    """The ensemble graph of exported classifier graphs (module docstring) and its metadata
+    (member 0's, with the members' states and ``ensemble``). A ValueError names what the
+    members do not share, or a member that is not a classifier."""
+    if len(members) < 2:
+        raise ValueError("an ensemble needs at least two members")
+    metas = [ModelMeta.from_onnx_props({p.key: p.value for p in m.metadata_props})
+             for m in members]  # fmt: skip
+    for i, m in enumerate(metas):
+        if not m.labels or m.d_output != len(m.labels) or m.target is not None:
+            raise ValueError(f"member {i} is not a classifier (labels, one output per label, "
+                             "no regression target): an ensemble averages class "
+                             "posteriors")  # fmt: skip
+    first = metas[0]
+    for i, m in enumerate(metas[1:], 1):
+        for key in SAME:
+            if getattr(m, key) != getattr(first, key):
+                raise ValueError(f"member {i} differs from member 0 in {key!r}: "
+                                 f"{getattr(m, key)!r} vs {getattr(first, key)!r}")  # fmt: skip
+    opsets = {(o.domain, o.version) for m in members for o in m.opset_import}
+    if len(opsets) != 1:
+        raise ValueError(f"the members use different opsets: {sorted(opsets)}")
+    K = len(members)
+    nodes, inits, inputs, outputs, spec = [], [], [], [], []
+    x_info = next(v for v in members[0].graph.input if v.name == "x")
+    inputs.append(x_info)
+    y_info = next(v for v in members[0].graph.output if v.name == "y")
+    for i, (model, meta) in enumerate(zip(members, metas, strict=True)):
+        pre = member_prefix(i)
+        g = prefix_graph(model.graph, pre)
+        nodes.append(helper.make_node("Identity", ["x"], [pre + "x"], name=pre + "x.in"))
+        for s in meta.state_spec:
+            name = s["name"]
+            src = next(v for v in model.graph.input if v.name == f"state.{name}")
+            v = onnx.ValueInfoProto()
+            v.CopyFrom(src)
+            v.name = f"state.{pre}{name}"
+            inputs.append(v)
+            nodes.append(helper.make_node("Identity", [v.name], [f"{pre}state.{name}"],
+                                          name=f"{pre}state.{name}.in"))  # fmt: skip
+            spec.append({**s, "name": pre + name})
+        nodes.extend(g.node)
+        inits.extend(g.initializer)
+        for s in meta.state_spec:
+            name = s["name"]
+            dst = next(v for v in model.graph.output if v.name == f"next.{name}")
+            v = onnx.ValueInfoProto()
+            v.CopyFrom(dst)
+            v.name = f"next.{pre}{name}"
+            outputs.append(v)
+            nodes.append(helper.make_node("Identity", [f"{pre}next.{name}"], [v.name],
+                                          name=f"{pre}next.{name}.out"))  # fmt: skip
+        nodes.append(helper.make_node("Softmax", [pre + "y"], [pre + "p"], axis=-1,
+                                      name=pre + "softmax"))  # fmt: skip
+    nodes += [
+        helper.make_node("Sum", [member_prefix(i) + "p" for i in range(K)], ["ens.sum"],
+                         name="ens.sum"),
+        helper.make_node("Mul", ["ens.sum", "ens.inv_k"], ["ens.mean"], name="ens.mean"),
+        helper.make_node("Max", ["ens.mean", "ens.floor"], ["ens.floored"], name="ens.floor"),
+        helper.make_node("Log", ["ens.floored"], ["y"], name="ens.log"),
+    ]  # fmt: skip
+    inits += [
+        helper.make_tensor("ens.inv_k", onnx.TensorProto.FLOAT, [], [1.0 / K]),
+        helper.make_tensor("ens.floor", onnx.TensorProto.FLOAT, [], [FLOOR]),
+    ]
+    outputs.insert(0, y_info)
+    graph = helper.make_graph(nodes, "liquid_stream_ensemble", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=list(members[0].opset_import),
+                              producer_name="liquid-stream")  # fmt: skip
+    model.ir_version = members[0].ir_version
+    onnx.checker.check_model(model)
+    meta = ModelMeta.from_dict(first.to_dict())
+    meta.state_spec = spec
+    meta.ensemble = {
+        "members": K,
+        "combine": "mean of the members' softmax posteriors; y = log of it",
+        "member_sha256": [hashlib.sha256(m.SerializeToString()).hexdigest() for m in members],
+    }
+    return model, meta
+
+
+def export_ensemble(
+    checkpoints: list[str | os.PathLike],
+    out: str | os.PathLike,
+    chunk: int = 160,
+    opset: int = 17,
+    sub_block: int | None = None,
+    verify: bool = False,
+    verify_length: int = 16000,
+) -> tuple[dict, list[VerifyReport]]:
+    """``liquid-stream export A.pt B.pt …``: export each checkpoint, merge (module
+    docstring), write ``out`` atomically. With ``verify``: each member graph against its
+    torch model, then the ensemble against the members' torch posteriors; a failure removes
+    nothing but raises before ``out`` is written (RuntimeError)."""
+    loaded = [model_from_checkpoint(c) for c in checkpoints]
+    for _, meta in loaded:
+        ModelMeta.from_dict(meta).check_complete()
+    reports: list[VerifyReport] = []
+    protos = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (model, meta) in enumerate(loaded):
+            path = Path(tmp) / f"m{i}.onnx"
+            export_model(model, path, chunk, opset, sub_block, meta)
+            if verify:
+                rep = verify_onnx(model, path, length=verify_length, meta=meta)
+                if not rep.ok:
+                    raise RuntimeError(f"member {i} ({checkpoints[i]}) breaks the exactness "
+                                       f"contract; nothing written. {rep}")  # fmt: skip
+                reports.append(rep)
+            protos.append(onnx.load(str(path)))
+        model, meta = merge_classifiers(protos)
+        props = meta.to_onnx_props()
+        for key, value in props.items():
+            model.metadata_props.add(key=key, value=value)
+        path = Path(tmp) / "ensemble.onnx"
+        path.write_bytes(model.SerializeToString())
+        if verify:
+            rep = verify_ensemble([m for m, _ in loaded], path, verify_length, loaded[0][1])
+            if not rep.ok:
+                raise RuntimeError(f"the ensemble graph breaks the exactness contract; nothing "
+                                   f"written. {rep}")  # fmt: skip
+            reports.append(rep)
+        atomic_write_bytes(out, path.read_bytes())
+    info = {"path": str(out), "nodes": len(model.graph.node), "members": len(protos),
+            "bytes": Path(out).stat().st_size, "sub_block": meta.sub_block,
+            "max_chunk": meta.max_chunk}  # fmt: skip
+    return info, reports
+
+
+def verify_ensemble(
+    models: list, onnx_path: str | os.PathLike, length: int = 16000, meta: dict | None = None,
+    seed: int = 0,
+) -> VerifyReport:
+    """Stream random input through the ensemble graph in random chunk sizes (1 … chunk);
+    compare its posteriors ``softmax(y)`` with the mean of the members' posteriors from
+    their float32 torch convolutional forwards, taken in float64 (max |Δp|, max p)."""
+    import torch
+
+    from liquid_stream.onnx_streamer import OnnxStreamer
+
+    meta = dict(meta or {})
+    streamer = OnnxStreamer(onnx_path, batch=1)
+    rng = np.random.default_rng(seed)
+    mean = np.asarray(meta.get("input_mean", 0.0), dtype=np.float64)
+    std = np.asarray(meta.get("input_std", 1.0), dtype=np.float64)
+    z = rng.standard_normal((1, length, models[0].d_input))
+    x = (z * std + mean).astype(np.float32)
+    xn = ((torch.from_numpy(x).double() - torch.from_numpy(mean)) / torch.from_numpy(std))
+    ref = 0.0
+    with torch.no_grad():
+        for m in models:
+            logits = m.float().eval().cpu().forward_steps(xn.float()).double()
+            ref = ref + torch.softmax(logits, -1).numpy()
+    ref = ref / len(models)
+    ys, pos, n = [], 0, 0
+    while pos < length:
+        c = int(rng.integers(1, streamer.chunk + 1))
+        ys.append(streamer.process(x[:, pos : pos + c]))
+        pos += c
+        n += 1
+    y = np.concatenate(ys, 1).astype(np.float64)
+    p = np.exp(y - y.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return VerifyReport(length, n, float(np.abs(p - ref).max()), float(np.abs(ref).max()), "p")
+
+
+__all__ = ["CONTRACT_RTOL", "export_ensemble", "merge_classifiers", "verify_ensemble"]

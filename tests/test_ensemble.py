@@ -1,0 +1,141 @@
+"""An ensemble of classifiers as one streaming graph (export/ensemble.py): its posteriors are
+the mean of the members' — against the members' float64 torch forwards and against the
+member graphs streamed alone, in random chunks; the members' states are the graph's, so
+the batched server steps it like any graph; checkpoints that cannot be averaged are
+refused before anything is written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from liquid_stream import LiquidS4Model
+from liquid_stream.checkpoint import save_checkpoint
+from liquid_stream.cli import main as cli
+from liquid_stream.export.ensemble import export_ensemble
+from liquid_stream.meta import ModelMeta
+from liquid_stream.onnx_streamer import OnnxStreamer
+
+SR = 16000
+LABELS = ["yes", "no", "_silence_"]
+
+
+def _member(path, seed: int, labels=LABELS, d_model: int = 16, task: str = "speech-stream"):
+    """A small untrained causal log-mel classifier (random weights from ``seed``) saved as
+    a checkpoint with a keyword spotter's metadata."""
+    torch.manual_seed(seed)
+    model = LiquidS4Model(
+        1, len(labels), d_model=d_model, n_layers=2, d_state=4, mode="diag", liquid="pb",
+        liquid_order=2, norm="layer", decoder="window", decoder_window=5, dt_min=1e-3,
+        dt_max=0.1, frontend={"kind": "logmel", "n_mels": 8},
+    ).eval()  # fmt: skip
+    meta = {"task": task, "labels": list(labels), "sample_rate": SR, "input_mean": [0.0],
+            "d_input": 1, "d_output": len(labels),
+            "input_std": [1.0], "silence_class": len(labels) - 1}  # fmt: skip
+    save_checkpoint(path, model, meta)
+    return model
+
+
+def _posteriors(y: np.ndarray) -> np.ndarray:
+    z = np.exp(y - y.max(-1, keepdims=True))
+    return z / z.sum(-1, keepdims=True)
+
+
+def _stream(path, x: np.ndarray, chunks) -> np.ndarray:
+    s = OnnxStreamer(path, batch=x.shape[0])
+    out, pos = [], 0
+    for c in chunks:
+        out.append(s.process(x[:, pos : pos + c]))
+        pos += c
+    return np.concatenate(out, 1)
+
+
+@pytest.fixture(scope="module")
+def ensemble(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ens")
+    models = [_member(d / f"m{i}.pt", seed=i) for i in range(2)]
+    info, reports = export_ensemble([d / "m0.pt", d / "m1.pt"], d / "ens.onnx", chunk=480,
+                                    verify=True, verify_length=4000)  # fmt: skip
+    return d, models, info, reports
+
+
+def test_ensemble_posteriors_are_the_members_mean(ensemble):
+    d, models, info, reports = ensemble
+    assert info["members"] == 2 and [r.quantity for r in reports] == ["y", "y", "p"]
+    assert all(r.ok for r in reports)
+    rng = np.random.default_rng(3)
+    x = (0.1 * rng.standard_normal((2, 6000, 1))).astype(np.float32)
+    chunks = []
+    while sum(chunks) < x.shape[1]:  # random sizes 1 … 480, not aligned with the 160 hop
+        chunks.append(int(min(rng.integers(1, 481), x.shape[1] - sum(chunks))))
+    p = _posteriors(_stream(d / "ens.onnx", x, chunks).astype(np.float64))
+    with torch.no_grad():  # float64 reference: the mean of the members' posteriors
+        ref = np.mean([torch.softmax(m.double().forward_steps(torch.from_numpy(x).double()),
+                                     -1).numpy() for m in models], 0)  # fmt: skip
+    assert np.abs(p - ref).max() <= 1e-4 * np.abs(ref).max()
+    # any chunking: the same posteriors
+    one_shot = _posteriors(_stream(d / "ens.onnx", x, [480] * 12 + [240]).astype(np.float64))
+    assert np.abs(one_shot - p).max() <= 1e-6
+
+
+def test_ensemble_state_and_metadata(ensemble):
+    d, _, _, _ = ensemble
+    s = OnnxStreamer(d / "ens.onnx")
+    meta = ModelMeta.from_onnx_props(s.metadata)
+    names = [x["name"] for x in meta.state_spec]
+    assert names and all(n.startswith(("m0.", "m1.")) for n in names)
+    assert sum(n.startswith("m0.") for n in names) == sum(n.startswith("m1.") for n in names)
+    assert meta.ensemble["members"] == 2 and len(meta.ensemble["member_sha256"]) == 2
+    assert meta.labels == LABELS and meta.sample_rate == SR
+
+
+def test_cli_ensemble_matches_member_graphs(ensemble, tmp_path):
+    """``export A.pt B.pt``: the ensemble of the CLI equals the mean posterior of the two
+    member graphs that ``export A.pt`` / ``export B.pt`` write, streamed alone."""
+    d, _, _, _ = ensemble
+    run = CliRunner().invoke(cli, ["export", str(d / "m0.pt"), str(d / "m1.pt"), "--onnx",
+                                   str(tmp_path / "e.onnx"), "--chunk", "480", "--verify",
+                                   "--verify-length", "2000"])  # fmt: skip
+    assert run.exit_code == 0, run.output
+    assert run.output.count(" OK") == 3 and "max|Δp|" in run.output
+    for i in range(2):
+        r = CliRunner().invoke(cli, ["export", str(d / f"m{i}.pt"), "--onnx",
+                                     str(tmp_path / f"m{i}.onnx"), "--chunk", "480"])  # fmt: skip
+        assert r.exit_code == 0, r.output
+    x = (0.1 * np.random.default_rng(5).standard_normal((1, 3000, 1))).astype(np.float32)
+    chunks = [160, 7, 333, 480, 1, 479, 1540]
+    p = _posteriors(_stream(tmp_path / "e.onnx", x, chunks).astype(np.float64))
+    ref = np.mean([_posteriors(_stream(tmp_path / f"m{i}.onnx", x, chunks).astype(np.float64))
+                   for i in range(2)], 0)  # fmt: skip
+    assert np.abs(p - ref).max() <= 1e-6
+
+
+@pytest.mark.parametrize("bad", ["labels", "regression", "quantize"])
+def test_refused_before_anything_is_written(tmp_path, bad):
+    _member(tmp_path / "a.pt", seed=0)
+    args = []
+    if bad == "labels":
+        _member(tmp_path / "b.pt", seed=1, labels=["up", "down", "_silence_"])
+    elif bad == "regression":  # a vitals-style regression checkpoint: no class posteriors
+        torch.manual_seed(0)
+        m = LiquidS4Model(1, 1, d_model=8, n_layers=1, d_state=4, mode="diag",
+                          decoder="window", decoder_window=4)  # fmt: skip
+        meta = {"task": "bidmc", "labels": ["hr"], "target": "hr", "units": "bpm",
+                "sample_rate": 125, "d_input": 1, "d_output": 1, "channels": ["PLETH"],
+                "window": 4, "input_mean": [0.0], "input_std": [1.0], "target_mean": 80.0,
+                "target_std": 10.0}  # fmt: skip
+        save_checkpoint(tmp_path / "b.pt", m, meta)
+    else:
+        _member(tmp_path / "b.pt", seed=1)
+        args = ["--quantize", "int8"]
+    out = tmp_path / "e.onnx"
+    r = CliRunner().invoke(cli, ["export", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"),
+                                 "--onnx", str(out), *args])  # fmt: skip
+    assert r.exit_code != 0 and not out.exists()
+    msg = r.output.strip().splitlines()[-1]
+    want = {"labels": "'labels'", "regression": "not a classifier",
+            "quantize": "without --quantize"}  # fmt: skip
+    assert want[bad] in msg
+    assert msg.startswith("Error: ")
