@@ -139,3 +139,35 @@ def test_refused_before_anything_is_written(tmp_path, bad):
             "quantize": "without --quantize"}  # fmt: skip
     assert want[bad] in msg
     assert msg.startswith("Error: ")
+
+
+def test_batched_server_session_steps_the_ensemble_like_any_graph(ensemble):
+    """The server's BatchedSession: streams joining at different rounds, each stream's
+    posteriors and states equal to its own OnnxStreamer's (float32 rounding)."""
+    from liquid_stream.apps.batch import BatchedSession
+
+    d, _, _, _ = ensemble
+    path = d / "ens.onnx"
+    bs = BatchedSession(path, max_streams=4)
+    T = bs.chunk
+    rng = np.random.default_rng(1)
+    sig = {k: (0.1 * rng.standard_normal((T * 4, 1))).astype(np.float32) for k in range(3)}
+    join = {0: 0, 1: 0, 2: 1}
+    refs, pos = {}, dict.fromkeys(sig, 0)
+    for r in range(5):
+        for k in sig:
+            if join[k] == r:
+                bs.add(k)
+                refs[k] = OnnxStreamer(path, threads=1)
+        blocks = {k: sig[k][pos[k] : pos[k] + T] for k in bs.keys() if pos[k] + T <= len(sig[k])}
+        if not blocks:
+            break
+        out = bs.step(blocks)
+        assert not bs.errors and out.keys() == blocks.keys()
+        for k, x in blocks.items():
+            ref = refs[k].process(x)
+            assert np.abs(_posteriors(out[k]) - _posteriors(ref)).max() <= 1e-5
+            pos[k] += T
+            for s, v in refs[k].state.items():
+                np.testing.assert_allclose(bs.state(k)[s], v, rtol=1e-5,
+                                           atol=1e-5 * max(float(np.abs(v).max()), 1e-30))
