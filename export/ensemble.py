@@ -43,7 +43,14 @@ from liquid_stream.atomic import atomic_write_bytes
 from liquid_stream.checkpoint import model_from_checkpoint
 from liquid_stream.meta import ModelMeta
 
-from .pipeline import CONTRACT_RTOL, VerifyReport, export_model, verify_onnx
+from .pipeline import (
+    CONTRACT_RTOL,
+    VerifyReport,
+    export_model,
+    random_input,
+    stream_random_chunks,
+    verify_onnx,
+)
 
 FLOOR = 1e-30  # of the mean posterior before its log (module docstring)
 SAME = ("task", "labels", "sample_rate", "d_input", "d_output", "max_chunk", "chunk",
@@ -88,6 +95,18 @@ def prefix_graph(graph: onnx.GraphProto, prefix: str) -> onnx.GraphProto:
     return g
 
 
+def _renamed(values, name: str, new: str) -> onnx.ValueInfoProto:
+    """A copy of the value ``name`` of ``values`` (graph inputs or outputs) called ``new``."""
+    v = onnx.ValueInfoProto()
+    v.CopyFrom(next(v for v in values if v.name == name))
+    v.name = new
+    return v
+
+
+def _identity(src: str, dst: str) -> onnx.NodeProto:
+    return helper.make_node("Identity", [src], [dst], name=f"{dst}.identity")
+
+
 def merge_classifiers(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, ModelMeta]:
     """The ensemble graph of exported classifier graphs (module docstring) and its metadata
     (member 0's, with the members' states and ``ensemble``). A ValueError names what the
@@ -118,28 +137,18 @@ def merge_classifiers(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, 
     for i, (model, meta) in enumerate(zip(members, metas, strict=True)):
         pre = member_prefix(i)
         g = prefix_graph(model.graph, pre)
-        nodes.append(helper.make_node("Identity", ["x"], [pre + "x"], name=pre + "x.in"))
-        for s in meta.state_spec:
+        nodes.append(_identity("x", pre + "x"))
+        for s in meta.state_spec:  # state.m<i>.<name> → member's state.<name>, prefixed
             name = s["name"]
-            src = next(v for v in model.graph.input if v.name == f"state.{name}")
-            v = onnx.ValueInfoProto()
-            v.CopyFrom(src)
-            v.name = f"state.{pre}{name}"
-            inputs.append(v)
-            nodes.append(helper.make_node("Identity", [v.name], [f"{pre}state.{name}"],
-                                          name=f"{pre}state.{name}.in"))  # fmt: skip
+            inputs.append(_renamed(model.graph.input, f"state.{name}", f"state.{pre}{name}"))
+            nodes.append(_identity(inputs[-1].name, f"{pre}state.{name}"))
             spec.append({**s, "name": pre + name})
         nodes.extend(g.node)
         inits.extend(g.initializer)
-        for s in meta.state_spec:
+        for s in meta.state_spec:  # member's next.<name>, prefixed → next.m<i>.<name>
             name = s["name"]
-            dst = next(v for v in model.graph.output if v.name == f"next.{name}")
-            v = onnx.ValueInfoProto()
-            v.CopyFrom(dst)
-            v.name = f"next.{pre}{name}"
-            outputs.append(v)
-            nodes.append(helper.make_node("Identity", [f"{pre}next.{name}"], [v.name],
-                                          name=f"{pre}next.{name}.out"))  # fmt: skip
+            outputs.append(_renamed(model.graph.output, f"next.{name}", f"next.{pre}{name}"))
+            nodes.append(_identity(f"{pre}next.{name}", outputs[-1].name))
         nodes.append(helper.make_node("Softmax", [pre + "y"], [pre + "p"], axis=-1,
                                       name=pre + "softmax"))  # fmt: skip
     nodes += [
@@ -228,27 +237,14 @@ def verify_ensemble(
 
     from liquid_stream.onnx_streamer import OnnxStreamer
 
-    meta = dict(meta or {})
     streamer = OnnxStreamer(onnx_path, batch=1)
     rng = np.random.default_rng(seed)
-    mean = np.asarray(meta.get("input_mean", 0.0), dtype=np.float64)
-    std = np.asarray(meta.get("input_std", 1.0), dtype=np.float64)
-    z = rng.standard_normal((1, length, models[0].d_input))
-    x = (z * std + mean).astype(np.float32)
-    xn = ((torch.from_numpy(x).double() - torch.from_numpy(mean)) / torch.from_numpy(std))
-    ref = 0.0
+    x, xn = random_input(dict(meta or {}), (1, length, models[0].d_input), rng)
     with torch.no_grad():
-        for m in models:
-            logits = m.float().eval().cpu().forward_steps(xn.float()).double()
-            ref = ref + torch.softmax(logits, -1).numpy()
-    ref = ref / len(models)
-    ys, pos, n = [], 0, 0
-    while pos < length:
-        c = int(rng.integers(1, streamer.chunk + 1))
-        ys.append(streamer.process(x[:, pos : pos + c]))
-        pos += c
-        n += 1
-    y = np.concatenate(ys, 1).astype(np.float64)
+        ref = np.mean([torch.softmax(m.float().eval().cpu().forward_steps(xn).double(), -1)
+                       .numpy() for m in models], axis=0)  # fmt: skip
+    y, n = stream_random_chunks(streamer, x, rng)
+    y = y.astype(np.float64)
     p = np.exp(y - y.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     return VerifyReport(length, n, float(np.abs(p - ref).max()), float(np.abs(ref).max()), "p")

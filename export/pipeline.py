@@ -100,6 +100,34 @@ class VerifyReport:
         )
 
 
+def random_input(
+    meta: dict, shape: tuple[int, int, int], rng: np.random.Generator
+) -> tuple[np.ndarray, torch.Tensor]:
+    """Verification input of ``shape`` (batch, L, d_input): standard normal in the model's
+    standardised units; returns it raw (float32, the units the graph takes: it folds in
+    ``input_mean`` / ``input_std``) and standardised (float32 torch, what the torch model
+    takes), the latter computed in float64."""
+    mean = np.asarray(meta.get("input_mean", 0.0), dtype=np.float64)
+    std = np.asarray(meta.get("input_std", 1.0), dtype=np.float64)
+    x = (rng.standard_normal(shape) * std + mean).astype(np.float32)
+    xn = (torch.from_numpy(x).double() - torch.from_numpy(mean)) / torch.from_numpy(std)
+    return x, xn.float()
+
+
+def stream_random_chunks(
+    streamer, x: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, int]:
+    """``x`` (batch, L, d) through ``streamer`` (an OnnxStreamer) in random chunk sizes
+    1 … its chunk; returns the outputs (batch, L, d_output) and the number of calls."""
+    ys, pos, n = [], 0, 0
+    while pos < x.shape[1]:
+        c = int(rng.integers(1, streamer.chunk + 1))
+        ys.append(streamer.process(x[:, pos : pos + c]))
+        pos += c
+        n += 1
+    return np.concatenate(ys, 1), n
+
+
 def verify_onnx(
     model: LiquidS4Model,
     onnx_path: str | os.PathLike,
@@ -112,24 +140,13 @@ def verify_onnx(
     compare with the torch convolutional forward (:meth:`LiquidS4Model.forward_steps`)."""
     from liquid_stream.onnx_streamer import OnnxStreamer
 
-    meta = dict(meta or {})
     streamer = OnnxStreamer(onnx_path, batch=batch)
     rng = np.random.default_rng(seed)
-    mean = np.asarray(meta.get("input_mean", 0.0), dtype=np.float64)
-    std = np.asarray(meta.get("input_std", 1.0), dtype=np.float64)
-    z = rng.standard_normal((batch, length, model.d_input))
-    x = (z * std + mean).astype(np.float32)  # raw input the graph standardises itself
+    x, xn = random_input(dict(meta or {}), (batch, length, model.d_input), rng)
     ref_model = copy.deepcopy(model).float().eval().cpu()
     with torch.no_grad():
-        xn = (torch.from_numpy(x).double() - torch.from_numpy(mean)) / torch.from_numpy(std)
-        ref = ref_model.forward_steps(xn.float()).double().numpy()
-    ys, pos, n = [], 0, 0
-    while pos < length:
-        c = int(rng.integers(1, streamer.chunk + 1))
-        ys.append(streamer.process(x[:, pos : pos + c]))
-        pos += c
-        n += 1
-    y = np.concatenate(ys, 1)
+        ref = ref_model.forward_steps(xn).double().numpy()
+    y, n = stream_random_chunks(streamer, x, rng)
     return VerifyReport(length, n, float(np.abs(y - ref).max()), float(np.abs(ref).max()))
 
 
