@@ -43,41 +43,35 @@ def export_cmd(checkpoints, onnx_path, chunk, opset, sub_block, verify, verify_l
     of theirs (an ensemble, export/ensemble.py; --verify checks each member and the
     mean)."""
     from liquid_stream.checkpoint import CheckpointError
-    from liquid_stream.meta import MetaError
 
+    from .ensemble import export_ensemble
     from .pipeline import describe, export_checkpoint
     from .quantize import quantize_file
 
-    if len(checkpoints) > 1:
-        from .ensemble import export_ensemble
-
-        if quantize is not None or any(c.endswith(".onnx") for c in checkpoints):
-            raise click.ClickException("an ensemble is exported from checkpoints (.pt), "
-                                       "without --quantize")  # fmt: skip
-        try:
+    checkpoint = checkpoints[0]
+    try:
+        if len(checkpoints) > 1:
+            if quantize is not None or any(c.endswith(".onnx") for c in checkpoints):
+                raise ValueError("an ensemble is exported from checkpoints (.pt), without "
+                                 "--quantize")  # fmt: skip
             info, reports = export_ensemble(
                 list(checkpoints), onnx_path, chunk, opset, sub_block, verify, verify_length
             )
-        except (CheckpointError, MetaError, ValueError, RuntimeError) as e:
-            raise click.ClickException(str(e)) from e
-        click.echo(f"wrote {describe(info)}")
-        for r in reports:
-            click.echo(str(r))
-        return
-    checkpoint = checkpoints[0]
-    try:
-        if checkpoint.endswith(".onnx"):
+        elif checkpoint.endswith(".onnx"):
             if quantize is None:
                 raise ValueError(f"{checkpoint} is an ONNX graph: exporting one needs --quantize")
             info, report = quantize_file(checkpoint, onnx_path, verify, verify_length)
+            reports = [report]
         else:
             info, report = export_checkpoint(
                 checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_length, quantize
             )
-    except (CheckpointError, ValueError, RuntimeError) as e:
+            reports = [report]
+    except (CheckpointError, ValueError, RuntimeError) as e:  # MetaError is a ValueError
         raise click.ClickException(str(e)) from e
     click.echo(f"wrote {describe(info)}")
     if "float32_verify" in info:
         click.echo(info["float32_verify"])
-    if report is not None:
-        click.echo(str(report))
+    for r in reports:
+        if r is not None:
+            click.echo(str(r))
