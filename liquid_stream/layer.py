@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from .cauchy import BACKENDS
 from .diag import DiagKernel
 from .dplr import DPLRKernel
+from .fftconv import causal_fft_conv
 from .kernel_base import Discrete
 from .liquid import (
     LIQUID_KINDS,
@@ -241,7 +242,7 @@ class LiquidS4(nn.Module):
         if u.dtype in (torch.float16, torch.bfloat16):  # mixed precision: the SSM runs in fp32
             with torch.autocast(u.device.type, enabled=False):
                 return self.forward(u.float(), rate)
-        x = u.transpose(1, 2)  # (B, H, L)
+        x = u.transpose(1, 2).contiguous()  # (B, H, L)
         if self.liquid == "ltc":
             y, _ = ltc_scan(x, ltc_system(self.kernel, rate, x.dtype))
             return (y + self.D[:, None] * x).transpose(1, 2).contiguous()
@@ -252,13 +253,9 @@ class LiquidS4(nn.Module):
             b = torch.cat([b, liquid_inputs(disc, self.liquid_order)])
             signals = torch.cat([signals, correlation_signals(x, self.liquid_order)])
         K = self.kernel.kernel(L, disc, b).to(x.dtype)  # (channels, R, H, L)
-        n = 2 * L
-        K_f = torch.fft.rfft(K, n=n)
-        y_f = torch.einsum("rhf,rbhf->bhf", K_f[0], torch.fft.rfft(signals, n=n))
-        y = torch.fft.irfft(y_f, n=n)[..., :L]
+        y = causal_fft_conv(K[0], signals)  # (B, H, L)
         if self.bidirectional:  # anti-causal part: lags −1 … −(L−1)
-            x_rev = shift(x.flip(-1), 1)
-            y_rev = torch.fft.irfft(K_f[1, 0] * torch.fft.rfft(x_rev, n=n), n=n)[..., :L]
+            y_rev = causal_fft_conv(K[1, :1], shift(x.flip(-1), 1)[None])
             y = y + y_rev.flip(-1)
         y = y + self.D[:, None] * x
         if self.liquid == "pb":
