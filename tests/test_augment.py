@@ -19,6 +19,7 @@ from liquid_stream.training.data.augment import (
     apply_gain,
     augment,
     band_limit,
+    butter_sos,
     item_rng,
     peaking_eq,
     rational_speed,
@@ -238,6 +239,31 @@ def test_band_limit_spectrum(lo, hi):
         assert np.interp(fc, f, ratio_db) == pytest.approx(-3.0, abs=0.5)
     # no low-pass at/above Nyquist, no high-pass for None
     assert np.allclose(band_limit(x[:1000], SR, None, SR / 2), x[:1000])
+
+
+def test_butter_sos_is_scipys_butterworth():
+    """The closed-form design equals scipy.signal.butter's filter (frequency response and
+    output) for random orders 1-9, cut-offs 20 Hz-7.9 kHz, low- and high-pass."""
+    from scipy.signal import butter, sosfilt, sosfreqz
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(4000)
+    for i in range(120):
+        order = int(rng.integers(1, 10))
+        fc = float(np.exp(rng.uniform(np.log(20.0), np.log(7900.0))))
+        btype = ("lowpass", "highpass")[i % 2]
+        ref = butter(order, fc, btype, fs=SR, output="sos")
+        sos = butter_sos(order, fc, SR, btype)
+        assert sos.shape == (-(-order // 2), 6)
+        _, h_ref = sosfreqz(ref, 2048, fs=SR)
+        _, h = sosfreqz(sos, 2048, fs=SR)
+        assert np.abs(h - h_ref).max() < 1e-9, (order, fc, btype)
+        y_ref = sosfilt(ref, x)
+        assert np.abs(sosfilt(sos, x) - y_ref).max() < 1e-9 * np.abs(y_ref).max()
+    for bad in [(0, 100.0, "lowpass"), (2, 0.0, "lowpass"), (2, 8000.0, "highpass"),
+                (2, 100.0, "bandpass")]:  # fmt: skip
+        with pytest.raises(ValueError, match="butter_sos"):
+            butter_sos(bad[0], bad[1], SR, bad[2])
 
 
 @pytest.mark.parametrize(

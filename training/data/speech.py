@@ -30,8 +30,7 @@ from torch.utils.data import Dataset, Subset
 
 from liquid_stream.wav import read_pcm16
 
-from .augment import AugmentConfig, speed_perturb
-from .augment import augment as augment_audio
+from .augment import AugmentConfig, Augmenter, speed_perturb
 from .kws_stream import speech_span
 
 SR = 16000
@@ -315,8 +314,9 @@ def make_step_labels(
 ) -> np.ndarray:
     """Per-step labels of a stream: ``events`` are ``(end, cls)`` with ``end`` the index one
     past the clip's last sample; steps ``[end - tail, end + hold)`` (clipped to
-    ``[0, length)``; ``tail < 0`` starts after ``end``) get ``cls``, later events overwriting earlier ones, every other step
-    ``silence``. ``cls = silence`` (a non-keyword clip) marks nothing."""
+    ``[0, length)``; ``tail < 0`` starts after ``end``) get ``cls``, later events
+    overwriting earlier ones, every other step ``silence``. ``cls = silence`` (a
+    non-keyword clip) marks nothing."""
     y = np.full(length, silence, dtype=np.int64)
     for end, cls in events:
         if cls == silence:
@@ -348,8 +348,9 @@ class SpeechStream(_Augmented, Dataset):
     gaps, non-keywords, the start of each keyword — is the extra class ``_silence_`` =
     ``len(labels)``. So a causal model is asked to name a keyword only once it has heard
     (most of) it; a negative ``label_tail`` starts the span that long *after* the end (the
-    model then has heard the word's last sound and |label_tail| ms more). At ``rate=2`` both ``x`` and ``y`` are taken ``[::2]``. ``labels``
-    lists the classes, ``_silence_`` last.
+    model then has heard the word's last sound and |label_tail| ms more). At ``rate=2``
+    both ``x`` and ``y`` are taken ``[::2]``. ``labels`` lists the classes, ``_silence_``
+    last.
 
     ``augment`` (an :class:`~.augment.AugmentConfig`): each clip is speed-perturbed before
     it is placed (so its label span follows it), then the whole item goes through the
@@ -386,8 +387,13 @@ class SpeechStream(_Augmented, Dataset):
         if label_hop < 1 or (label_hop > 1 and rate != 1):
             raise ValueError(f"label_hop must be >= 1 (and rate 1 when > 1), got {label_hop!r}")
         self.augment = augment
-        if augment is not None:
-            augment.check_rate(SR)
+        # the room → microphone → noise → gain chain of each item (speed is per clip, and
+        # a time shift would move the labels): built once, not per item
+        self._chain = (
+            None
+            if augment is None
+            else Augmenter(dataclasses.replace(augment, speed=False, shift=False), SR)
+        )
         self.label_hop = int(label_hop)
         self.clips = SpeechCommands(root, split, subset)
         require_clips(self.clips, 1, "SpeechStream")  # items are made of this split's clips
@@ -463,8 +469,7 @@ class SpeechStream(_Augmented, Dataset):
             pos += len(s) + int(rng.integers(self.gap[0], self.gap[1] + 1))
         y = make_step_labels(n, events, self.tail, self.hold, self.silence)
         if aug is not None:  # room, microphone, noise, gain (timing unchanged)
-            chain = dataclasses.replace(aug, speed=False, shift=False)
-            x, _ = augment_audio(x, arng, chain, noise=self._noise_source(), sr=SR)
+            x, _ = self._chain(x, arng, noise=self._noise_source())
             return x.astype(np.float32), y, events
         if rng.random() < self.noise_prob:
             gain = rng.uniform(0.0, self.noise_max_gain)
