@@ -16,12 +16,12 @@ again evaluated with real FFTs of the same length (``ĝ = rfft(∂ℓ/∂y, n)``
 (a negative lag t − m wraps to n + t − m ≥ L + 1, where the zero-padded operand is 0, so
 the circular correlation is the linear one on [0, L)).
 
-Why a custom backward (measured, one CPU thread, the KWS cpu preset: B = 16, H = 128,
-L = 200, four layers): autograd's backward of ``rfft(·, n)`` zero-fills a full-length
-complex spectrum and runs a complex-to-complex FFT over it, which cost ~30 % of the whole
-training step's FFT time and more than the forward's FFTs together; here the backward
-is one rfft of ``g`` and two irffts. The forward is the same expression as before, so its
-values are unchanged bit for bit.
+Why a custom backward (torch profiler, one CPU thread, the KWS cpu preset: B = 16,
+H = 128, L = 200, four layers): autograd's backward of ``rfft(·, n)`` zero-fills a
+full-length complex spectrum and runs a complex-to-complex FFT over it, 21 ms (the FFT) +
+11 ms (the fill) of a ~260 ms training step, more than the forward's FFTs together; here
+the backward is one rfft of ``g`` and two irffts (docs/benchmarks.md §3: the step ~10 %
+faster). The forward is the plain rfft / product / irfft expression.
 """
 
 from __future__ import annotations
