@@ -24,10 +24,11 @@ Step by step (:class:`_Emitter`, one method per torch step, same names; ↔ in e
       ChunkedSSM.sub_blocks                       sub_blocks   (+ next ssm.buf)
       ChunkedSSM tables (chunk_tables)            tables       (+ D folded into K_loc)
       ChunkedSSM.block_inputs                     block_inputs ("MatMul 1")
-      ChunkedSSM.scan, .apply_power               scan: scan_diag (closed_form_scan or
+      ChunkedSSM.scan, .apply_power               scan: scan_diag (broadcast_scan or
                                                   levels) / scan_dense; apply_power_diag /
                                                   apply_power_dense   (+ next ssm.z)
       ChunkedSSM.outputs, + D·u                   outputs      ("MatMul 2")
+      (diag, 4–8 sub-blocks: the three above)     columns_layer (batch-last layout)
       ChunkedSSM.next_state (fill)                chunk_dims   (one ssm.fill for all layers)
       LiquidS4Step.pb_term                        pb_term
     LiquidS4BlockStep.forward                     block
@@ -45,6 +46,7 @@ modes, P = liquid_order, L̃ = liquid_len, W = decoder_window, d = d_output:
     block{i}.ssm.fill     (1,) int64       ssm.fill (1,) int64    one for all the layers
     block{i}.ssm.buf      (B, S, R, H)     (H, batch, S[, R])     permute(3, 0, 1, 2) (a)
     block{i}.ssm.z diag   (B, H, R, Mr)    (batch, 1, H·R·Mr)     reshape(B, 1, −1)
+      … column layout     (B, H, R, Mr)    (H·R·Mc, 2, 1, batch)  (d)
     block{i}.ssm.z dense  (B, H, R, Mr)    (H, batch, 1, R·Mr)    permute(1, 0, 2, 3), reshape
     block{i}.u_buf        (B, P−1, H)      (H, batch, P−1)        permute(2, 0, 1) (b)
     block{i}.w_buf        (B, L̃−1, H)      (H, batch, L̃−1)        permute(2, 0, 1)
@@ -54,7 +56,9 @@ modes, P = liquid_order, L̃ = liquid_len, W = decoder_window, d = d_output:
     frontend.buffer, .phase, .held         same                   same
 
 (a) the R axis only for R > 1. (b) none for PB with S ≥ P − 1: ``ssm.buf`` (the last S
-inputs u) holds them. (c) exact: it holds float32 logits.
+inputs u) holds them. (c) exact: it holds float32 logits. (d) a diagonal layer of a graph
+with 4–8 sub-blocks a call (:meth:`_Emitter.columns_layer`): reshape(B, H, R, 2, Mc),
+permute(1, 2, 4, 3, 0), reshape(−1, 2, 1, B).
 :func:`onnx_state_from_torch` is this table as code: a stream begun in torch continues in
 the graph from the converted state.
 
@@ -228,9 +232,12 @@ class _Emitter:
         corr, full = self.correlations(pre, step, u, buf)
         sp = self.sub_blocks(pre, step, u, corr, buf, full)
         tables = self.tables(step)
-        ell = self.block_inputs(step, sp, tables)
-        Z_prev = self.scan(pre, step, ell)
-        y = self.outputs(step, sp, Z_prev, tables)
+        if self.columns(step):
+            y = self.columns_layer(pre, step, sp, tables)
+        else:
+            ell = self.block_inputs(step, sp, tables)
+            Z_prev = self.scan(pre, step, ell)
+            y = self.outputs(step, sp, Z_prev, tables)
         if step.liquid == "pb":
             y = self.g.op("Add", y, self.pb_term(pre, step, corr))
         return y
@@ -303,8 +310,9 @@ class _Emitter:
     def scan_diag(self, pre: str, step, ell: str) -> str:
         """:meth:`scan` for a complex diagonal Ā = diag(λ), in the layout
         ``(B, n, H·R, 2, Mc)`` of ``ssm.z`` (Re and Im halves of the real basis): the closed
-        form for n ≤ CLOSED_FORM_MAX_BLOCKS (:meth:`closed_form_scan`, a batched MatMul, from
-        MATMUL_SCAN_MIN_BLOCKS on; :meth:`broadcast_scan` below), else Hillis–Steele."""
+        form for n ≤ MATMUL_SCAN_MIN_BLOCKS / 2 (:meth:`broadcast_scan`), else Hillis–Steele
+        (from MATMUL_SCAN_MIN_BLOCKS to CLOSED_FORM_MAX_BLOCKS the whole layer is
+        :meth:`columns_layer`)."""
         g, S, d = self.g, self.S, self.dims
         H, R, Mr = step.H, step.ssm.R, step.ssm.Mr
         Mc, C = Mr // 2, H * R * Mr
@@ -314,8 +322,6 @@ class _Emitter:
         )  # (H, Mc)
         z = self.state(pre + "ssm.z", ["batch", 1, C])
         n_max = 2**self.levels
-        if MATMUL_SCAN_MIN_BLOCKS <= n_max <= CLOSED_FORM_MAX_BLOCKS:
-            return self.closed_form_scan(pre, z, ell, lam, R)
         ell_t = g.op("Transpose", ell, perm=[1, 0, 2])  # (B·nb, H, RMr)
         ell_t = g.op("Reshape", ell_t, g.op("Concat", d["B"], g.const([-1, C]), axis=0))
         Zs = g.op("Concat", z, ell_t, axis=1)  # (B, n, C)
@@ -371,54 +377,93 @@ class _Emitter:
         prod = g.op("Reshape", prod, g.op("Concat", self.dims["B"], n, n, g.const([C]), axis=0))
         return g.op("ReduceSum", prod, g.const([2]), keepdims=0)
 
-    def closed_form_scan(self, pre: str, z: str, ell: str, lam: torch.Tensor, R: int) -> str:
-        """:meth:`scan_diag` for few sub-blocks, in closed form, Z'[k] = Σ_{k'≤k}
-        λ^{S(k−k')} ℓ'[k'] over the n = nb + 1 elements [z, ℓ_0, …]: one batched MatMul per
-        layer. Per real mode pair (h, r, m) its n complex values, as 2n reals [Re_0, Im_0,
-        Re_1, …], are mapped by the (2n, 2n) real matrix of the complex products (blocks
-        [[a, −b], [b, a]] with a + ib = λ^{S(k−k')}, zero for k' > k), sliced from an
-        (n_max, n_max) table: (H·R·Mc, 2n, 2n) @ (H·R·Mc, 2n, B). ``ell (H, B·nb, R·Mr)`` →
-        ``Z_prev`` in the same layout; next ``ssm.z`` is Z'[n_full]. It replaced a broadcast
-        product over (B, n, n·C) and a ReduceSum (the same sums, without the n-fold
-        intermediate; docs/serving.md §8)."""
+    def columns(self, step) -> bool:
+        """Whether a chunked layer runs as :meth:`columns_layer`: diagonal, channel-first,
+        and a graph of MATMUL_SCAN_MIN_BLOCKS … CLOSED_FORM_MAX_BLOCKS sub-blocks a call."""
+        n_max = 2**self.levels
+        return (
+            step.ssm.kind == "diag" and not self.bf
+            and MATMUL_SCAN_MIN_BLOCKS <= n_max <= CLOSED_FORM_MAX_BLOCKS
+        )  # fmt: skip
+
+    def columns_layer(self, pre: str, step, sp: str, tab: dict[str, torch.Tensor]) -> str:
+        """↔ :meth:`ChunkedSSM.block_inputs`, :meth:`ChunkedSSM.scan` and
+        :meth:`ChunkedSSM.outputs` (+ D·u) for a diagonal Ā and 4–8 sub-blocks a call, in
+        the *column layout*: every tensor of the layer has the batch as its last axis and
+        the sub-blocks before it, ``(…, nb, B)``, so that
+
+        - MatMul 1 is ℓᵀ = Gᵀ·spᵀ ``(H, R·Mr, nb·B)`` (rows (r, m, Re/Im));
+        - the scan is the closed form Z'[k] = Σ_{k'≤k} λ^{S(k−k')} ℓ'[k'] over the n = nb + 1
+          elements [z, ℓ_0, …, ℓ_{nb−1}] as one batched MatMul: per real mode pair
+          (h, r, m), the (2n, 2n) real matrix of the complex products (rows and columns
+          (Re/Im, k): blocks [[a, −b], [b, a]] with a + ib = λ^{S(k−k')}, zero for k' > k,
+          sliced from an (n_max, n_max) table) times the ``(2n, B)`` values:
+          (H·R·Mc, 2n, 2n) @ (H·R·Mc, 2n, B);
+        - MatMul 2 is yᵀ = W₂ᵀ·[spᵀ; Z_prevᵀ] ``(H, S, nb·B)``;
+
+        with no transpose of the (H·R·Mr·nb·B) block values: only the layer's input and
+        output (H·S·R·nb·B and H·T·B values) are transposed, each as batched 2-D
+        transposes or with whole B-rows contiguous. The layout of :meth:`closed_form_scan`
+        before it put B last for the scan's MatMul by two 6-axis transposes of the block
+        values (the graph's ``ssm.z`` state in ``(B, 1, C)``): 56 % of a vital-sign model's
+        call at batch 64 (docs/serving.md §8). ``ssm.z`` is here ``(H·R·Mc, 2, 1, batch)``:
+        the column layout of the carried Z'[n_full]."""
         g, S, d = self.g, self.S, self.dims
-        H, Mc = lam.shape
-        HR, n_max = H * R, 2**self.levels  # n_max ≥ nb + 1
-        C, B = HR * 2 * Mc, d["B"]
+        H, R, Mr = step.H, step.ssm.R, step.ssm.Mr
+        Mc, SR, B = Mr // 2, S * R, d["B"]
+        HRM, n_max = H * R * Mc, 2**self.levels  # n_max ≥ nb + 1
+
+        def shape(*dims) -> str:  # int dims and the batch B, as a Reshape target
+            parts = [g.const(list(x)) if isinstance(x, tuple) else x for x in dims]
+            return g.op("Concat", *parts, axis=0)
+
+        # spᵀ (H, S·R, nb·B) from sp (H, B·nb, S·R): (H, B, ·) → (H, ·, B), then nb ↔ S·R
+        x = g.op("Transpose", g.op("Reshape", sp, shape((H,), B, (-1,))), perm=[0, 2, 1])
+        x = g.op("Reshape", x, shape((H, -1, SR), B))  # (H, nb, S·R, B)
+        spT = g.op("Reshape", g.op("Transpose", x, perm=[0, 2, 1, 3]), g.const([H, SR, -1]))
+
+        # MatMul 1: the R inputs' G side by side, columns (r, m, Re/Im)
+        G_w = torch.zeros(H, S, R, R, Mc, 2, dtype=torch.float64)  # rows (j, r)
+        for r in range(R):
+            G_w[:, :, r, r] = tab["G"][r].reshape(H, S, 2, Mc).transpose(2, 3)
+        G_T = G_w.reshape(H, SR, R * Mr).transpose(1, 2)  # (H, R·Mr, S·R)
+        ell = g.op("MatMul", g.const(_f32(G_T)), spT)  # (H, R·Mr, nb·B)
+        ell = g.op("Reshape", ell, shape((HRM, 2, -1), B))  # (H·R·Mc, 2, nb, B)
+
+        # the scan: [z, ℓ_0, …] (H·R·Mc, 2n, B), times the (2n, 2n) table of powers
+        z = self.state(pre + "ssm.z", [HRM, 2, 1, "batch"])
+        Zm = g.op("Reshape", g.op("Concat", z, ell, axis=2), shape((HRM, -1), B))
+        A = step.ssm.A64.double()
+        lam = torch.complex(
+            A[:, :Mc, :Mc].diagonal(dim1=1, dim2=2), A[:, Mc:, :Mc].diagonal(dim1=1, dim2=2)
+        )  # (H, Mc)
         k = torch.arange(n_max)
         lag = (k[:, None] - k[None, :]).clamp(min=0).double()  # (k, k')
         p = torch.exp(S * lag[..., None, None] * torch.log(lam.to(torch.complex128)))
-        p = torch.where((k[:, None] >= k[None, :])[..., None, None], p, 0)  # (k,k',H,Mc)
-        p = p[:, :, :, None, :].expand(n_max, n_max, H, R, Mc).reshape(n_max, n_max, HR, Mc)
-        p = p.permute(2, 3, 0, 1)  # (HR, Mc, k, k')
-        M = torch.zeros(HR, Mc, n_max, 2, n_max, 2, dtype=torch.float64)
-        M[:, :, :, 0, :, 0], M[:, :, :, 0, :, 1] = p.real, -p.imag
-        M[:, :, :, 1, :, 0], M[:, :, :, 1, :, 1] = p.imag, p.real
-        M = M.reshape(HR * Mc, 2 * n_max, 2 * n_max)
-        n2 = g.op("Mul", self.n_blocks_plus_1(), g.const([2]))
-        n2n2 = g.op("Concat", n2, n2, axis=0)
-        M_n = g.op("Slice", g.const(_f32(M)), g.const([0, 0]), n2n2, g.const([1, 2]))
+        p = torch.where((k[:, None] >= k[None, :])[..., None, None], p, 0)  # (k, k', H, Mc)
+        p = p[:, :, :, None, :].expand(n_max, n_max, H, R, Mc).reshape(n_max, n_max, HRM)
+        p = p.permute(2, 0, 1)  # (H·R·Mc, k, k')
+        M = torch.zeros(HRM, 2, n_max, 2, n_max, dtype=torch.float64)
+        M[:, 0, :, 0], M[:, 0, :, 1] = p.real, -p.imag
+        M[:, 1, :, 0], M[:, 1, :, 1] = p.imag, p.real
+        n = self.n_blocks_plus_1()
+        n2 = g.op("Mul", n, g.const([2]))
+        M_n = g.op("Slice", g.const(_f32(M)), g.const([0, 0]), g.op("Concat", n, n, axis=0),
+                   g.const([2, 4]))  # fmt: skip
+        M_n = g.op("Reshape", M_n, g.op("Concat", g.const([HRM]), n2, n2, axis=0))
+        out = g.op("Reshape", g.op("MatMul", M_n, Zm), shape((HRM, 2, -1), B))  # (·, 2, n, B)
+        self.set_state(pre + "ssm.z", g.slice(out, d["n_full"], d["n_full_plus_1"], axis=2))
+        prev = g.op("Reshape", g.slice(out, 0, -1, axis=2), g.const([H, R * Mr, -1]))
 
-        def shape(*dims) -> str:  # int dims and the batch B, as a Reshape target
-            parts = [g.const(list(x)) if isinstance(x, tuple) else B for x in dims]
-            return g.op("Concat", *parts, axis=0)
-
-        e6 = g.op("Reshape", ell, shape((H,), B, (-1, R, 2, Mc)))  # (H, B, nb, R, 2, Mc)
-        e6 = g.op("Transpose", e6, perm=[0, 3, 5, 2, 4, 1])  # (H, R, Mc, nb, 2, B)
-        z6 = g.op("Reshape", z, g.const([0, 1, H, R, 2, Mc]))  # (B, 1, H, R, 2, Mc)
-        z6 = g.op("Transpose", z6, perm=[2, 3, 5, 1, 4, 0])  # (H, R, Mc, 1, 2, B)
-        Zm = g.op("Concat", g.op("Reshape", z6, shape((HR * Mc, 2), B)),
-                  g.op("Reshape", e6, shape((HR * Mc, -1), B)), axis=1)  # fmt: skip
-        out = g.op("MatMul", M_n, Zm)  # (H·R·Mc, 2n, B)
-        prev = g.op("Reshape", g.slice(out, 0, -2, axis=1), shape((H, R, Mc, -1, 2), B))
-        prev = g.op("Transpose", prev, perm=[0, 5, 3, 1, 4, 2])  # (H, B, nb, R, 2, Mc)
-        two = g.const([2])
-        at = g.op("Mul", d["n_full"], two)
-        zn = g.op("Slice", out, at, g.op("Add", at, two), g.const([1]))  # (H·R·Mc, 2, B)
-        zn = g.op("Reshape", zn, shape((H, R, Mc, 1, 2), B))
-        zn = g.op("Transpose", zn, perm=[5, 3, 0, 1, 4, 2])  # (B, 1, H, R, 2, Mc)
-        self.set_state(pre + "ssm.z", g.op("Reshape", zn, g.const([0, 1, C])))
-        return g.op("Reshape", prev, g.const([H, -1, R * 2 * Mc]))  # (H, B·nb, R·Mr)
+        # MatMul 2: [local Toeplitz (+D); E repeated over r] transposed
+        W2 = torch.zeros(H, SR + R * Mr, S, dtype=torch.float64)
+        W2[:, :SR] = tab["K_loc"].permute(1, 3, 0, 2).reshape(H, SR, S)  # rows (j, r)
+        E = tab["E"].transpose(1, 2).reshape(H, 2, Mc, S).transpose(1, 2).reshape(H, Mr, S)
+        W2[:, SR:] = E.repeat(1, R, 1)  # rows (r, m, Re/Im)
+        yT = g.op("MatMul", g.const(_f32(W2.transpose(1, 2))), g.op("Concat", spT, prev, axis=1))
+        y = g.op("Transpose", g.op("Reshape", yT, shape((H, S, -1), B)), perm=[0, 2, 1, 3])
+        y = g.slice(g.op("Reshape", y, shape((H, -1), B)), d["fill"], d["fill_plus_T"], axis=1)
+        return g.op("Transpose", y, perm=[0, 2, 1])  # (H, T, B) → (H, B, T)
 
     def scan_dense(self, pre: str, step, ell: str) -> str:
         """:meth:`scan` for a dense real Ā, in the layout ``(H, B, n, R·Mr)`` of ``ssm.z``:
@@ -1127,7 +1172,11 @@ def onnx_state_from_torch(
                 v = v.permute(3, 0, 1, 2)
                 v = v.squeeze(3) if len(shape) == 3 else v
             elif name.endswith(".ssm.z"):  # (B, H, R, Mr)
-                if len(shape) == 3:  # diag: (B, 1, H·R·Mr)
+                if shape[-1] == "batch":  # diag, column layout: (H·R·Mc, 2, 1, B)
+                    Bn, H, R, Mr = v.shape
+                    v = v.reshape(Bn, H, R, 2, Mr // 2).permute(1, 2, 4, 3, 0)
+                    v = v.reshape(-1, 2, 1, Bn)
+                elif len(shape) == 3:  # diag: (B, 1, H·R·Mr)
                     v = v.reshape(v.shape[0], 1, -1)
                 else:  # dense: (H, B, 1, R·Mr)
                     v = v.permute(1, 0, 2, 3).reshape(v.shape[1], v.shape[0], 1, -1)
