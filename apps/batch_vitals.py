@@ -164,6 +164,7 @@ class VitalsBank:
         self.max_streams, self.max_gap_s = int(max_streams), max_gap_s
         self.max_pending_s = float(max_pending_s)
         self._beds: dict[str, _Bed] = {}
+        self._pushed: set[str] = set()  # beds pushed since the last step
 
     def ids(self) -> list[str]:
         """The open beds, in the order they were opened."""
@@ -248,23 +249,29 @@ class VitalsBank:
             )
         bed.outbox += mon.push(x)  # all or nothing: checks, resampling, gap rule, queued
         bed.waiting_s += len(x) / mon.input_rate
+        self._pushed.add(sid)
 
     def step(self) -> dict[str, list[dict]]:
         """Run every bed's queued whole chunks through the models (one batched call per
         model and round); returns the events of the beds with any: estimates of the
-        seconds now complete, errors."""
-        for bed in self._beds.values():
+        seconds now complete, errors.
+
+        Only the beds pushed since the last step take part (in the order they were opened):
+        every other bed has no new work (its feeds hold less than a chunk, left by the
+        step that ran its last input) and no new events (estimates are settled by a step,
+        errors made by one), so visiting them would change nothing. With a few beds of a
+        large bank stepped at a time, the visits were half of a step's CPU time."""
+        pushed, self._pushed = self._pushed, set()
+        beds = {sid: bed for sid, bed in self._beds.items() if sid in pushed}
+        for bed in beds.values():
             for feed, ops in zip(bed.feeds, bed.monitor.take_work(), strict=True):
                 feed.add(ops)
             bed.waiting_s = 0.0
         for i in range(len(self.models)):
-            feeds = {
-                sid: bed.feeds[bed.models.index(i)]
-                for sid, bed in self._beds.items()
-                if i in bed.models
-            }
+            feeds = {sid: bed.feeds[bed.models.index(i)] for sid, bed in beds.items()
+                     if i in bed.models}  # fmt: skip
             self._drain(i, feeds, force=False)
-        return {sid: ev for sid, bed in self._beds.items() if (ev := self._events(bed))}
+        return {sid: ev for sid, bed in beds.items() if (ev := self._events(bed))}
 
     def _drain(self, i: int, feeds: dict[str, _Feed], force: bool) -> None:
         """Model ``i``: run the ``feeds``' chunks, a round at a time, one call per length."""
