@@ -4,8 +4,10 @@
     python bench/serve.py                          # the default sweep (a few minutes)
     python bench/serve.py --beds 250 500 1000 --kws100 25 50 --kws10 10 25 --workers 1
     python bench/serve.py --quick                  # one short point per workload
+    python bench/serve.py --servers 2 --workers 1  # two server processes (scale-out)
 
-Workloads (each a separate phase against one server subprocess):
+Workloads (each a separate phase against one server subprocess, or ``--servers K`` of
+them, the streams spread round-robin as a client with stream affinity does):
 
 - **beds**: vital-sign beds at 125 Hz, PLETH + II, 1-s blocks, 3 models per bed: the
   shipped ``vitals-ppg-ecg-hr`` and ``vitals-ppg-ecg-rr`` and, as the third, an
@@ -242,8 +244,9 @@ async def run_stream(
     await ws.close()
 
 
-async def load(url, kind, model, n, block, seconds, warmup) -> tuple[Tally, float]:
-    """N streams for ``warmup`` + ``seconds``; returns the tally and the load's CPU s."""
+async def load(urls, kind, model, n, block, seconds, warmup) -> tuple[Tally, float]:
+    """N streams for ``warmup`` + ``seconds``, stream i to ``urls[i % len(urls)]``;
+    returns the tally and the load's CPU s."""
     rate = FS if kind == "bed" else SR
     period = block / rate
     rng = np.random.default_rng(0)
@@ -268,7 +271,7 @@ async def load(url, kind, model, n, block, seconds, warmup) -> tuple[Tally, floa
     t_measure, t_end = start + warmup, start + warmup + seconds
     tasks = [
         run_stream(
-            url,
+            urls[i % len(urls)],
             f"{kind}-{i}",
             kind,
             model,
@@ -285,6 +288,34 @@ async def load(url, kind, model, n, block, seconds, warmup) -> tuple[Tally, floa
     ]
     await asyncio.gather(*tasks)
     return tally, time.process_time() - cpu0
+
+
+class Cluster:
+    """``--servers K`` server processes with the same models (scale-out, docs/serving.md §6):
+    the load generator spreads the streams over them round-robin (stream i to server
+    i mod K), as a client with stream affinity does; CPU time and counters are summed."""
+
+    def __init__(self, args: list[str], k: int):
+        self.servers = [Server(args) for _ in range(k)]
+        self.cmd = self.servers[0].cmd
+        self.urls = [s.url for s in self.servers]
+
+    def cpu_s(self) -> float:
+        return sum(s.cpu_s() for s in self.servers)
+
+    def host(self, name: str) -> dict:
+        parts = [s.host(name) for s in self.servers]
+        steps = sum(p["steps"] for p in parts)
+        return {
+            "steps": steps,
+            "cpu_s": {k: sum(p["cpu_s"][k] for p in parts) for k in parts[0]["cpu_s"]},
+            "streams_per_step": sum(p["streams_per_step"] * p["steps"] for p in parts)
+            / max(1, steps),
+        }
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
 
 
 # ------------------------------------------------------------------------- batched vs one
@@ -380,6 +411,8 @@ def main() -> None:
     ap.add_argument("--budget-ms", type=float, default=20.0)
     ap.add_argument("--threads", type=int, default=1, help="serve --threads (per model)")
     ap.add_argument("--workers", type=int, default=2, help="serve --workers (banks per model)")
+    ap.add_argument("--servers", type=int, default=1,
+                    help="server processes, the streams spread over them (scale-out)")  # fmt: skip
     ap.add_argument("--all", action="store_true", help="go on past the first failing N")
     ap.add_argument("--quick", action="store_true", help="one short point per workload")
     ap.add_argument("--json", default=None, help="write the results here")
@@ -407,13 +440,13 @@ def main() -> None:
         "--workers",
         str(args.workers),
     ]
-    server = Server(server_args)
+    server = Cluster(server_args, args.servers)
     print("command: " + shlex.join([sys.executable, *sys.argv]))
-    print("server:  " + shlex.join(server.cmd))
+    print(f"server:  {args.servers} x " + shlex.join(server.cmd))
     print(f"cores: {os.cpu_count()}, load average at start: {loadavg()}\n")
     results: dict = {
         "command": shlex.join(sys.argv),
-        "server": shlex.join(server.cmd),
+        "server": f"{args.servers} x " + shlex.join(server.cmd),
         "points": [],
         "compute": {},
     }
@@ -430,7 +463,7 @@ def main() -> None:
                 before = server.host(host)
                 cpu_s0, la0, w0 = server.cpu_s(), loadavg(), time.perf_counter()
                 tally, client_cpu = asyncio.run(
-                    load(server.url, kind, model, n, block, args.seconds, args.warmup)
+                    load(server.urls, kind, model, n, block, args.seconds, args.warmup)
                 )
                 wall = time.perf_counter() - w0
                 server_cpu = server.cpu_s() - cpu_s0
