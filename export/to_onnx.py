@@ -351,8 +351,9 @@ class _Emitter:
         """The diagonal scan of ``Zs (B, n, C)`` for very few sub-blocks (n_max ≤
         MATMUL_SCAN_MIN_BLOCKS / 2), in closed form: Z'[k] = Σ_{k'≤k} λ^{S(k−k')} ℓ'[k'] as
         one broadcast product with an (n_max, n_max) table of powers, sliced to n: fewer
-        ops than :meth:`closed_form_scan`, which pays off on tiny tensors (the keyword
-        spotter's 10 ms chunks, n ≤ 2: 1.25–1.3x faster a call than the MatMul form)."""
+        ops than the MatMul form (:meth:`columns_layer`), which pays off on tiny tensors (the
+        keyword spotter's 10 ms chunks, n ≤ 2: 1.25–1.3x faster a call than the MatMul form,
+        measured with the previous, batch-first MatMul form)."""
         g, S = self.g, self.S
         H, Mc = lam.shape
         C, n_max = H * R * 2 * Mc, 2**self.levels  # n_max ≥ nb + 1
@@ -403,8 +404,8 @@ class _Emitter:
 
         with no transpose of the (H·R·Mr·nb·B) block values: only the layer's input and
         output (H·S·R·nb·B and H·T·B values) are transposed, each as batched 2-D
-        transposes or with whole B-rows contiguous. The layout of :meth:`closed_form_scan`
-        before it put B last for the scan's MatMul by two 6-axis transposes of the block
+        transposes or with whole B-rows contiguous. The ``closed_form_scan`` before it (git
+        history) put B last for the scan's MatMul by two 6-axis transposes of the block
         values (the graph's ``ssm.z`` state in ``(B, 1, C)``): 56 % of a vital-sign model's
         call at batch 64 (docs/serving.md §8). ``ssm.z`` is here ``(H·R·Mc, 2, 1, batch)``:
         the column layout of the carried Z'[n_full]."""
