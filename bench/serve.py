@@ -118,6 +118,18 @@ def export_spo2(path: Path) -> Path:
 # ------------------------------------------------------------------------------ server
 
 
+def summed(parts: list[dict]) -> dict:
+    """Step counters (``steps``, ``cpu_s``, ``streams_per_step``) of several banks or
+    servers as one: sums, and the step-weighted mean batch."""
+    steps = sum(p["steps"] for p in parts)
+    return {
+        "steps": steps,
+        "cpu_s": {k: sum(p["cpu_s"][k] for p in parts) for k in parts[0]["cpu_s"]},
+        "streams_per_step": sum(p["streams_per_step"] * p["steps"] for p in parts)
+        / max(1, steps),
+    }
+
+
 class Server:
     """``liquid-stream serve`` in a subprocess: its URL, CPU time and /api/state."""
 
@@ -145,14 +157,7 @@ class Server:
 
     def host(self, name: str) -> dict:
         """The counters of the model ``name``, summed over its banks (``--workers``)."""
-        banks = [h for h in self.state()["server"]["hosts"] if h["name"] == name]
-        steps = sum(h["steps"] for h in banks)
-        return {
-            "steps": steps,
-            "cpu_s": {k: sum(h["cpu_s"][k] for h in banks) for k in banks[0]["cpu_s"]},
-            "streams_per_step": sum(h["streams_per_step"] * h["steps"] for h in banks)
-            / max(1, steps),
-        }
+        return summed([h for h in self.state()["server"]["hosts"] if h["name"] == name])
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -304,14 +309,7 @@ class Cluster:
         return sum(s.cpu_s() for s in self.servers)
 
     def host(self, name: str) -> dict:
-        parts = [s.host(name) for s in self.servers]
-        steps = sum(p["steps"] for p in parts)
-        return {
-            "steps": steps,
-            "cpu_s": {k: sum(p["cpu_s"][k] for p in parts) for k in parts[0]["cpu_s"]},
-            "streams_per_step": sum(p["streams_per_step"] * p["steps"] for p in parts)
-            / max(1, steps),
-        }
+        return summed([s.host(name) for s in self.servers])
 
     def stop(self) -> None:
         for s in self.servers:
