@@ -106,6 +106,25 @@ def default_ltc_sub_block(steps: int) -> int:
     return 4 if steps <= 256 else 8
 
 
+def diag_lambda(step) -> torch.Tensor:
+    """λ ``(H, Mc)`` complex128 of a diagonal Ā, from its real [[Re, −Im], [Im, Re]] form."""
+    A, Mc = step.ssm.A64.double(), step.ssm.Mr // 2
+    return torch.complex(
+        A[:, :Mc, :Mc].diagonal(dim1=1, dim2=2), A[:, Mc:, :Mc].diagonal(dim1=1, dim2=2)
+    )
+
+
+def power_table(lam: torch.Tensor, S: int, R: int, n_max: int) -> torch.Tensor:
+    """The closed-form scan's table p[k, k'] = λ^{S(k−k')} for k ≥ k', 0 above,
+    ``(n_max, n_max, H·R, Mc)`` complex128 (repeated over the R inputs)."""
+    H, Mc = lam.shape
+    k = torch.arange(n_max)
+    lag = (k[:, None] - k[None, :]).clamp(min=0).double()  # (k, k')
+    p = torch.exp(S * lag[..., None, None] * torch.log(lam.to(torch.complex128)))
+    p = torch.where((k[:, None] >= k[None, :])[..., None, None], p, 0)  # (k, k', H, Mc)
+    return p[:, :, :, None, :].expand(n_max, n_max, H, R, Mc).reshape(n_max, n_max, H * R, Mc)
+
+
 class _Emitter:
     """Emits the graph of one StreamingModel; collects the state specification."""
 
@@ -316,10 +335,7 @@ class _Emitter:
         g, S, d = self.g, self.S, self.dims
         H, R, Mr = step.H, step.ssm.R, step.ssm.Mr
         Mc, C = Mr // 2, H * R * Mr
-        A = step.ssm.A64.double()
-        lam = torch.complex(
-            A[:, :Mc, :Mc].diagonal(dim1=1, dim2=2), A[:, Mc:, :Mc].diagonal(dim1=1, dim2=2)
-        )  # (H, Mc)
+        lam = diag_lambda(step)  # (H, Mc)
         z = self.state(pre + "ssm.z", ["batch", 1, C])
         n_max = 2**self.levels
         ell_t = g.op("Transpose", ell, perm=[1, 0, 2])  # (B·nb, H, RMr)
@@ -357,11 +373,7 @@ class _Emitter:
         g, S = self.g, self.S
         H, Mc = lam.shape
         C, n_max = H * R * 2 * Mc, 2**self.levels  # n_max ≥ nb + 1
-        k = torch.arange(n_max)
-        lag = (k[:, None] - k[None, :]).clamp(min=0).double()  # (k, k')
-        p = torch.exp(S * lag[..., None, None] * torch.log(lam.to(torch.complex128)))
-        p = torch.where((k[:, None] >= k[None, :])[..., None, None], p, 0)  # (k,k',H,Mc)
-        p = p[:, :, :, None, :].expand(n_max, n_max, H, R, Mc).reshape(n_max, n_max, H * R, 1, Mc)
+        p = power_table(lam, S, R, n_max).reshape(n_max, n_max, H * R, 1, Mc)
         Ta = torch.cat([p.real, p.real], 3).reshape(n_max, n_max * C)
         Tb = torch.cat([-p.imag, p.imag], 3).reshape(n_max, n_max * C)
         n = self.n_blocks_plus_1()
@@ -434,15 +446,7 @@ class _Emitter:
         # the scan: [z, ℓ_0, …] (H·R·Mc, 2n, B), times the (2n, 2n) table of powers
         z = self.state(pre + "ssm.z", [HRM, 2, 1, "batch"])
         Zm = g.op("Reshape", g.op("Concat", z, ell, axis=2), shape((HRM, -1), B))
-        A = step.ssm.A64.double()
-        lam = torch.complex(
-            A[:, :Mc, :Mc].diagonal(dim1=1, dim2=2), A[:, Mc:, :Mc].diagonal(dim1=1, dim2=2)
-        )  # (H, Mc)
-        k = torch.arange(n_max)
-        lag = (k[:, None] - k[None, :]).clamp(min=0).double()  # (k, k')
-        p = torch.exp(S * lag[..., None, None] * torch.log(lam.to(torch.complex128)))
-        p = torch.where((k[:, None] >= k[None, :])[..., None, None], p, 0)  # (k, k', H, Mc)
-        p = p[:, :, :, None, :].expand(n_max, n_max, H, R, Mc).reshape(n_max, n_max, HRM)
+        p = power_table(diag_lambda(step), S, R, n_max).reshape(n_max, n_max, HRM)
         p = p.permute(2, 0, 1)  # (H·R·Mc, k, k')
         M = torch.zeros(HRM, 2, n_max, 2, n_max, dtype=torch.float64)
         M[:, 0, :, 0], M[:, 0, :, 1] = p.real, -p.imag
