@@ -259,8 +259,8 @@ class VitalsBank:
         Only the beds pushed since the last step take part (in the order they were opened):
         every other bed has no new work (its feeds hold less than a chunk, left by the
         step that ran its last input) and no new events (estimates are settled by a step,
-        errors made by one), so visiting them would change nothing. With a few beds of a
-        large bank stepped at a time, the visits were half of a step's CPU time."""
+        errors made by one), so visiting them would change nothing; a step that takes a few
+        beds of a large bank costs what those beds cost."""
         pushed, self._pushed = self._pushed, set()
         beds = {sid: bed for sid, bed in self._beds.items() if sid in pushed}
         for bed in beds.values():
