@@ -418,9 +418,9 @@ class _Emitter:
         output (H·S·R·nb·B and H·T·B values) are transposed, each as batched 2-D
         transposes or with whole B-rows contiguous. The ``closed_form_scan`` before it (git
         history) put B last for the scan's MatMul by two 6-axis transposes of the block
-        values (the graph's ``ssm.z`` state in ``(B, 1, C)``): 56 % of a vital-sign model's
-        call at batch 64 (docs/serving.md §8). ``ssm.z`` is here ``(H·R·Mc, 2, 1, batch)``:
-        the column layout of the carried Z'[n_full]."""
+        values (the graph's ``ssm.z`` state in ``(B, 1, C)``): 52–56 % of a vital-sign
+        model's call at batch 64 (bench/onnx_profile.py; docs/serving.md §8). ``ssm.z`` is
+        here ``(H·R·Mc, 2, 1, batch)``: the column layout of the carried Z'[n_full]."""
         g, S, d = self.g, self.S, self.dims
         H, R, Mr = step.H, step.ssm.R, step.ssm.Mr
         Mc, SR, B = Mr // 2, S * R, d["B"]
