@@ -4,8 +4,8 @@
 
 Streams ``--calls`` chunks of random input (standard normal · ``--scale`` + ``--offset``,
 biosignal-like units for a scale-normalised model) through one onnxruntime session (one
-thread, profiling on), carrying the state from call to call as
-:class:`liquid_stream.OnnxStreamer` does, and prints the mean time of a call
+thread, profiling on) by :meth:`liquid_stream.OnnxStreamer.process` (the state carried
+from call to call), and prints the mean time of a call
 (``model_run``) and the kernel time by op type and by node. Nodes inside an ``If`` (the
 stack of a front-end graph) are counted both as themselves and in their ``If``, so the op
 shares add up to more than 100 %. The profiler adds its own overhead: compare shares, not
@@ -49,15 +49,15 @@ def main() -> None:
     options.enable_profiling = True
     options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "profile")
     options.log_severity_level = 3
-    session = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
-    names = [s["name"] for s in streamer.state_spec]
-    outputs = ["y"] + [f"next.{n}" for n in names]
-    state = dict(streamer.state)
+    # the streamer's own call path (state carried, input checked), on a profiling session
+    streamer.session = ort.InferenceSession(
+        args.model, options, providers=["CPUExecutionProvider"]
+    )
     rng = np.random.default_rng(0)
     for _ in range(args.calls):
         x = rng.standard_normal((args.batch, T, streamer.d_input)) * args.scale + args.offset
-        res = session.run(outputs, {"x": x.astype(np.float32), **state})
-        state = {f"state.{n}": v for n, v in zip(names, res[1:], strict=True)}
+        streamer.process(x.astype(np.float32))
+    session = streamer.session
     events = json.loads(Path(session.end_profiling()).read_text())
     by_op: collections.Counter = collections.Counter()
     by_node: collections.Counter = collections.Counter()
