@@ -55,16 +55,18 @@ CASES = [
 
 
 @pytest.mark.parametrize("mode,liquid,P,norm", CASES)
-@pytest.mark.parametrize("sizes", [1, 7, 160, "mix", 1600])
+@pytest.mark.parametrize("sizes", [1, 7, 160, "mix", "max", 1600])
 def test_onnx_matches_conv_forward(tmp_path, mode, liquid, P, norm, sizes):
-    """chunk 1/7/160/mix: closed-form sub-block recursion; 1600: the log-depth scan."""
+    """chunk 1/7/160/mix: closed-form sub-block recursion; "max": every call the graph's
+    longest (n_max sub-blocks + state, the whole power table of ``columns_layer``, as the
+    vital-sign models' 1-s calls); 1600: the log-depth scan."""
     m = model(mode, liquid, P, norm)
     path = tmp_path / "m.onnx"
     info = export_model(m, path, chunk={1: 1, 1600: 1600}.get(sizes, 160))
     assert (info["levels"] > 3) == (sizes == 1600)  # sub-block scan depth (not used by ltc)
     L = 2000 if sizes == 1 else 16000
     x = np.random.default_rng(1).standard_normal((1, L, 2)).astype(np.float32)
-    y = run(path, x, chunk_sizes(sizes, L))
+    y = run(path, x, chunk_sizes(info["max_chunk"] if sizes == "max" else sizes, L))
     ref = m.forward_steps(torch.from_numpy(x)).detach().numpy()
     assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
 
