@@ -1,0 +1,143 @@
+"""Does a keyword spotter's tuned threshold hold on another stream? kws-tune's choice made on
+each stream in turn, then scored on every other.
+
+    python bench/kws_transfer.py A.onnx [B.onnx …] --streams v1.wav:v1.csv v2.wav:v2.csv …
+
+``kws-tune`` picks the smoothing window and threshold with the best detection at ≤
+``--max-fa-per-hour`` on one labelled stream (:func:`liquid_stream.apps.kws_tune.choose`).
+That point is the best of ~175 tried on that stream, so its false-accept rate there is an
+optimistic estimate of the rate on new audio (the winner's curse), the more so the fewer
+false accepts the budget allows: on a 60-minute stream ≤ 5 / h is at most 5 events. Run it
+on streams of the *validation* speakers (different draws and seeds of
+``liquid-stream data kws-stream --split validation``), never on the test stream, to see how
+far the chosen point moves before a test is scored.
+
+Per model, one row per tuning stream: the chosen point, its detection and false accepts per
+hour on the tuning stream, the same point on every other stream, and on all the other
+streams pooled (their false accepts over their summed duration). Then, with three or more
+streams, the same choice made on all streams but one *pooled* (kws-tune's rule on their
+summed false accepts over their summed hours, and their summed detections over their summed
+keywords) and scored on the one left out: does tuning on more hours transfer better? Each
+model's posteriors are computed once per stream (100 ms chunks, as ``kws-tune --chunk-ms
+100``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from kws_baseline import sweep  # noqa: E402
+
+from liquid_stream.apps.kws_tune import (  # noqa: E402
+    SMOOTH_GRID_MS,
+    THRESHOLD_GRID,
+    choose,
+    posterior_trace,
+    smooth,
+)
+from liquid_stream.labels import read_label_csv  # noqa: E402
+from liquid_stream.wav import read_pcm16  # noqa: E402
+
+
+def point(rows: list[dict], pick: dict) -> dict:
+    """The row of ``rows`` at ``pick``'s smoothing window and threshold."""
+    key = (pick["smooth_ms"], pick["threshold"])
+    return next(r for r in rows if (r["smooth_ms"], r["threshold"]) == key)
+
+
+def pooled(tables: list[list[dict]], hours: list[float], targets: list[int]) -> list[dict]:
+    """kws-tune's table over several streams at once: per (smoothing, threshold), detections
+    and false accepts summed over the streams."""
+    out = []
+    for rows in zip(*tables, strict=True):
+        out.append({
+            "smooth_ms": rows[0]["smooth_ms"], "threshold": rows[0]["threshold"],
+            "detection_rate": sum(
+                r["detection_rate"] * n for r, n in zip(rows, targets, strict=True)
+            ) / sum(targets),
+            "false_accepts_per_hour": sum(r["false_accepts_per_hour"] * h
+                                          for r, h in zip(rows, hours, strict=True)) / sum(hours),
+        })  # fmt: skip
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="+", help="exported keyword spotters (.onnx)")
+    ap.add_argument("--streams", nargs="+", required=True, metavar="WAV:CSV",
+                    help="labelled 16 kHz streams (at least two)")  # fmt: skip
+    ap.add_argument("--max-fa-per-hour", type=float, default=5.0)
+    a = ap.parse_args()
+    if len(a.streams) < 2 or any(s.count(":") != 1 for s in a.streams):
+        raise SystemExit("--streams: two or more WAV:CSV pairs")
+    cmd = "python bench/kws_transfer.py " + " ".join(shlex.quote(v) for v in sys.argv[1:])
+    streams = []
+    for s in a.streams:
+        wav, csv = s.split(":")
+        x = read_pcm16(wav).astype(np.float32) / 32768.0
+        streams.append((Path(wav).stem, x, read_label_csv(csv), len(x) / 16000 / 3600))
+    budget = a.max_fa_per_hour
+    table, loo = [], []
+    for model in a.models:
+        rows = []  # per stream: kws-tune's table
+        for name, x, truth, _ in streams:
+            p, dt, kws = posterior_trace(model, x, chunk_ms=100)
+            traces = {sm: smooth(p, max(1, int(round(sm / 1000 / dt)))) for sm in SMOOTH_GRID_MS}
+            rows.append(sweep(traces, dt, THRESHOLD_GRID, truth, kws))
+            print(f"{model} on {name}: done", flush=True)
+        for i, (name, *_rest) in enumerate(streams):
+            pick = choose(rows[i], budget)
+            on = [point(r, pick) for r in rows]
+            others = [j for j in range(len(streams)) if j != i]
+            fa = sum(on[j]["false_accepts_per_hour"] * streams[j][3] for j in others)
+            hours = sum(streams[j][3] for j in others)
+            det = np.mean([on[j]["detection_rate"] for j in others])
+            table.append((model, name, pick, on, fa / hours, det))
+        if len(streams) >= 3:  # choose on the others pooled, score on the one left out
+            for i, (name, *_rest) in enumerate(streams):
+                others = [j for j in range(len(streams)) if j != i]
+                pool = pooled(
+                    [rows[j] for j in others],
+                    [streams[j][3] for j in others],
+                    [sum(e.is_keyword for e in streams[j][2]) for j in others],
+                )
+                pick = choose(pool, budget)
+                loo.append((model, name, pick, point(pool, pick), point(rows[i], pick)))
+    names = [s[0] for s in streams]
+    print(f"\n**Output of `{cmd}`** (operating point chosen at ≤ {budget:g} false accepts / h; "
+          "each cell: detection, false accepts / h)\n")  # fmt: skip
+    print("| model | chosen on | smoothing, threshold | " + " | ".join(names)
+          + " | the others: mean detection, pooled FA / h |")  # fmt: skip
+    print("|---|---|---|" + "---|" * (len(names) + 1))
+    for model, name, pick, on, fa, det in table:
+        cells = " | ".join(
+            ("**" if n == name else "") + f"{100 * r['detection_rate']:.1f} %, "
+            f"{r['false_accepts_per_hour']:.0f}" + ("**" if n == name else "")
+            for n, r in zip(names, on, strict=True)
+        )
+        print(f"| {model} | {name} | {pick['smooth_ms']:g} ms, {pick['threshold']:.2f} | "
+              f"{cells} | {100 * det:.1f} %, {fa:.1f} |")  # fmt: skip
+
+    if loo:
+        print(f"\nChosen on all streams but one, pooled (≤ {budget:g} / h), scored on that one:\n")
+        print("| model | left out | smoothing, threshold | pooled: detection, FA / h "
+              "| left out: detection, FA / h |\n|---|---|---|---|---|")  # fmt: skip
+        for model, name, pick, p, r in loo:
+            print(
+                f"| {model} | {name} | {pick['smooth_ms']:g} ms, {pick['threshold']:.2f} | "
+                f"{100 * p['detection_rate']:.1f} %, {p['false_accepts_per_hour']:.1f} | "
+                f"{100 * r['detection_rate']:.1f} %, {r['false_accepts_per_hour']:.0f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
