@@ -18,8 +18,8 @@ streams pooled (their false accepts over their summed duration). Then, with thre
 streams, the same choice made on all streams but one *pooled* (kws-tune's rule on their
 summed false accepts over their summed hours, and their summed detections over their summed
 keywords) and scored on the one left out: does tuning on more hours transfer better? Each
-model's posteriors are computed once per stream (100 ms chunks, as ``kws-tune --chunk-ms
-100``).
+model's table per stream is kws-tune's own (:func:`~liquid_stream.apps.kws_tune.tune_thresholds`,
+100 ms chunks, as ``kws-tune --chunk-ms 100``).
 """
 
 from __future__ import annotations
@@ -33,17 +33,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from kws_baseline import sweep  # noqa: E402
-
-from liquid_stream.apps.kws_tune import (  # noqa: E402
-    SMOOTH_GRID_MS,
-    THRESHOLD_GRID,
-    choose,
-    posterior_trace,
-    smooth,
-)
+from liquid_stream.apps.kws_tune import choose, tune_thresholds  # noqa: E402
 from liquid_stream.labels import read_label_csv  # noqa: E402
 from liquid_stream.wav import read_pcm16  # noqa: E402
 
@@ -88,11 +79,9 @@ def main() -> None:
     budget = a.max_fa_per_hour
     table, loo = [], []
     for model in a.models:
-        rows = []  # per stream: kws-tune's table
+        rows = []  # per stream: kws-tune's table (every smoothing window and threshold)
         for name, x, truth, _ in streams:
-            p, dt, kws = posterior_trace(model, x, chunk_ms=100)
-            traces = {sm: smooth(p, max(1, int(round(sm / 1000 / dt)))) for sm in SMOOTH_GRID_MS}
-            rows.append(sweep(traces, dt, THRESHOLD_GRID, truth, kws))
+            rows.append(tune_thresholds(model, x, truth, budget, chunk_ms=100).table)
             print(f"{model} on {name}: done", flush=True)
         for i, (name, *_rest) in enumerate(streams):
             pick = choose(rows[i], budget)
