@@ -81,7 +81,7 @@ class Settings:
             kws_stream=["--minutes", "20", "--seed", "2"],
             kws_val_stream=["--minutes", "60", "--seed", "1"],  # ≤ 5 FA/h: ≤ 5 false accepts, not 2
             kws_app_stream=["--minutes", "3", "--seed", "3"],
-            # 720 records seen once (1 epoch) rather than 240 three times: the same steps
+            # 720 records seen once (1 epoch) rather than 240 three times: about the same steps
             bidmc_train=["--preset", "ppg+ecg", "--set", "optim.epochs=1"],
             # then as a stream: 192 s crops every 48 s, a label every second, 2 epochs
             bidmc_stream=["--preset", "ppg+ecg", "--set", "data.crop_s=192",
