@@ -117,11 +117,12 @@ def random_input(
 def stream_random_chunks(
     streamer, x: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, int]:
-    """``x`` (batch, L, d) through ``streamer`` (an OnnxStreamer) in random chunk sizes
-    1 … its chunk; returns the outputs (batch, L, d_output) and the number of calls."""
+    """``x`` (batch, L, d) through ``streamer`` (an OnnxStreamer) in chunks: half the calls
+    its whole chunk (the apps' call, which a graph may run as one MatMul a layer), the others
+    random sizes 1 … chunk; returns the outputs (batch, L, d_output) and the number of calls."""
     ys, pos, n = [], 0, 0
     while pos < x.shape[1]:
-        c = int(rng.integers(1, streamer.chunk + 1))
+        c = streamer.chunk if rng.random() < 0.5 else int(rng.integers(1, streamer.chunk + 1))
         ys.append(streamer.process(x[:, pos : pos + c]))
         pos += c
         n += 1
@@ -136,8 +137,8 @@ def verify_onnx(
     seed: int = 0,
     meta: dict | None = None,
 ) -> VerifyReport:
-    """Stream random input through the ONNX graph in random chunk sizes (1 … chunk) and
-    compare with the torch convolutional forward (:meth:`LiquidS4Model.forward_steps`)."""
+    """Stream random input through the ONNX graph in chunks (:func:`stream_random_chunks`)
+    and compare with the torch convolutional forward (:meth:`LiquidS4Model.forward_steps`)."""
     from liquid_stream.onnx_streamer import OnnxStreamer
 
     streamer = OnnxStreamer(onnx_path, batch=batch)

@@ -82,6 +82,7 @@ from liquid_stream.meta import ModelMeta
 from .graph import DTYPES, Graph
 
 END = 2**62  # "to the end" in Slice
+WHOLE_CALL_MAX = 64  # a call of T steps as one MatMul while T + Mr (its columns) ≤ this
 CLOSED_FORM_MAX_BLOCKS = 8  # sub-block recursion in closed form up to this many blocks
 MATMUL_SCAN_MIN_BLOCKS = 4  # from this many, the closed form as one batched MatMul
 LTC_MIN_B = 1e-20  # the LTC graph's coordinate z = x / B̄ needs |B̄| ≥ this
@@ -139,6 +140,7 @@ class _Emitter:
         # front end the stack steps once per hop R samples: ≤ ⌈T/R⌉ frames per chunk.
         hop = sm.frontend.hop if sm.frontend is not None else 1
         steps = -(-max_chunk // hop)
+        self.call_steps = steps  # stack steps of the export's chunk: the whole-call MatMul's T
         n_blocks = -(-(self.S - 1 + steps) // self.S) + 1
         self.levels = math.ceil(math.log2(n_blocks))
         self.max_chunk = (self.S * (2**self.levels - 1) - (self.S - 1)) * hop
@@ -152,6 +154,8 @@ class _Emitter:
 
     # ------------------------------------------------------------------ state
     def state(self, name: str, shape: list, dtype=np.float32) -> str:
+        if any(s["name"] == name for s in self.spec):  # declared already (both If branches)
+            return f"state.{name}"
         value = self.g.input(f"state.{name}", dtype, shape)
         self.spec.append({"name": name, "shape": shape, "dtype": np.dtype(dtype).name})
         return value
@@ -249,11 +253,14 @@ class _Emitter:
         pre, R = f"block{i}.", step.ssm.R
         buf = self.state(pre + "ssm.buf", [step.H, "batch", self.S] + ([R] if R > 1 else []))
         corr, full = self.correlations(pre, step, u, buf)
-        sp = self.sub_blocks(pre, step, u, corr, buf, full)
         tables = self.tables(step)
-        if self.columns(step):
+        if self.whole_call(step):
+            y = self.whole_or_chunked(pre, step, u, corr, buf, full, tables)
+        elif self.columns(step):
+            sp = self.sub_blocks(pre, step, u, corr, buf, full)
             y = self.columns_layer(pre, step, sp, tables)
         else:
+            sp = self.sub_blocks(pre, step, u, corr, buf, full)
             ell = self.block_inputs(step, sp, tables)
             Z_prev = self.scan(pre, step, ell)
             y = self.outputs(step, sp, Z_prev, tables)
@@ -398,6 +405,116 @@ class _Emitter:
             step.ssm.kind == "diag" and not self.bf
             and MATMUL_SCAN_MIN_BLOCKS <= n_max <= CLOSED_FORM_MAX_BLOCKS
         )  # fmt: skip
+
+    def whole_call(self, step) -> bool:
+        """Whether a chunked layer gets the whole-call MatMul (:meth:`whole_or_chunked`): a
+        graph of sub-blocks of one step (S = 1: the fill is always 0 and ``ssm.z`` is the
+        state after the last input), a diagonal layer with one input signal (R = 1) on the
+        channel-first stack, and a short call (T + Mr ≤ WHOLE_CALL_MAX, T the export's chunk
+        in stack steps). With S > 1 the map would depend on the fill: S tables, S× the file."""
+        return (
+            self.S == 1 and step.ssm.kind == "diag" and step.ssm.R == 1 and not self.bf
+            and self.call_steps + step.ssm.Mr <= WHOLE_CALL_MAX
+        )  # fmt: skip
+
+    def whole_table(self, step, perm: list[int]) -> torch.Tensor:
+        """float64 (H, T₀ + Mr, T₀ + Mr): the linear map of a call of exactly T₀ =
+        ``call_steps`` steps from [u; z] (the inputs v_0 … v_{T₀−1} and the carried state z,
+        its Mr rows in the order ``perm`` of the real basis) to [y; next z] (rows of next z
+        in the same order):
+
+            x_{−1} = z,   x_j = Ā x_{j−1} + b v_j,   y_j = c·x_j + D v_j,   next z = x_{T₀−1}
+
+        — the recurrence of :mod:`liquid_stream.chunked` (S = 1) run literally on unit
+        inputs, in float64."""
+        T0, H, Mr = self.call_steps, step.H, step.ssm.Mr
+        A, b, c = step.ssm.A64.double(), step.ssm.b64.double()[0], step.ssm.c64.double()
+        D = step.D.double()
+        table = torch.zeros(H, T0 + Mr, T0 + Mr, dtype=torch.float64)
+        X = torch.zeros(H, T0 + Mr, Mr, dtype=torch.float64)  # x as a map of the inputs
+        X[:, T0 + torch.arange(Mr), torch.tensor(perm)] = 1.0
+        for j in range(T0):
+            X = torch.einsum("hmn,hin->him", A, X)
+            X[:, j] += b
+            table[:, j] = torch.einsum("him,hm->hi", X, c)
+            table[:, j, j] += D
+        table[:, T0:] = X[:, :, perm].transpose(1, 2)
+        return table
+
+    def whole_or_chunked(self, pre: str, step, u: str, corr: list[str], buf: str, full,
+                         tab: dict[str, torch.Tensor]) -> str:  # fmt: skip
+        """A call of exactly T₀ = ``call_steps`` steps as one batched MatMul per layer,
+        [y; next z] = W · [u; z] ``(H, T₀ + Mr, T₀ + Mr) @ (H, T₀ + Mr, B)`` with W =
+        :meth:`whole_table`; any other T runs the chunked layer (:meth:`columns_layer`, or
+        MatMul 1 → scan → MatMul 2) in an ``If`` on T = T₀. The same recurrence in fewer,
+        larger ops: a 1-s call of a vital-sign model is T₀ = 25, Mr = 16 (docs/serving.md
+        §8). ``ssm.buf`` (the last input) is set outside the ``If``; ``ssm.z`` keeps the
+        chunked layer's layout: ``(H·Mc, 2, 1, B)`` rows (m, Re/Im) for
+        :meth:`columns_layer`, else ``(B, 1, H·Mr)`` in the real basis [Re | Im]."""
+        g, d, H, Mr = self.g, self.dims, step.H, step.ssm.Mr
+        T0, Mc, columns = self.call_steps, Mr // 2, self.columns(step)
+        if full is None:
+            full = g.op("Concat", buf, u, axis=2)  # (H, B, 1 + T)
+        self.set_state(pre + "ssm.buf", g.slice(full, -1, END, axis=2))
+        if columns:
+            z = self.state(pre + "ssm.z", [H * Mc, 2, 1, "batch"])
+            z_cols = g.op("Reshape", z, g.const([H, Mr, -1]))
+            perm = [ri * Mc + m for m in range(Mc) for ri in range(2)]
+        else:
+            z = self.state(pre + "ssm.z", ["batch", 1, H * Mr])
+            z_cols = g.op("Transpose", g.op("Reshape", z, g.const([0, H, Mr])), perm=[1, 2, 0])
+            perm = list(range(Mr))
+
+        def whole() -> list[str]:
+            cols = g.op("Concat", g.op("Transpose", u, perm=[0, 2, 1]), z_cols, axis=1)
+            out = g.op("MatMul", g.const(_f32(self.whole_table(step, perm))), cols)
+            y = g.op("Transpose", g.slice(out, 0, T0, axis=1), perm=[0, 2, 1])  # (H, B, T₀)
+            z_next = g.slice(out, T0, END, axis=1)  # (H, Mr, B)
+            if columns:
+                z_next = g.op("Reshape", z_next, g.const([H * Mc, 2, 1, -1]))
+            else:
+                z_next = g.op("Reshape", g.op("Transpose", z_next, perm=[2, 0, 1]),
+                              g.const([0, 1, H * Mr]))  # fmt: skip
+            return [y, z_next]
+
+        def chunked() -> list[str]:
+            sp = self.sub_blocks(pre, step, u, corr, buf, full)
+            if columns:
+                y = self.columns_layer(pre, step, sp, tab)
+            else:
+                Z_prev = self.scan(pre, step, self.block_inputs(step, sp, tab))
+                y = self.outputs(step, sp, Z_prev, tab)
+            return [y, self.state_out[pre + "ssm.z"]]
+
+        cond = g.op("Squeeze", g.op("Equal", d["T"], g.const([T0])), g.const([0]))
+        y, z_next = self.if_values(cond, whole, chunked)
+        self.set_state(pre + "ssm.z", z_next)
+        return y
+
+    def if_values(self, cond: str, then, otherwise) -> list[str]:
+        """An ONNX ``If`` of two branches that each emit nodes and return k float values
+        (they read outer values; the states they set and the values they cache are
+        forgotten: the caller sets states from the returned values)."""
+        g = self.g
+
+        def branch(fn, name: str) -> onnx.GraphProto:
+            outer, cache, states = g.nodes, dict(self._cache), dict(self.state_out)
+            g.nodes = []
+            values = fn()
+            nodes, g.nodes = g.nodes, outer
+            self._cache, self.state_out = cache, states
+            outs = [g.fresh(name) for _ in values]
+            nodes += [
+                onnx.helper.make_node("Identity", [v], [o])
+                for v, o in zip(values, outs, strict=True)
+            ]
+            infos = [onnx.helper.make_tensor_value_info(o, DTYPES[g.float_dtype], None)
+                     for o in outs]  # fmt: skip
+            return onnx.helper.make_graph(nodes, g.fresh(name), [], infos)
+
+        then_g, else_g = branch(then, "whole"), branch(otherwise, "chunked")
+        n = len(then_g.output)
+        return g.op("If", cond, n_out=n, then_branch=then_g, else_branch=else_g)
 
     def columns_layer(self, pre: str, step, sp: str, tab: dict[str, torch.Tensor]) -> str:
         """↔ :meth:`ChunkedSSM.block_inputs`, :meth:`ChunkedSSM.scan` and

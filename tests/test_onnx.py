@@ -253,3 +253,64 @@ def test_torch_state_of_another_sub_block_refused(tmp_path):
     sm = m.streaming(sub_block=info["sub_block"] // 2)
     with pytest.raises(ValueError, match="sub_block"):
         onnx_state_from_torch(sm.init_state(1), info["state_spec"])
+
+
+def _whole_tables(model_proto: onnx.ModelProto) -> list[str]:
+    """The initializers of the whole-call MatMuls (the ``whole`` branches of the graph's
+    ``If`` nodes, export/to_onnx.py ``whole_or_chunked``), at any depth."""
+    inits = {t.name for t in model_proto.graph.initializer}
+    found = []
+
+    def walk(graph):
+        for node in graph.node:
+            for a in node.attribute:
+                if a.type != onnx.AttributeProto.GRAPH:
+                    continue
+                if a.g.name.startswith("whole"):
+                    mats = [n for n in a.g.node if n.op_type == "MatMul"]
+                    found.extend(n.input[0] for n in mats if n.input[0] in inits)
+                walk(a.g)
+
+    walk(model_proto.graph)
+    return found
+
+
+@pytest.mark.parametrize("kind", ["columns", "rows", "scalenorm"])
+def test_whole_call_matmul(tmp_path, kind):
+    """Sub-blocks of one step: a call of exactly the export's chunk runs each layer as one
+    MatMul [y; next z] = W·[u; z] (``whole_or_chunked``; "columns": the batch-last layout of
+    a graph of ≤ 8 sub-blocks, "rows": the (B, 1, H·Mr) state of longer ones, "scalenorm":
+    a vital-sign-like graph, 125-sample calls of 25 frames). Equal to the conv forward for
+    calls of only that length and mixed with others; and it is the path taken: the tables
+    scaled by 1.01 break the run of whole calls, not a run of other lengths."""
+    if kind == "scalenorm":
+        m, chunk = _mapped_model("scalenorm"), 125
+    else:
+        m, chunk = model("diag", "pb", 2, "layer", d_state=16), {"columns": 6, "rows": 24}[kind]
+    path = tmp_path / "m.onnx"
+    export_model(m, path, chunk=chunk, sub_block=1)
+    proto = onnx.load(path)
+    tables = _whole_tables(proto)
+    assert len(tables) == len(m.blocks)
+    L = 8000 if kind == "scalenorm" else 4800
+    x = np.random.default_rng(2).standard_normal((2, L, m.d_input)).astype(np.float32)
+    if kind == "scalenorm":
+        x = x * 30 + 500
+    ref = m.forward_steps(torch.from_numpy(x)).detach().numpy()
+    whole = [chunk] * (L // chunk) + ([L % chunk] if L % chunk else [])
+    rng = np.random.default_rng(0)
+    mixed = []
+    while sum(mixed) < L:
+        mixed.append(chunk if rng.random() < 0.5 else int(rng.integers(1, chunk + 1)))
+    other = [chunk - m.hop] * (-(-L // (chunk - m.hop)))  # one stack step short of a whole call
+    for sizes in (whole, mixed, other):
+        y = run(path, x, sizes)
+        assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+
+    for t in proto.graph.initializer:
+        if t.name in tables:
+            t.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(t) * 1.01, t.name))
+    bad = tmp_path / "scaled.onnx"
+    onnx.save(proto, bad)
+    assert np.abs(run(bad, x, whole) - ref).max() > 1e-3 * np.abs(ref).max()
+    assert np.abs(run(bad, x, other) - ref).max() <= 1e-4 * np.abs(ref).max()
