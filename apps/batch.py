@@ -47,10 +47,11 @@ fill; ``frontend.phase``; the scale-norm front end's ``frontend.weight`` = 1 −
 holds one value for the whole call, so the session groups the streams by those values
 and makes one call per group. Streams fed the same chunks since their start hold equal
 values: the shipped spotter (fill and phase constant in whole 160-sample frames) always
-makes one group. The shipped vital-sign models make up to 4 groups by the fill (25 frames per
-1 s chunk, sub-blocks of 4 frames) plus one per start round among beds younger than
-~80 s (until the weight reaches its float32 fixed point). A batch-shaped fill / phase /
-weight in the exported graph would lift this.
+makes one group. The shipped vital-sign models (sub-blocks of one frame since
+2026-11-28: the fill is always 0) make one group, plus one per start round among beds
+younger than ~80 s (until the weight reaches its float32 fixed point); exported with
+sub-blocks of 4 frames, a 1 s chunk of 25 frames moves the fill, up to 4 groups. A
+batch-shaped fill / phase / weight in the exported graph would lift this.
 
 Why it is exact. The graph's batch elements never mix (no operation reduces over the
 batch axis) except through the shared states, which the grouping makes equal; so a

@@ -25,8 +25,8 @@ total weight ``1 − β^{n+1}``, which reaches a fixed point after ~10⁴ sample
 fed the same chunks since their (re)start hold equal values. ``step`` groups the streams
 by the bytes of their shared states and makes one call per group: one call when the
 streams are in step, a few otherwise (e.g. vital-sign models with 25 frames per 1 s chunk
-and sub-blocks of 4 frames: up to 4 groups by the fill, plus streams in their first ~80 s
-by the weight).
+and sub-blocks of 4 frames: up to 4 groups by the fill — the shipped ones have sub-blocks
+of one frame, one group —, plus streams in their first ~80 s by the weight).
 
 Why it is exact. The graph computes every batch element with the same operations on its
 own slice (the batch axis is never reduced over); the only coupling is the shared states,

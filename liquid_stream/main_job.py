@@ -204,7 +204,7 @@ def plan(out: Path, s: Settings) -> list[Step]:
                  [run / f"agreement_{t}_record_test.json"]),
             Step(f"export the {t.upper()} estimator to ONNX (1 s chunks)",
                  ["export", str(run / "best.pt"), "--onnx", str(vit / f"{t}.onnx"),
-                  "--chunk", "125", "--verify", "--verify-length", "8000"],
+                  "--chunk", "125", "--sub-block", "1", "--verify", "--verify-length", "8000"],
                  [vit / f"{t}.onnx"]),
         ]  # fmt: skip
     steps.append(

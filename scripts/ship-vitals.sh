@@ -47,7 +47,7 @@ ship() {  # ship RUN NAME [DATA [HARDWARE]]: evaluate the last stage (on the rec
   fi
   [ -f "$run/agreement_${t}_record_test.json" ] ||
     $L evaluate "$run/best.pt" --baseline --device cpu "${ev[@]}"
-  $L export "$run/best.pt" --onnx "liquid_stream/models/$name.onnx" --chunk 125 --verify \
+  $L export "$run/best.pt" --onnx "liquid_stream/models/$name.onnx" --chunk 125 --sub-block 1 --verify \
     --verify-length 8000
   $PY scripts/vitals_card.py "$run" "$name" "$(printf '%s\n' "${CMDS[@]}")" "${card[@]}"
   CMDS=()

@@ -23,6 +23,7 @@ import yaml
 from liquid_stream.bidmc_vocab import WITHIN
 
 MODELS = Path(__file__).resolve().parents[1] / "liquid_stream" / "models"
+EXPORT_VERIFY = "--verify --verify-length 8000"  # the export command's check (card text)
 
 
 def fmt(v: float, pct: bool = False) -> str:
@@ -140,7 +141,7 @@ sensor-off stretches, random gain / offset / ADC per channel), split by record 7
 ```sh
 {a.command}
 liquid-stream evaluate {a.run}/best.pt --baseline --device cpu{data_arg}
-liquid-stream export {a.run}/best.pt --onnx {a.name}.onnx --chunk 125 --verify --verify-length 8000
+liquid-stream export {a.run}/best.pt --onnx {a.name}.onnx --chunk 125 --sub-block 1 {EXPORT_VERIFY}
 ```
 Code: git commit {commit}; {done} epochs{cut} ({last["step"]} steps), {a.hardware}.{warm}
 
