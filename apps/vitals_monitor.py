@@ -240,7 +240,12 @@ class _Lane:
             return np.isfinite(x) & ~(np.abs(x - s.input_center) <= s.input_half_width)
 
     def push(self, x: np.ndarray) -> None:
-        bad = ~np.isfinite(x).all(1)
+        finite = np.isfinite(x).all(1)
+        if finite.all():  # the common case: one good run
+            self._good_run(x)
+            self.n_in += len(x)
+            return
+        bad = ~finite
         edges = np.flatnonzero(np.diff(bad.astype(np.int8))) + 1
         bounds = [0, *edges.tolist(), len(x)]
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):
@@ -454,6 +459,10 @@ class VitalsMonitor:
         model's input bound refuses the chunk (``out_of_range="refuse"``) or is made NaN,
         i.e. a gap (``"gap"``, counted)."""
         xl = x[:, lane.cols]
+        s = lane.model.streamer
+        with np.errstate(invalid="ignore"):  # the common case: all finite, all in bounds
+            if (np.abs(xl - s.input_center) <= s.input_half_width).all():
+                return xl
         beyond = lane.beyond_bound(xl)
         if not beyond.any():
             return xl
