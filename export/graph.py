@@ -6,6 +6,7 @@ graph is small, real-valued, dynamic in batch and T, and built in milliseconds.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 
 import numpy as np
@@ -36,7 +37,8 @@ class Graph:
         return f"{hint}_{next(self._ids)}"
 
     def const(self, value, name: str | None = None, dtype=None) -> str:
-        """An initializer (floats default to the graph's float dtype); small ints are shared."""
+        """An initializer (floats default to the graph's float dtype); equal unnamed
+        constants are stored once (two branches of an ``If`` emit the same weights)."""
         arr = np.asarray(value)
         if dtype is not None:
             arr = arr.astype(dtype)
@@ -45,8 +47,10 @@ class Graph:
         elif arr.dtype.kind in "iub":
             arr = arr.astype(np.int64)
         key = None
-        if name is None and arr.size <= 8:
-            key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if name is None:
+            data = arr.tobytes()
+            digest = data if arr.size <= 8 else hashlib.blake2b(data, digest_size=20).digest()
+            key = (arr.dtype.str, arr.shape, digest)
             if key in self._consts:
                 return self._consts[key]
         name = name or self.fresh("const")

@@ -151,6 +151,7 @@ class _Emitter:
         self.state_out: dict[str, str] = {}
         self.spec: list[dict] = []
         self._cache: dict[tuple, str] = {}
+        self._mode: str | None = None  # "whole" while the whole-call stack is emitted
 
     # ------------------------------------------------------------------ state
     def state(self, name: str, shape: list, dtype=np.float32) -> str:
@@ -254,8 +255,8 @@ class _Emitter:
         buf = self.state(pre + "ssm.buf", [step.H, "batch", self.S] + ([R] if R > 1 else []))
         corr, full = self.correlations(pre, step, u, buf)
         tables = self.tables(step)
-        if self.whole_call(step):
-            y = self.whole_or_chunked(pre, step, u, corr, buf, full, tables)
+        if self.whole_call(step) and self._mode == "whole":
+            y = self.whole_layer(pre, step, u, buf, full)
         elif self.columns(step):
             sp = self.sub_blocks(pre, step, u, corr, buf, full)
             y = self.columns_layer(pre, step, sp, tables)
@@ -407,7 +408,7 @@ class _Emitter:
         )  # fmt: skip
 
     def whole_call(self, step) -> bool:
-        """Whether a chunked layer gets the whole-call MatMul (:meth:`whole_or_chunked`): a
+        """Whether a chunked layer gets the whole-call MatMul (:meth:`whole_layer`): a
         graph of sub-blocks of one step (S = 1: the fill is always 0 and ``ssm.z`` is the
         state after the last input), a diagonal layer with one input signal (R = 1) on the
         channel-first stack, and a short call (T + Mr ≤ WHOLE_CALL_MAX, T the export's chunk
@@ -441,22 +442,20 @@ class _Emitter:
         table[:, T0:] = X[:, :, perm].transpose(1, 2)
         return table
 
-    def whole_or_chunked(self, pre: str, step, u: str, corr: list[str], buf: str, full,
-                         tab: dict[str, torch.Tensor]) -> str:  # fmt: skip
-        """A call of exactly T₀ = ``call_steps`` steps as one batched MatMul per layer,
+    def whole_layer(self, pre: str, step, u: str, buf: str, full) -> str:
+        """A call of exactly T₀ = ``call_steps`` steps as one batched MatMul,
         [y; next z] = W · [u; z] ``(H, T₀ + Mr, T₀ + Mr) @ (H, T₀ + Mr, B)`` with W =
-        :meth:`whole_table`; any other T runs the chunked layer (:meth:`columns_layer`, or
-        MatMul 1 → scan → MatMul 2) in an ``If`` on T = T₀. The same recurrence in fewer,
-        larger ops: a 1-s call of a vital-sign model is T₀ = 25, Mr = 16 (docs/serving.md
-        §8). ``ssm.buf`` (the last input) is set outside the ``If``; ``ssm.z`` keeps the
-        chunked layer's layout: ``(H·Mc, 2, 1, B)`` rows (m, Re/Im) for
-        :meth:`columns_layer`, else ``(B, 1, H·Mr)`` in the real basis [Re | Im]."""
-        g, d, H, Mr = self.g, self.dims, step.H, step.ssm.Mr
-        T0, Mc, columns = self.call_steps, Mr // 2, self.columns(step)
+        :meth:`whole_table` (the blocks' ``If`` on T = T₀ chose this branch, :meth:`stack`).
+        The same recurrence in fewer, larger ops: a 1-s call of a vital-sign model is
+        T₀ = 25, Mr = 16 (docs/serving.md §8). The next state is the chunked layer's, in its
+        layout: ``ssm.buf`` the last input; ``ssm.z`` ``(H·Mc, 2, 1, B)`` rows (m, Re/Im)
+        for :meth:`columns_layer`, else ``(B, 1, H·Mr)`` in the real basis [Re | Im]."""
+        g, H, Mr = self.g, step.H, step.ssm.Mr
+        T0, Mc = self.call_steps, Mr // 2
         if full is None:
             full = g.op("Concat", buf, u, axis=2)  # (H, B, 1 + T)
         self.set_state(pre + "ssm.buf", g.slice(full, -1, END, axis=2))
-        if columns:
+        if self.columns(step):
             z = self.state(pre + "ssm.z", [H * Mc, 2, 1, "batch"])
             z_cols = g.op("Reshape", z, g.const([H, Mr, -1]))
             perm = [ri * Mc + m for m in range(Mc) for ri in range(2)]
@@ -464,57 +463,57 @@ class _Emitter:
             z = self.state(pre + "ssm.z", ["batch", 1, H * Mr])
             z_cols = g.op("Transpose", g.op("Reshape", z, g.const([0, H, Mr])), perm=[1, 2, 0])
             perm = list(range(Mr))
-
-        def whole() -> list[str]:
-            cols = g.op("Concat", g.op("Transpose", u, perm=[0, 2, 1]), z_cols, axis=1)
-            out = g.op("MatMul", g.const(_f32(self.whole_table(step, perm))), cols)
-            y = g.op("Transpose", g.slice(out, 0, T0, axis=1), perm=[0, 2, 1])  # (H, B, T₀)
-            z_next = g.slice(out, T0, END, axis=1)  # (H, Mr, B)
-            if columns:
-                z_next = g.op("Reshape", z_next, g.const([H * Mc, 2, 1, -1]))
-            else:
-                z_next = g.op("Reshape", g.op("Transpose", z_next, perm=[2, 0, 1]),
-                              g.const([0, 1, H * Mr]))  # fmt: skip
-            return [y, z_next]
-
-        def chunked() -> list[str]:
-            sp = self.sub_blocks(pre, step, u, corr, buf, full)
-            if columns:
-                y = self.columns_layer(pre, step, sp, tab)
-            else:
-                Z_prev = self.scan(pre, step, self.block_inputs(step, sp, tab))
-                y = self.outputs(step, sp, Z_prev, tab)
-            return [y, self.state_out[pre + "ssm.z"]]
-
-        cond = g.op("Squeeze", g.op("Equal", d["T"], g.const([T0])), g.const([0]))
-        y, z_next = self.if_values(cond, whole, chunked)
+        cols = g.op("Concat", g.op("Transpose", u, perm=[0, 2, 1]), z_cols, axis=1)
+        out = g.op("MatMul", g.const(_f32(self.whole_table(step, perm))), cols)
+        z_next = g.slice(out, T0, END, axis=1)  # (H, Mr, B)
+        if self.columns(step):
+            z_next = g.op("Reshape", z_next, g.const([H * Mc, 2, 1, -1]))
+        else:
+            z_next = g.op("Reshape", g.op("Transpose", z_next, perm=[2, 0, 1]),
+                          g.const([0, 1, H * Mr]))  # fmt: skip
         self.set_state(pre + "ssm.z", z_next)
-        return y
+        return g.op("Transpose", g.slice(out, 0, T0, axis=1), perm=[0, 2, 1])  # (H, B, T₀)
 
-    def if_values(self, cond: str, then, otherwise) -> list[str]:
-        """An ONNX ``If`` of two branches that each emit nodes and return k float values
-        (they read outer values; the states they set and the values they cache are
-        forgotten: the caller sets states from the returned values)."""
+    def if_stack(self, cond: str, then, otherwise) -> str:
+        """An ONNX ``If`` of two versions of the blocks: each branch emits nodes and returns
+        its activations; the states both set become outputs of the ``If`` (and are set from them),
+        the values they cache are forgotten. States are declared once (:meth:`state`)."""
         g = self.g
+        dtypes = {}
 
-        def branch(fn, name: str) -> onnx.GraphProto:
+        def branch(fn, name: str):
             outer, cache, states = g.nodes, dict(self._cache), dict(self.state_out)
             g.nodes = []
-            values = fn()
+            y = fn()
+            dtypes.update({sp["name"]: np.dtype(sp["dtype"]) for sp in self.spec})
+            changed = {k: v for k, v in self.state_out.items() if states.get(k) != v}
             nodes, g.nodes = g.nodes, outer
             self._cache, self.state_out = cache, states
+            return nodes, y, changed
+
+        branches = [branch(then, "whole"), branch(otherwise, "chunked")]
+        names = list(branches[0][2])
+        if set(names) != set(branches[1][2]):
+            raise AssertionError("the stack's two branches set different states")
+        graphs = []
+        for (nodes, y, changed), name in zip(branches, ("whole", "chunked"), strict=True):
+            values = [y] + [changed[k] for k in names]
             outs = [g.fresh(name) for _ in values]
-            nodes += [
+            nodes = nodes + [
                 onnx.helper.make_node("Identity", [v], [o])
                 for v, o in zip(values, outs, strict=True)
             ]
-            infos = [onnx.helper.make_tensor_value_info(o, DTYPES[g.float_dtype], None)
-                     for o in outs]  # fmt: skip
-            return onnx.helper.make_graph(nodes, g.fresh(name), [], infos)
-
-        then_g, else_g = branch(then, "whole"), branch(otherwise, "chunked")
-        n = len(then_g.output)
-        return g.op("If", cond, n_out=n, then_branch=then_g, else_branch=else_g)
+            types = [DTYPES[g.float_dtype]] + [DTYPES[dtypes[k]] for k in names]
+            infos = [
+                onnx.helper.make_tensor_value_info(o, t, None)
+                for o, t in zip(outs, types, strict=True)
+            ]
+            graphs.append(onnx.helper.make_graph(nodes, g.fresh(name), [], infos))
+        outs = g.op("If", cond, n_out=1 + len(names), then_branch=graphs[0],
+                    else_branch=graphs[1])  # fmt: skip
+        for k, o in zip(names, outs[1:], strict=True):
+            self.set_state(k, o)
+        return outs[0]
 
     def columns_layer(self, pre: str, step, sp: str, tab: dict[str, torch.Tensor]) -> str:
         """↔ :meth:`ChunkedSSM.block_inputs`, :meth:`ChunkedSSM.scan` and
@@ -936,7 +935,9 @@ class _Emitter:
         """Encoder → blocks → norm → head → decoder on channel-first ``feats (d_in, B, T)``;
         returns ``y (B, T, d_output)``. Declares the stack's states (inputs) as it goes.
         The activations are channel-first ``(H, B, T)``, or batch-first ``(B, T, H)`` in a
-        model of LTC layers only (``self.bf``)."""
+        model of LTC layers only (``self.bf``). With whole-call layers (:meth:`whole_call`)
+        the blocks sit in an ``If`` on T = T₀: :meth:`whole_layer` MatMuls for a call of
+        exactly the export's chunk, the chunked layers for any other length."""
         g, sm = self.g, self.sm
         H = sm.blocks[0].ssm.H if len(sm.blocks) else sm.encoder.out_features
         self.dims = self.chunk_dims(B, T, H)
@@ -955,8 +956,12 @@ class _Emitter:
                 enc.weight.div_(sd)
                 enc.bias.sub_(enc.weight @ mu)
         h = g.op("Reshape", self.linear(enc, self.to_2d(feats, d_in)), self.dims["act_shape"])
-        for i, block in enumerate(sm.blocks):
-            h = self.block(i, block, h)
+        if any(b.ssm.liquid != "ltc" and self.whole_call(b.ssm) for b in sm.blocks):
+            cond = g.op("Squeeze", g.op("Equal", T, g.const([self.call_steps])), g.const([0]))
+            h = self.if_stack(cond, lambda: self.blocks(h, "whole"),
+                              lambda: self.blocks(h, "chunked"))  # fmt: skip
+        else:
+            h = self.blocks(h, None)
         h = self.norm(sm.final_norm, h)
         logits = self.linear(sm.head, self.to_2d(h, H))
         if self.bf:  # (B·T, d_output) → (B, T, d_output)
@@ -965,6 +970,15 @@ class _Emitter:
             logits = g.op("Reshape", logits, g.op("Concat", g.const([sm.d_output]), B, T, axis=0))
             logits = g.op("Transpose", logits, perm=[1, 2, 0])
         return self.decoder(logits)
+
+    def blocks(self, h: str, mode: str | None) -> str:
+        """The residual blocks on the stack's activations; ``mode`` "whole": their layers
+        as :meth:`whole_layer` where they can, else chunked."""
+        self._mode = mode
+        for i, block in enumerate(self.sm.blocks):
+            h = self.block(i, block, h)
+        self._mode = None
+        return h
 
     def logmel(self, seg: str) -> str:
         """:class:`~liquid_stream.frontend.LogMel` frames of ``seg (B, (F−1)·R + W)``

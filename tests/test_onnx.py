@@ -256,9 +256,10 @@ def test_torch_state_of_another_sub_block_refused(tmp_path):
 
 
 def _whole_tables(model_proto: onnx.ModelProto) -> list[str]:
-    """The initializers of the whole-call MatMuls (the ``whole`` branches of the graph's
-    ``If`` nodes, export/to_onnx.py ``whole_or_chunked``), at any depth."""
-    inits = {t.name for t in model_proto.graph.initializer}
+    """The initializers of the whole-call MatMuls (the 3-D constants of MatMuls in the
+    ``whole`` branch of the stack's ``If``, export/to_onnx.py ``whole_layer``), at any
+    depth."""
+    inits = {t.name for t in model_proto.graph.initializer if len(t.dims) == 3}
     found = []
 
     def walk(graph):
@@ -278,7 +279,7 @@ def _whole_tables(model_proto: onnx.ModelProto) -> list[str]:
 @pytest.mark.parametrize("kind", ["columns", "rows", "scalenorm"])
 def test_whole_call_matmul(tmp_path, kind):
     """Sub-blocks of one step: a call of exactly the export's chunk runs each layer as one
-    MatMul [y; next z] = W·[u; z] (``whole_or_chunked``; "columns": the batch-last layout of
+    MatMul [y; next z] = W·[u; z] (``whole_layer``; "columns": the batch-last layout of
     a graph of ≤ 8 sub-blocks, "rows": the (B, 1, H·Mr) state of longer ones, "scalenorm":
     a vital-sign-like graph, 125-sample calls of 25 frames). Equal to the conv forward for
     calls of only that length and mixed with others; and it is the path taken: the tables
