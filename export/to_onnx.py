@@ -151,7 +151,7 @@ class _Emitter:
         self.state_out: dict[str, str] = {}
         self.spec: list[dict] = []
         self._cache: dict[tuple, str] = {}
-        self._mode: str | None = None  # "whole" while the whole-call stack is emitted
+        self._mode: str | None = None  # "whole" while the whole-call blocks are emitted
 
     # ------------------------------------------------------------------ state
     def state(self, name: str, shape: list, dtype=np.float32) -> str:
@@ -254,14 +254,14 @@ class _Emitter:
         pre, R = f"block{i}.", step.ssm.R
         buf = self.state(pre + "ssm.buf", [step.H, "batch", self.S] + ([R] if R > 1 else []))
         corr, full = self.correlations(pre, step, u, buf)
-        tables = self.tables(step)
         if self.whole_call(step) and self._mode == "whole":
             y = self.whole_layer(pre, step, u, buf, full)
         elif self.columns(step):
             sp = self.sub_blocks(pre, step, u, corr, buf, full)
-            y = self.columns_layer(pre, step, sp, tables)
+            y = self.columns_layer(pre, step, sp, self.tables(step))
         else:
             sp = self.sub_blocks(pre, step, u, corr, buf, full)
+            tables = self.tables(step)
             ell = self.block_inputs(step, sp, tables)
             Z_prev = self.scan(pre, step, ell)
             y = self.outputs(step, sp, Z_prev, tables)
