@@ -148,6 +148,10 @@ class _Emitter:
         # batch-first (B, T, H) ("bf"): the LTC scan's layout, with no transposes per layer
         self.ltc_Q = ltc_sub_block or default_ltc_sub_block(steps)
         self.bf = bool(sm.blocks) and all(b.ssm.liquid == "ltc" for b in sm.blocks)
+        if any(b.ssm.liquid != "ltc" and self.whole_call(b.ssm) for b in sm.blocks):
+            # longer blocks are cut into calls of the export's chunk, the whole-call path
+            # (OnnxStreamer splits at max_chunk; S = 1 makes longer calls the slow path)
+            self.max_chunk = min(self.max_chunk, steps * hop)
         self.state_out: dict[str, str] = {}
         self.spec: list[dict] = []
         self._cache: dict[tuple, str] = {}

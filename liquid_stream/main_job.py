@@ -156,7 +156,7 @@ def plan(out: Path, s: Settings) -> list[Step]:
              "SC10 keywords)",
              ["train", "speech-stream", *s.kws_train, "--data", str(speech), "--out",
               str(kws / "train")], [kws / "train" / "best.pt"]),
-        Step("export it to ONNX (calls of any length up to 150 ms: 10 ms for the app, 100 ms "
+        Step("export it to ONNX (calls of any length up to 100 ms: 10 ms for the app, 100 ms "
              "for scoring) and check it against the torch forward",
              ["export", str(kws / "train" / "best.pt"), "--onnx", str(kws / "kws.onnx"),
               "--chunk", "1600", "--sub-block", "1", "--verify"], [kws / "kws.onnx"]),
