@@ -239,6 +239,13 @@ class _Lane:
         with np.errstate(invalid="ignore"):
             return np.isfinite(x) & ~(np.abs(x - s.input_center) <= s.input_half_width)
 
+    def all_in_bound(self, x: np.ndarray) -> bool:
+        """Whether every sample of ``x`` (this lane's columns) is finite and within the
+        model's input bound: the common block, with no gap and nothing beyond."""
+        s = self.model.streamer
+        with np.errstate(invalid="ignore"):
+            return bool((np.abs(x - s.input_center) <= s.input_half_width).all())
+
     def push(self, x: np.ndarray) -> None:
         finite = np.isfinite(x).all(1)
         if finite.all():  # the common case: one good run
@@ -459,10 +466,8 @@ class VitalsMonitor:
         model's input bound refuses the chunk (``out_of_range="refuse"``) or is made NaN,
         i.e. a gap (``"gap"``, counted)."""
         xl = x[:, lane.cols]
-        s = lane.model.streamer
-        with np.errstate(invalid="ignore"):  # the common case: all finite, all in bounds
-            if (np.abs(xl - s.input_center) <= s.input_half_width).all():
-                return xl
+        if lane.all_in_bound(xl):  # the common case
+            return xl
         beyond = lane.beyond_bound(xl)
         if not beyond.any():
             return xl

@@ -23,7 +23,6 @@ import yaml
 from liquid_stream.bidmc_vocab import WITHIN
 
 MODELS = Path(__file__).resolve().parents[1] / "liquid_stream" / "models"
-EXPORT_VERIFY = "--verify --verify-length 8000"  # the export command's check (card text)
 
 
 def fmt(v: float, pct: bool = False) -> str:
@@ -141,7 +140,8 @@ sensor-off stretches, random gain / offset / ADC per channel), split by record 7
 ```sh
 {a.command}
 liquid-stream evaluate {a.run}/best.pt --baseline --device cpu{data_arg}
-liquid-stream export {a.run}/best.pt --onnx {a.name}.onnx --chunk 125 --sub-block 1 {EXPORT_VERIFY}
+liquid-stream export {a.run}/best.pt --onnx {a.name}.onnx --chunk 125 --sub-block 1 \\
+  --verify --verify-length 8000
 ```
 Code: git commit {commit}; {done} epochs{cut} ({last["step"]} steps), {a.hardware}.{warm}
 
