@@ -7,14 +7,16 @@ and units, and how BIDMC channel names are cleaned and matched.
     TARGETS             target -> (numerics channel, unit)
     strip_name("PLETH,") == "PLETH"      BIDMC channel names end with a comma
     channel_key("PLETH,") == "pleth"     names are matched ignoring that comma, blanks, case
-    SIGNALS             ("PLETH", "II", "RESP"): the waveform channels the models read
+    SIGNALS             ("PLETH", "II", "RESP", "IR", "RED"): the waveform channels the
+                        models read (IR, RED: the oximeter's raw intensities, for SpO2)
     signal_channel("PPG") == "PLETH"     a device's channel label -> one of SIGNALS (or None)
 
 Signal labels (:data:`SIGNAL_ALIASES`): a label names a channel of :data:`SIGNALS` when its
 :func:`label_key` (case, blanks, ``_ - . ,`` and a trailing comma ignored) is the channel's
 own name or one of its aliases: PLETH (``PPG``, ``BVP``, ...), II (``ECG``, ``ECG II``,
 ``Lead II``, ``EKG``, ...: a single-lead ECG is taken as lead II), RESP (``Resp``,
-``Respiration``, ``RSP``, ...). Live inputs (:mod:`liquid_stream.lsl`) map their labels this
+``Respiration``, ``RSP``, ...), IR (``Infrared``, ``SpO2 IR``, ...), RED (``Red intensity``,
+``SpO2 red``, ...). Live inputs (:mod:`liquid_stream.lsl`) map their labels this
 way.
 
 Used by the training data (``training/data/bidmc.py``), the task's checkpoint metadata, the
@@ -44,17 +46,20 @@ def channel_key(name: str) -> str:
     return strip_name(name).lower()
 
 
-# The waveform channels the vital-sign models read (BIDMC names), and the other labels
-# devices and tools give them besides those names (compared by label_key). A single-lead
-# ECG ("ECG", "EKG") is taken as lead II: the lead BIDMC records and the models were
-# trained on.
-SIGNALS: tuple[str, ...] = ("PLETH", "II", "RESP")
+# The waveform channels the vital-sign models read (BIDMC names, plus IR and RED: a pulse
+# oximeter's raw intensities, which its SpO2 comes from; PLETH is its display waveform), and
+# the other labels devices and tools give them besides those names (compared by
+# label_key). A single-lead ECG ("ECG", "EKG") is taken as lead II: the lead BIDMC records
+# and the models were trained on.
+SIGNALS: tuple[str, ...] = ("PLETH", "II", "RESP", "IR", "RED")
 SIGNAL_ALIASES: dict[str, tuple[str, ...]] = {
     "PLETH": ("ppg", "plethysmogram", "photoplethysmogram", "bvp", "ppg green",
               "ppg ir", "ppg red", "spo2 pleth"),
     "II": ("ecg", "ekg", "ecg ii", "ekg ii", "lead ii", "ecg lead ii", "ii lead", "mlii"),
     "RESP": ("respiration", "rsp", "breathing", "resp belt", "respiratory effort",
              "impedance pneumography"),
+    "IR": ("infrared", "ir intensity", "ir raw", "oximeter ir", "spo2 ir"),
+    "RED": ("red intensity", "red raw", "oximeter red", "spo2 red"),
 }  # fmt: skip
 
 

@@ -241,7 +241,8 @@ def test_label_mapping():
     # a channel named twice: the label spelled like the channel wins, else the first
     assert lsl.map_labels(["PPG", "ECG", "PLETH", "II lead"]) == {1: "II", 2: "PLETH"}
     assert lsl.map_labels(["ppg", "BVP"]) == {0: "PLETH"}
-    assert set(SIGNALS) == {"PLETH", "II", "RESP"}
+    assert set(SIGNALS) == {"PLETH", "II", "RESP", "IR", "RED"}
+    assert lsl.map_labels(["SpO2 IR", "spo2_red", "PPG"]) == {0: "IR", 1: "RED", 2: "PLETH"}
 
 
 def _outlet(name, labels=None, rate=125.0, fmt=None, n=2):
@@ -257,7 +258,7 @@ def _outlet(name, labels=None, rate=125.0, fmt=None, n=2):
     "labels, rate, fmt, message",
     [
         (["Fp1", "Fp2"], 125.0, None, "has no channel the vital-sign models read (PLETH / II "
-         "/ RESP, or PPG, ECG, Resp ...): its 2 channel(s) are labelled 'Fp1', 'Fp2'"),
+         "/ RESP / IR / RED, or PPG, ECG, Resp ...): its 2 channel(s) are labelled 'Fp1', 'Fp2'"),
         (None, 125.0, None, "its 2 channel(s) have no labels in its description"),
         (["PPG", "ECG"], 0.0, None, "has an irregular rate (nominal rate 0)"),
         (["PPG", "ECG"], 125.0, "string", "carries strings (a marker stream)"),

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from scipy.signal import find_peaks
 
-from liquid_stream.training.data import bidmc_sim
 from liquid_stream.training.data import vitals_sim as vs
 from liquid_stream.training.data.bidmc import list_records, read_record
 
@@ -56,7 +55,8 @@ def naive_rate(events: np.ndarray, q: float, window: float) -> float:
 @pytest.mark.parametrize("family", vs.FAMILIES)
 def test_record_structure(family: str) -> None:
     rec = sim(1, family=family)
-    assert rec["signals"].shape == (N, 5) and rec["numerics"].shape == (SECS + 1, 4)
+    assert rec["signals"].shape == (N, 7) and rec["numerics"].shape == (SECS + 1, 4)
+    assert rec["sig_names"] == vs.SIG_NAMES + ("IR,", "RED,") == vs.REC_NAMES
     num = rec["numerics"]
     ok = np.isfinite(num)
     assert ok[:, 0].all() and ok[:, 2].all()  # HR and RESP are always the truth
@@ -215,13 +215,14 @@ def test_gain_offset_and_quantisation_exactly_applied(family: str) -> None:
     g, o = np.asarray(sc["gain"]), np.asarray(sc["offset"])
     assert ((g >= 0.01) & (g <= 100)).all() and (np.abs(o) <= 1000).all()
     assert set(sc["adc_bits"]) <= {10, 12, 14, 16}
-    step = vs.adc_steps(x["signals"], sc)  # (5,)
-    err = y["signals"] - (g * x["signals"] + o)
+    xs, ys = x["signals"][:, : vs.IR], y["signals"][:, : vs.IR]  # the monitor's channels
+    step = vs.adc_steps(xs, sc)  # (5,)
+    err = ys - (g * xs + o)
     assert (np.abs(err) <= step / 2 * (1 + 1e-9) + 1e-9 * np.abs(o)).all()
-    k = y["signals"] / step
+    k = ys / step
     np.testing.assert_allclose(k, np.round(k), atol=1e-6 * np.abs(k).max())
     # steps are what the ADC draw says: headroom x span / 2^bits
-    span = g * np.ptp(x["signals"], axis=0)
+    span = g * np.ptp(xs, axis=0)
     bits = np.asarray(sc["adc_bits"])
     np.testing.assert_allclose(step, np.asarray(sc["adc_headroom"]) * span / 2.0**bits)
     np.testing.assert_array_equal(x["numerics"], y["numerics"])  # labels do not change
@@ -231,6 +232,76 @@ def test_gains_span_four_decades() -> None:
     gains = np.concatenate([sim(9, i)["params"]["gain"] for i in range(20)])
     assert gains.min() < 0.05 and gains.max() > 20
     assert ((gains >= 0.01) & (gains <= 100)).all()
+
+
+# ---------------------------------------------------------------------------- oximeter
+
+OXI_QUIET = {**QUIET, "oxi_noise_ir": 0.0, "oxi_noise_red": 0.0, "oxi_wander": 0.0,
+             "ppg_bw": 0.0}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", vs.FAMILIES)
+def test_oximeter_ratio_of_ratios_is_the_spo2_calibration(family: str) -> None:
+    """Clean arterial pulses only: ln(I_red / DC_red) / ln(I_ir) = R(SpO2) at every sample,
+    and R = (110 - SpO2) / 25 (the module docstring's Beer-Lambert model)."""
+    rec = sim(30, family=family, scaling=False, force=OXI_QUIET)
+    ir, red = rec["signals"][:, vs.IR], rec["signals"][:, vs.RED]
+    p, sp = rec["params"], rec["truth"]["spo2"]
+    li, lr = np.log(ir), np.log(red / p["oxi_dc_red"])
+    big = li < -0.2 * p["oxi_pi_ir"] * p["perfusion"]  # inside the pulses
+    assert big.mean() > 0.1
+    np.testing.assert_allclose(lr[big] / li[big], (110 - sp[big]) / 25, rtol=1e-9)
+    np.testing.assert_allclose(vs.ratio_of_ratios([100, 85]), [0.4, 1.0])
+    # the pulse depth is the perfusion index: max ln(DC / I_ir) = k_ir x max arterial volume
+    assert 0.5 * p["oxi_pi_ir"] * p["perfusion"] < -li.min() < 2 * p["oxi_pi_ir"] * p["perfusion"]
+
+
+def test_oximeter_gain_and_quantisation_exactly_applied() -> None:
+    force = {"sensor_off": []}
+    x = sim(31, scaling=False, force=force)["signals"][:, vs.IR :]
+    y_rec = sim(31, scaling=True, force=force)
+    y, p = y_rec["signals"][:, vs.IR :], y_rec["params"]
+    g = np.asarray(p["oxi_gain"])
+    assert ((g >= 0.01) & (g <= 100)).all() and set(p["oxi_adc_bits"]) <= {16, 18, 20, 22}
+    step = np.asarray(p["oxi_headroom"]) * (g * x).max(0) / 2.0 ** np.asarray(p["oxi_adc_bits"])
+    assert (np.abs(y - g * x) <= step / 2 * (1 + 1e-9)).all()  # a gain, no offset
+    k = y / step
+    np.testing.assert_allclose(k, np.round(k), atol=1e-6 * np.abs(k).max())
+    assert (y > 0).all()  # intensities: ratio-scale, positive
+
+
+def test_oximeter_draws_in_range_and_apart_from_the_other_channels() -> None:
+    for i in range(6):
+        p = sim(32, i)["params"]
+        assert 0.003 <= p["oxi_pi_ir"] <= 0.05 and 10**-0.5 <= p["oxi_dc_red"] <= 10**0.5
+        assert 15 <= p["oxi_venous_drop"] <= 35 and 0 <= p["oxi_wander"] <= 0.3
+        assert 0.7 <= p["oxi_motion_ratio"] <= 1.5 and 0.7 <= p["oxi_wander_ratio"] <= 1.5
+        assert 1e-5 <= p["oxi_noise_ir"] <= 3e-4
+        assert p["oxi_noise_ir"] <= p["oxi_noise_red"] <= 3 * p["oxi_noise_ir"]
+    # the oximeter draws from its own stream: forcing one leaves the other channels alone
+    a, b = sim(33), sim(33, force={"oxi_pi_ir": 0.04, "oxi_noise_ir": 0.0})
+    np.testing.assert_array_equal(a["signals"][:, : vs.IR], b["signals"][:, : vs.IR])
+    assert not np.allclose(a["signals"][:, vs.IR], b["signals"][:, vs.IR])
+
+
+def test_ratio_baseline_reads_the_calibration_on_clean_records() -> None:
+    """The classical ratio of ratios (training/data/bidmc_baseline.py) recovers SpO2 on clean
+    pulses within 0.5 %, and motion with its own ratio pulls it off (the known failure)."""
+    from liquid_stream.training.data.bidmc_baseline import ratio_spo2
+
+    quiet = {**OXI_QUIET, "spo2_changes": []}
+    for i in range(3):
+        rec = sim(34, i, force=quiet)
+        ir, red = rec["signals"][:, vs.IR], rec["signals"][:, vs.RED]
+        sp = rec["truth"]["spo2"]
+        for a in range(0, N - 4000, 2000):
+            est = ratio_spo2(ir[a : a + 4000], red[a : a + 4000], FS)
+            assert abs(est - min(sp[a : a + 4000].mean(), 100.0)) < 0.5, (i, a, est)
+    bursts = [{"kind": "motion", "start_s": 5.0, "dur_s": 40.0, "amp": 3.0, "smooth_s": 0.05,
+               "groups": ["ppg"]}]  # fmt: skip
+    rec = sim(34, 0, force={**quiet, "motion_bursts": bursts, "oxi_motion_ratio": 1.0})
+    ir, red, sp = rec["signals"][:, vs.IR], rec["signals"][:, vs.RED], rec["truth"]["spo2"]
+    assert ratio_spo2(ir[625:4625], red[625:4625], FS) < sp[625:4625].mean() - 3
 
 
 # ---------------------------------------------------------------------------- artefacts
@@ -253,6 +324,9 @@ def test_sensor_off_stretches_are_marked_and_flat_or_nan() -> None:
                 inside = sig[m, c]
                 if s["mode"] == "nan":
                     assert np.isnan(inside).all()
+                elif c >= vs.IR:  # an oximeter intensity holds a frozen reading, its level
+                    level = np.median(sig[~m, c])
+                    assert (inside == inside[0]).all() and abs(inside[0] / level - 1) < 0.05
                 else:
                     assert (inside == (off[c] if scaling else 0.0)).all()
                 out = sig[~m, c]
@@ -420,9 +494,9 @@ def test_wfdb_round_trip(tmp_path) -> None:
             np.random.default_rng([20, i]), MINUTES, family=vs.record_family(i, vs.FAMILIES)
         )
         assert doc["per_record"][name] == json.loads(json.dumps(vs.json_params(rec["params"])))
-        sig, fs, num = read_record(out, name, [s.rstrip(",") for s in bidmc_sim.SIG_NAMES])
+        sig, fs, num = read_record(out, name, [s.rstrip(",") for s in vs.REC_NAMES])
         assert fs == FS and sig.shape == rec["signals"].shape
-        step = 1.0 / np.asarray(wfdb.rdheader(str(out / name)).adc_gain)  # (5,)
+        step = 1.0 / np.asarray(wfdb.rdheader(str(out / name)).adc_gain)  # (7,)
         want = rec["signals"]
         np.testing.assert_array_equal(np.isnan(sig), np.isnan(want))
         ok = np.isfinite(want)

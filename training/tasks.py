@@ -408,8 +408,11 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         train = train.subset(_limit(np.arange(len(train)), d["max_train"], seed))
     if len(train) == 0:
         raise ValueError(f"no training windows for {target} in {root}")
-    if target == "spo2" and "PLETH" not in train.channels:
-        raise ValueError("data.target spo2 needs the PLETH channel (SpO2 is read from the PPG)")
+    if target == "spo2" and not ("PLETH" in train.channels or {"IR", "RED"} <= set(train.channels)):
+        raise ValueError(
+            "data.target spo2 needs the oximeter's IR and RED channels (or PLETH): SpO2 is "
+            "read from the PPG"
+        )
     frontend = (cfg.get("model") or {}).get("frontend") or {}
     if frontend.get("kind") == "scalenorm":  # the model normalises itself, in any units
         mean, std = [0.0] * len(train.channels), [1.0] * len(train.channels)

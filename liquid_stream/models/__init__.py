@@ -17,13 +17,16 @@ from liquid_stream.bidmc_vocab import channel_key
 HERE = Path(__file__).resolve().parent
 KWS = "kws-sc10"  # the keyword spotter `liquid-stream kws` uses when no MODEL is given
 # The vital-sign models `liquid-stream vitals` uses when no MODEL is given, by sensor set
-# (richest first): vitals-<set>-<target>. No SpO2 model is shipped: trained on the
-# randomised simulator it did not learn the SpO2 cue (held-out RMSE 4.9 %, slope 0.22).
+# (richest first): vitals-<set>-<target>. SpO2 needs the oximeter's raw IR and red
+# intensities (a single PLETH carries no SpO2 cue): SPO2_MODEL, added whenever the record
+# has both, with or without the HR / RR models of a set.
 VITALS_SETS: dict[str, tuple[str, ...]] = {"ppg-ecg": ("PLETH", "II"), "ppg": ("PLETH",)}
 VITALS_TARGETS: dict[str, tuple[str, ...]] = {
     "ppg-ecg": ("vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr"),
     "ppg": ("vitals-ppg-hr", "vitals-ppg-rr"),
 }
+OXIMETER: tuple[str, ...] = ("IR", "RED")
+SPO2_MODEL = "vitals-oximeter-spo2"
 
 
 class ShippedModelMissing(FileNotFoundError):
@@ -48,14 +51,21 @@ def shipped(name: str) -> Path:
 def vitals_for(channels) -> list[Path]:
     """The shipped vital-sign models for a record with these channel names (BIDMC style,
     ``"PLETH,"`` or ``"pleth"``): those of the richest sensor set the record carries whose
-    files are all installed; ``ShippedModelMissing`` (naming what the record has and what
-    would be needed) when none fits."""
+    files are all installed, and the SpO2 model if it has IR and RED; ``ShippedModelMissing``
+    (naming what the record has and what would be needed) when none fits."""
     have = {channel_key(c) for c in channels}
+    found: list[Path] = []
     for name, needs in VITALS_SETS.items():
         paths = [HERE / f"{m}.onnx" for m in VITALS_TARGETS[name]]
         if {channel_key(c) for c in needs} <= have and all(p.is_file() for p in paths):
-            return paths
-    wanted = " or ".join("+".join(v) for v in VITALS_SETS.values())
+            found = paths
+            break
+    spo2 = HERE / f"{SPO2_MODEL}.onnx"
+    if {channel_key(c) for c in OXIMETER} <= have and spo2.is_file():
+        found.append(spo2)
+    if found:
+        return found
+    wanted = " or ".join("+".join(v) for v in (*VITALS_SETS.values(), OXIMETER))
     raise ShippedModelMissing(
         f"no shipped vital-sign models for channels {sorted(have) or 'none'}: they need "
         f"{wanted} (installed: {', '.join(available()) or 'none'})"

@@ -25,8 +25,17 @@ simulator they beat the band-passed amplitudes, RMSE 4.2 vs 8.4 breaths/min) int
 to 4 Hz, detrended, and the frequency of the largest periodogram peak in 0.08-0.75 Hz
 (4.8-45 breaths/min) x 60.
 
-**SpO2** has no NeuroKit2 estimator (it needs the red and infrared channels of the oximeter):
-:func:`baseline_estimates` returns all-NaN for it (report "n/a").
+**SpO2** (NeuroKit2 has no estimator): the textbook ratio of ratios from the oximeter's raw
+IR and red intensity channels, when the model reads them (:func:`ratio_spo2`)::
+
+    l = ln(max(x, tiny))  band-passed 0.5-5 Hz (2nd-order Butterworth, zero phase), per channel
+    R = cov(l_red, l_ir) / var(l_ir)     (AC/DC of red over AC/DC of IR, least squares)
+    SpO2 = clip(110 - 25 R, 50, 100)     (the linear calibration of the simulator, and of
+                                          textbooks; real devices fit their own curve)
+
+ln turns each channel's AC/DC into an amplitude, so R needs no DC estimate; the regression
+slope ignores red noise uncorrelated with the IR pulse. Without IR and red (a PLETH-only
+model): all-NaN (report "n/a"); a single PLETH carries no SpO2 (docs/benchmarks.md §5.2).
 
 A window where the method fails gets NaN; :func:`baseline_rmse` counts them.
 """
@@ -164,6 +173,23 @@ def window_rate(
     return float("nan")
 
 
+SPO2_BAND_HZ = (0.5, 5.0)  # the cardiac band of the ratio of ratios
+
+
+def ratio_spo2(ir: np.ndarray, red: np.ndarray, fs: float) -> float:
+    """SpO2 (%) of one window of raw IR and red intensities (module docstring); NaN if the
+    window has no pulsatile IR signal."""
+    from scipy.signal import butter, sosfiltfilt
+
+    sos = butter(2, SPO2_BAND_HZ, btype="bandpass", fs=fs, output="sos")
+    li, lr = (sosfiltfilt(sos, np.log(np.maximum(_fill_nan(x), 1e-30))) for x in (ir, red))
+    var = float(li @ li)
+    if not np.isfinite(var) or var <= 0:
+        return float("nan")
+    r = float(lr @ li) / var
+    return float(np.clip(110.0 - 25.0 * r, 50.0, 100.0))
+
+
 def _find(names: Sequence[str], want: str) -> int | None:
     for i, n in enumerate(names):
         if channel_key(n) == channel_key(want):
@@ -200,11 +226,17 @@ def baseline_estimates(
     target: str,
     sample_rate: float = SAMPLE_RATE,
 ) -> np.ndarray:
-    """(n,) NeuroKit2 estimates of ``target`` for each window (NaN where it fails; all NaN for
-    SpO2). See the module docstring for the methods."""
+    """(n,) classical estimates of ``target`` for each window (NaN where it fails; SpO2 all
+    NaN unless the windows carry IR and RED). See the module docstring for the methods."""
     n = len(windows)
     out = np.full(n, np.nan)
     if target == "spo2":
+        i_ir, i_red = _find(windows.channels, "IR"), _find(windows.channels, "RED")
+        if i_ir is None or i_red is None:
+            return out
+        fs = float(sample_rate)
+        for j in range(n):  # the model's own windows carry the raw intensities
+            out[j] = ratio_spo2(windows.x[j][:, i_ir], windows.x[j][:, i_red], fs)
         return out
     if target not in ("hr", "rr"):
         raise BidmcDataError(f"no baseline for target {target!r} (hr, rr, spo2)")

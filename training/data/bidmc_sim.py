@@ -284,17 +284,19 @@ def simulate_record(rng: np.random.Generator, minutes: float, fs: int = FS) -> d
 
 
 def write_record(out: str | os.PathLike, name: str, rec: dict, fs: int = FS) -> None:
-    """Write ``rec`` (from :func:`simulate_record`) as WFDB ``name`` and ``name + "n"``."""
+    """Write ``rec`` (from :func:`simulate_record`) as WFDB ``name`` and ``name + "n"``;
+    its channels are SIG_NAMES unless ``rec["sig_names"]`` / ``rec["sig_units"]`` name them."""
     import wfdb
 
     out = str(out)
+    names = list(rec.get("sig_names", SIG_NAMES))  # a record may carry more channels
     wfdb.wrsamp(
         name,
         fs=fs,
-        units=list(SIG_UNITS),
-        sig_name=list(SIG_NAMES),
+        units=list(rec.get("sig_units", SIG_UNITS)),
+        sig_name=names,
         p_signal=rec["signals"],
-        fmt=["16"] * len(SIG_NAMES),
+        fmt=["16"] * len(names),
         write_dir=out,
     )
     num = rec["numerics"]

@@ -4,7 +4,8 @@ morphology, noise, artefacts and units are drawn per record from wide documented
 Same on-disk layout and record structure as :mod:`.bidmc_sim` (written with its
 ``write_record``; read by :mod:`.bidmc`)::
 
-    OUT/bidmcNN.hea + .dat      125 Hz, format 16: "RESP," "PLETH," "V," "AVR," "II,"
+    OUT/bidmcNN.hea + .dat      125 Hz, format 16: "RESP," "PLETH," "V," "AVR," "II," and
+                                the oximeter's raw intensities "IR," "RED," (revision 2)
     OUT/bidmcNNn.hea + .dat     1 Hz numerics: "HR," "PULSE," "RESP," "SpO2," (integers, NaN gaps)
     OUT/RECORDS                 one record name a line (bidmc01, bidmc01n, ...)
     OUT/params.json             the stamp's keys + "per_record": {name: family and every draw}
@@ -125,6 +126,17 @@ Per-channel gain               LU(0.01, 100)                                issu
 Per-channel offset             U(-1000, 1000) units                         issue 20
 ADC quantisation               {10, 12, 14, 16} bits over U(1.2, 4) x the   chosen
                                channel's span (step = full scale / 2^bits)
+Oximeter: IR perfusion index   k_ir LU(0.003, 0.05) (AC/DC of IR, x the     Lima & Bakker 2002
+                               low-perfusion factor above)                  (PI ~0.3-10 %)
+Oximeter: red / IR DC          LU(0.32, 3.2)                                chosen (LED drive)
+Oximeter: venous saturation    SpO2 - U(15, 35) %, clipped 40-100           SvO2 ~60-80 % (phy-
+                                                                            siology texts)
+Oximeter: motion, wander       red/IR absorbance ratio U(0.7, 1.5) each;    motion reads ~85 %
+                               wander U(0, 0.3) x k_ir, 0.05-0.3 Hz         (known failure)
+Oximeter: noise                IR SD LU(1e-5, 3e-4) of the intensity; red   chosen
+                               x U(1, 3)
+Oximeter: units                gain LU(0.01, 100), no offset; {16, 18, 20,  delta-sigma AFEs
+                               22} bits over U(1.2, 4) x the channel's max  (16-22 bits)
 =============================  ===========================================  ==================
 
 **Waveforms.** ECG (param): each beat ``j`` is ``sum_w a_w exp(-(t - t_j - mu_w)^2 /
@@ -147,6 +159,25 @@ property that the per-record gain, offset and perfusion do not change. Honest ca
 pulse-oximeter PLETH is one auto-gained channel with AC/DC of a few %, so this curvature is
 far larger than in real data; SpO2 learned from it checks the pipeline, not real oximetry.
 
+**Oximeter channels** (IR, RED: what a transmission pulse oximeter measures before it
+computes SpO2; the PLETH above is its display waveform). Beer-Lambert, with the arterial
+pulsatile volume ``A = perfusion (1 + am r) v`` (``v`` the volume pulse, ``r`` the
+respiration, as for PLETH), the venous respiratory volume ``V = bw r``, the slow wander
+``W`` and the PLETH's motion artefact ``M``::
+
+    ln I_ir  = -k_ir (A + V + W + M)
+    ln I_red = ln DC_red - k_ir (R(SpO2) A + R(SvO2) V + r_w W + r_m M)
+    R(s) = (110 - s) / 25          (the textbook linear calibration: R 0.4 at 100 %)
+
+each then times ``1 + noise`` (white, per channel). So (AC/DC)_red / (AC/DC)_ir = R(SpO2)
+for the arterial pulse: the ratio of ratios an oximeter reads, while venous pulsation,
+wander and motion pull it towards their own ratios (motion towards ~1, i.e. ~85 %: the
+classical oximeter's known failure). The channels are ratio-scale intensities: a gain and
+quantisation but no offset (an offset would change DC, and with it what SpO2 is). A
+sensor-off stretch of the ppg group holds them at their median ("flat": a frozen reading)
+or NaN. Honest caveat: the calibration curve is the simulator's own; a real device's curve
+differs (each maker fits its own), so a model trained here would need recalibration.
+
 **Units.** Each channel is ``gain * clean + offset`` then quantised to the ADC step (so the
 model must not depend on units). Sensor-off stretches are applied last: "flat" holds the
 zero-input reading (exactly the channel's offset; 0.0 with ``scaling=False``), "nan" is NaN
@@ -168,9 +199,9 @@ from typing import Any
 import numpy as np
 
 from . import cache
-from .bidmc_sim import FS, SIG_NAMES, _smooth, _wander, record_name, write_record
+from .bidmc_sim import FS, SIG_NAMES, SIG_UNITS, _smooth, _wander, record_name, write_record
 
-SIM_REVISION = 1  # bump when the same arguments would give different records
+SIM_REVISION = 2  # bump when the same arguments would give different records (2: IR, RED)
 STAMP_NAME = ".vitals-sim-stamp.json"
 PARAMS_NAME = "params.json"
 FAMILIES = ("nk2", "param")
@@ -178,11 +209,15 @@ HR_WINDOW_S = 8.0
 RR_WINDOW_S = 16.0
 PAD_S = 20  # events and trajectories start PAD_S before 0 and end PAD_S after the record
 REF_FS = 250  # NeuroKit2 template rate
-GROUPS = {"resp": (0,), "ppg": (1,), "ecg": (2, 3, 4)}  # columns of SIG_NAMES per group
+OXI_NAMES = ("IR,", "RED,")  # the oximeter's raw intensity channels, after SIG_NAMES
+REC_NAMES = SIG_NAMES + OXI_NAMES  # the columns of a record's signals
+REC_UNITS = SIG_UNITS + ("NU", "NU")
+IR, RED = len(SIG_NAMES), len(SIG_NAMES) + 1  # their columns
+GROUPS = {"resp": (0,), "ppg": (1, IR, RED), "ecg": (2, 3, 4)}  # columns per sensor group
 EVENT_KEYS = ("beats", "beat_kind", "breaths")  # per-event arrays (left out of params.json)
 STREAMS = (
     "traj", "breaths", "beats", "morph", "mod", "noise", "artefacts", "sensor", "scaling",
-    "numerics",
+    "numerics", "oximeter",
 )  # fmt: skip
 NORMAL, ECTOPIC, AF = 0, 1, 2  # beat kinds
 
@@ -647,10 +682,11 @@ def simulate_randomised(
 ) -> dict:
     """One domain-randomised record (module docstring).
 
-    Returns :func:`.bidmc_sim.simulate_record`'s structure: ``signals`` (T, 5) in SIG_NAMES
-    order, ``numerics`` (S, 4) in NUM_NAMES order (integers, NaN gaps), ``truth`` {"hr",
-    "rr", "spo2"} (T,) plus ``"sensor_off"`` {"ppg", "ecg", "resp"} (T,) bool, and
-    ``params``: every draw by name, plus the event arrays ``beats`` (R times, s),
+    Returns :func:`.bidmc_sim.simulate_record`'s structure: ``signals`` (T, 7) in REC_NAMES
+    order (SIG_NAMES then OXI_NAMES), ``sig_names`` / ``sig_units``, ``numerics`` (S, 4) in
+    NUM_NAMES order (integers, NaN gaps), ``truth`` {"hr", "rr", "spo2"} (T,) plus
+    ``"sensor_off"`` {"ppg", "ecg", "resp"} (T,) bool, and ``params``: every draw by name,
+    plus the event arrays ``beats`` (R times, s),
     ``beat_kind`` (0 normal, 1 premature, 2 AF) and ``breaths`` (onset times, s).
     T = minutes*60*fs + 1, S = minutes*60 + 1. ``family``: "nk2", "param" or None (drawn).
     ``scaling=False`` skips gain, offset and quantisation (same draws). ``force``: draw name ->
@@ -665,8 +701,8 @@ def simulate_randomised(
     family = drawn if family is None else family
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-    rs = dict(zip(STREAMS, (np.random.default_rng(s) for s in rng.integers(2**63, size=10)),
-                  strict=True))  # fmt: skip
+    seeds = rng.integers(2**63, size=len(STREAMS))  # a longer STREAMS keeps the first seeds
+    rs = dict(zip(STREAMS, (np.random.default_rng(s) for s in seeds), strict=True))
     d = _Draws(force)
     d("family", family)
 
@@ -685,7 +721,9 @@ def simulate_randomised(
     r_c = r_wave - float(np.mean(resp_shape))  # (T,) respiration, ~[-0.5, 0.5]
     ecg, vol = _cardiac(rs["morph"], d, family, t, beats, kinds, tg, hr1, bp)
     ptt = bp["ptt"]
-    sig = _channels(rs, d, t, fs, secs, ecg, vol, r_c, beats, kinds, bp, sp1, tg)
+    sig, motion = _channels(rs, d, t, fs, secs, ecg, vol, r_c, beats, kinds, bp, sp1, tg)
+    sp = np.interp(t, tg, sp1)
+    oxi = _oximeter(rs["oximeter"], d, n, fs, vol, r_c, sp, motion["ppg"])  # (T, 2)
     stretches = _sensor_off(rs["sensor"], d, secs, fs, n)
     masks = sensor_off_masks(stretches, n, fs)
     sc = _scaling_draws(rs["scaling"], d)
@@ -693,21 +731,32 @@ def simulate_randomised(
         step = adc_steps(sig, sc)
         sig = np.asarray(sc["gain"]) * sig + np.asarray(sc["offset"])
         sig = np.round(sig / step) * step
+        oxi = oxi * np.asarray(d.params["oxi_gain"])
+        step = np.asarray(d.params["oxi_headroom"]) * oxi.max(0) / 2.0 ** np.asarray(
+            d.params["oxi_adc_bits"]
+        )
+        oxi = np.round(oxi / step) * step
+    sig = np.concatenate([sig, oxi], axis=1)  # (T, 7) in REC_NAMES order
+    held = np.median(oxi, axis=0)  # a frozen oximeter reading: the channel's level
     for s in stretches:
         one = sensor_off_masks([s], n, fs)[s["group"]]
         for c in GROUPS[s["group"]]:
-            flat = sc["offset"][c] if scaling else 0.0
+            if c >= IR:
+                flat = held[c - IR]
+            else:
+                flat = sc["offset"][c] if scaling else 0.0
             sig[one, c] = flat if s["mode"] == "flat" else np.nan
 
     hr = rate(beats, t, HR_WINDOW_S)
     rr = rate(breaths, t, RR_WINDOW_S)
-    sp = np.interp(t, tg, sp1)
     numerics = _numerics(rs["numerics"], d, secs, fs, beats, ptt, breaths, sp, masks["ppg"])
     d.check()
     params = dict(d.params)
     params.update(beats=beats, beat_kind=kinds, breaths=breaths)
     return {
         "signals": sig,
+        "sig_names": REC_NAMES,
+        "sig_units": REC_UNITS,
         "numerics": numerics,
         "truth": {"hr": hr, "rr": rr, "spo2": sp, "sensor_off": masks},
         "params": params,
@@ -802,9 +851,40 @@ def _channels(rs, d: _Draws, t, fs, secs, ecg, vol, r_c, beats, kinds, bp, sp1, 
         + d("resp_noise", _u(rn, 0.002, 0.02)) * rn.standard_normal(n)
         + motion["resp"]
     )
-    return np.stack(
-        [resp, pleth, lead("v", s_v, v_delay), lead("avr", s_avr, 0), lead("ii", s_ii, 0)], axis=1
-    )
+    leads = [lead("v", s_v, v_delay), lead("avr", s_avr, 0), lead("ii", s_ii, 0)]
+    return np.stack([resp, pleth, *leads], axis=1), motion
+
+
+def ratio_of_ratios(spo2):
+    """R = (110 - SpO2) / 25: the textbook linear oximeter calibration (R 0.4 at 100 %)."""
+    return (110.0 - np.asarray(spo2, np.float64)) / 25.0
+
+
+def _oximeter(rng, d: _Draws, n, fs, vol, r_c, sp, motion_ppg) -> np.ndarray:
+    """Raw IR and red intensities (T, 2) of a transmission oximeter, DC_ir = 1 (module
+    docstring, "Oximeter channels"): Beer-Lambert, ln I = ln DC - k A for each absorber."""
+    p = d.params
+    pi_ir = d("oxi_pi_ir", float(10.0 ** rng.uniform(np.log10(0.003), np.log10(0.05))))
+    dc_red = d("oxi_dc_red", float(10.0 ** rng.uniform(-0.5, 0.5)))
+    sv_drop = d("oxi_venous_drop", _u(rng, 15, 35))
+    r_m = d("oxi_motion_ratio", _u(rng, 0.7, 1.5))
+    r_w = d("oxi_wander_ratio", _u(rng, 0.7, 1.5))
+    w_amp = d("oxi_wander", _u(rng, 0, 0.3))
+    sd_ir = d("oxi_noise_ir", float(10.0 ** rng.uniform(-5, np.log10(3e-4))))
+    sd_red = d("oxi_noise_red", sd_ir * _u(rng, 1, 3))
+    d("oxi_gain", (10.0 ** rng.uniform(-2, 2, 2)).tolist())
+    d("oxi_adc_bits", rng.choice([16, 18, 20, 22], 2).tolist())
+    d("oxi_headroom", rng.uniform(1.2, 4, 2).tolist())
+    arterial = p["perfusion"] * (1 + p["ppg_am"] * r_c) * vol  # (T,) pulsatile volume
+    venous = p["ppg_bw"] * r_c  # (T,) respiratory (venous) volume
+    wander = w_amp * _wander(rng, n, fs)
+    r_a = ratio_of_ratios(sp)  # (T,) arterial
+    r_v = ratio_of_ratios(np.clip(sp - sv_drop, 40, 100))  # (T,) venous
+    ln_ir = -pi_ir * (arterial + venous + wander + motion_ppg)
+    ln_red = -pi_ir * (r_a * arterial + r_v * venous + r_w * wander + r_m * motion_ppg)
+    ir = np.exp(ln_ir) * (1 + sd_ir * rng.standard_normal(n))
+    red = dc_red * np.exp(ln_red) * (1 + sd_red * rng.standard_normal(n))
+    return np.stack([ir, red], axis=1)
 
 
 def _fwaves(rng, d: _Draws, t, beats, kinds, bp) -> np.ndarray:
