@@ -78,6 +78,7 @@ import torch
 from liquid_stream.chunked import chunk_tables
 from liquid_stream.frontend import LogMelStep
 from liquid_stream.meta import ModelMeta
+from liquid_stream.scalenorm import LOG_FLOOR, LOG_RATIO
 
 from .graph import DTYPES, Graph
 
@@ -1076,12 +1077,27 @@ class _Emitter:
         last = g.op("Squeeze", g.slice(seq, -1, END, axis=1), g.const([1]))
         return seq, last
 
+    def scalenorm_centred(self, x: str, origin: str) -> str:
+        """↔ :func:`liquid_stream.scalenorm.centred`: ``x (B, T, C)``, ``origin (B, C)`` →
+        u = x − x₀, or with ``log`` u = Log(Min(Max(Max(x, φ)/Max(x₀, φ), 1e−30), 1e30))
+        (the ratio first, then the log: precision for x ≈ x₀ in float32; an overflow of the
+        ratio to inf, or its underflow to 0, lands on the clamp)."""
+        g = self.g
+        o = g.op("Unsqueeze", origin, g.const([1]))  # (B, 1, C)
+        if not self.sm.frontend.cfg.log:
+            return g.op("Sub", x, o)
+        phi = g.const(float(LOG_FLOOR))
+        ratio = g.op("Div", g.op("Max", x, phi), g.op("Max", o, phi))
+        lo, hi = (g.const(float(r)) for r in LOG_RATIO)
+        return g.op("Log", g.op("Min", g.op("Max", ratio, lo), hi))
+
     def scalenorm_frames(self, x: str, own: dict[str, str], phase: str, n: str) -> str:
-        """↔ :meth:`ScaleNormStep.forward` (:mod:`liquid_stream.scalenorm`): the running
-        mean and variance of the whole chunk in closed form (:meth:`ema_chunk`: two small
-        matrix products per EMA instead of a loop over samples), the weight
-        w_t = 1 − (1 − w_{−1})·β^{t+1}, then the frames' means from a cumulative sum →
-        channel-first features ``(C, B, F)``."""
+        """↔ :meth:`ScaleNormStep.forward` (:mod:`liquid_stream.scalenorm`): the centred
+        input (:meth:`scalenorm_centred`), the running mean and variance of the whole chunk
+        in closed form (:meth:`ema_chunk`: two small matrix products per EMA instead of a
+        loop over samples), the weight w_t = 1 − (1 − w_{−1})·β^{t+1}, each channel divided
+        by its own running RMS or (``shared_scale``) by channel 0's, then the frames' means
+        from a cumulative sum → channel-first features ``(C, B, F)``."""
         g, fe = self.g, self.sm.frontend
         c, R = fe.cfg, fe.hop
         beta = float(c.beta)
@@ -1089,16 +1105,18 @@ class _Emitter:
         started = g.op("Greater", own["weight"], g.const([0.0]))  # (1,)
         origin = g.op("Where", started, own["origin"], first)  # the stream's first sample
         self.set_state("frontend.origin", origin)
-        x0 = g.op("Sub", x, g.op("Unsqueeze", origin, g.const([1])))  # (B, T, C)
+        u = self.scalenorm_centred(x, origin)  # (B, T, C)
         T = g.dim(x, 1)
         t1 = np.arange(1, self.max_chunk + 1, dtype=np.float64)
         decay = g.slice(g.const((beta**t1)[:, None], name="scalenorm_decay"), 0, T, axis=0)
         w_seq = g.op("Sub", g.const(1.0), g.op("Mul", g.op("Sub", g.const(1.0), own["weight"]),
                                                 decay))  # (T, 1)  # fmt: skip
         tab = self.ema_tables(T)
-        m_seq, m = self.ema_chunk(x0, own["mean"], tab)
-        d = g.op("Sub", x0, g.op("Div", m_seq, w_seq))
+        m_seq, m = self.ema_chunk(u, own["mean"], tab)
+        d = g.op("Sub", u, g.op("Div", m_seq, w_seq))
         v_seq, v = self.ema_chunk(g.op("Mul", d, d), own["var"], tab)
+        if c.shared_scale:  # channel 0's variance for every channel: (B, T, 1)
+            v_seq = g.slice(v_seq, 0, 1, axis=2)
         sd = g.op("Sqrt", g.op("Add", g.op("Div", v_seq, w_seq), g.const(float(c.eps))))
         zs = g.op("Clip", g.op("Div", d, sd), g.const(-float(c.clip)), g.const(float(c.clip)))
         w = g.op("Reshape", g.slice(w_seq, -1, END, axis=0), g.const([1]))
