@@ -45,7 +45,7 @@ from .validate import (
     check_finite_result,
     check_shape,
     check_values,
-    input_range,
+    input_bound,
 )
 
 STEP_DECODERS = ("pool", "last", "window")  # those with a per-step output and a step form
@@ -480,8 +480,9 @@ class StreamingModel(nn.Module):
             k: ((None, *v.shape[1:]) if k in self._batch_keys else tuple(v.shape), v.dtype)
             for k, v in one.items()
         }
-        # the input is already standardised: accepted |x| <= MAX_STD (mean 0, std 1)
-        self._input_range = input_range(0.0, 1.0, self.d_input)
+        # the input is already standardised (|x| <= MAX_STD), or raw samples that a front end
+        # takes (a log scale-norm: |x| <= LOG_MAX)
+        self._input_range = input_bound(self.config.get("frontend"), self.d_input)
 
     def init_state(self, batch: int = 1) -> dict[str, Tensor]:
         """The state of a fresh stream (all zeros)."""

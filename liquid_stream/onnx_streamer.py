@@ -42,6 +42,7 @@ from .validate import (
     check_finite_result,
     check_shape,
     check_values,
+    input_bound,
     input_range,
 )
 
@@ -178,13 +179,15 @@ class OnnxStreamer:
     def _input_range(self) -> tuple[np.ndarray, np.ndarray]:
         """The accepted input ``center ± half_width`` in raw units: ``input_mean ± 1e6 ·
         input_std`` from the metadata (the graph folds that standardisation in); ``0 ± 1e6``
-        when they are absent or unusable, or when a front end takes the raw samples."""
+        when they are absent or unusable; :func:`~liquid_stream.validate.input_bound` when a
+        front end takes the raw samples (``0 ± 1e30`` for a log scale-norm)."""
         try:
             config = self.meta_json("model_config", {}) or {}
-            frontend = (config.get("frontend") or {}).get("kind", "raw")
-            if frontend == "raw":
+            frontend = config.get("frontend") or {}
+            if frontend.get("kind", "raw") == "raw":
                 mean, std = self.meta_json("input_mean"), self.meta_json("input_std")
                 return input_range(mean, std, self.d_input)
+            return input_bound(frontend, self.d_input)
         except (ValueError, TypeError, AttributeError):  # malformed metadata: the fixed bound
             pass
         return input_range(0.0, 1.0, self.d_input)

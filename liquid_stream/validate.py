@@ -25,7 +25,11 @@ the refused one had never been sent):
   packet) is caught before the linear SSM recurrence carries it into the state for
   good, where it used to turn every later output into NaN (at 1e18 the outputs reached
   ~4e24). Such samples are refused rather than clipped: a spike clipped to 10⁶ σ would
-  still wreck the outputs of the next seconds, silently.
+  still wreck the outputs of the next seconds, silently. A scale-norm front end with
+  ``log`` (an oximeter's raw intensities) accepts ``|x| ≤`` :data:`LOG_MAX` = 10³⁰
+  instead: it takes the log of the ratio to the first sample, clamped, so no float32
+  sample can carry a large value into the state, while 10⁶ would refuse the raw counts
+  of a 22-bit ADC (:func:`input_bound`).
 - **Overflow.** A chunk within the bound can still overflow inside the model (the
   liquid terms multiply up to ``liquid_order`` inputs). The new state and the outputs
   are checked after the step and the chunk is refused when any of them is not finite;
@@ -44,6 +48,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 MAX_STD = 1e6  # accepted input: within input_mean ± MAX_STD · input_std (per channel)
+LOG_MAX = 1e30  # accepted |x| for a log scale-norm front end (intensities; see input_bound)
 
 
 class StreamInputError(ValueError):
@@ -80,6 +85,16 @@ def input_range(mean=0.0, std=1.0, d_input: int = 1) -> tuple[np.ndarray, np.nda
     if not (np.isfinite(center).all() and np.isfinite(scale).all() and (scale > 0).all()):
         raise ValueError(f"input_mean / input_std must be finite, std > 0: {mean!r} / {std!r}")
     return center.copy(), MAX_STD * scale
+
+
+def input_bound(frontend: dict | None, d_input: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(center, half_width)`` for a model whose front end (``frontend``: its config dict,
+    None for none) takes the raw samples: ``|x| ≤ LOG_MAX`` for a log scale-norm, else
+    ``|x| ≤ MAX_STD`` (module docstring)."""
+    fe = frontend or {}
+    if fe.get("kind") == "scalenorm" and fe.get("log"):
+        return input_range(0.0, LOG_MAX / MAX_STD, d_input)
+    return input_range(0.0, 1.0, d_input)
 
 
 def _where(b: int, c: int, batch: int, width: int) -> str:

@@ -410,3 +410,38 @@ def test_onnx_log_stays_finite_on_non_positive_and_tiny_samples(tmp_path, first)
     assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
     assert len([k for k in state if k.startswith("state.frontend.")]) == 7  # and the stack's
     assert all(np.isfinite(v).all() for v in state.values())
+
+
+def test_log_front_end_takes_raw_adc_counts_and_refuses_beyond_1e30(tmp_path):
+    """A 22-bit oximeter's raw counts (~4e6) pass the input guard of a log scale-norm model
+    (torch step form and ONNX alike; the default front end refuses them beyond 1e6), and
+    1e31 is refused with the one-line error, leaving the state as it was."""
+    from liquid_stream.export.pipeline import export_model
+    from liquid_stream.model import StreamingModel
+    from liquid_stream.onnx_streamer import OnnxStreamer, StreamInputError
+
+    m = sn_model(log=True, shared_scale=True, channels=2)
+    path = tmp_path / "ox.onnx"
+    export_model(m, path, chunk=125)
+    x = (4e6 / 1e5 * intensity(B=1, L=250, C=2, seed=8)).numpy().astype(np.float32)
+    assert x.max() > 1e6
+    bad = x[:, :10].copy()
+    bad[0, 3, 1] = 1e31
+    sm = StreamingModel(m)
+    state = sm.init_state(1)
+    for stream in (OnnxStreamer(path), sm):
+        if stream is sm:
+            with torch.no_grad():
+                y, state = sm.step(torch.from_numpy(x), state)
+            with pytest.raises(StreamInputError, match="outside the accepted range"):
+                sm.step(torch.from_numpy(bad), state)
+        else:
+            y = stream.process(x)
+            before = {k: v.copy() for k, v in stream.state.items()}
+            with pytest.raises(StreamInputError, match="outside the accepted range"):
+                stream.process(bad)
+            assert all(np.array_equal(before[k], v) for k, v in stream.state.items())
+        assert np.isfinite(np.asarray(y)).all()
+    plain = sn_model(channels=2)
+    with pytest.raises(StreamInputError, match="outside the accepted range"):
+        StreamingModel(plain).step(torch.from_numpy(x), StreamingModel(plain).init_state(1))
