@@ -36,14 +36,14 @@ stream() {  # stream RUN PRESET TARGET INIT EPOCHS [ARGS...]: seed1, as a stream
   seed1 "$run" "$p" "$t" "$init" --set data.crop_s=192 --set data.crop_hop_s=48 \
     --set optim.batch_size=8 --set optim.epochs="$epochs" --set optim.warmup_steps=50 "$@"
 }
-ship() {  # ship RUN NAME [DATA [HARDWARE]]: evaluate the last stage (on the record set DATA,
-  # which the run trained on, when given), export it, write its card
+ship() {  # ship RUN NAME [DATA [HARDWARE [COMMIT]]]: evaluate the last stage (on the record set
+  # DATA, which the run trained on, when given), export it, write its card
   local run=$1 name=$2 t=${2##*-} ev=() card=()  # vitals-ppg-ecg-hr -> hr
   if [ -n "${3:-}" ]; then
     ev=(--data "$3")
     # 44943ca: the training code these runs used (unchanged since, up to the cards)
     card=(--data "$3" --made-by "scripts/gpu-vitals.sh, scripts/ship-vitals.sh"
-      --hardware "${4:-one lent H100 GPU shared by four runs}" --commit 44943ca)
+      --hardware "${4:-one lent H100 GPU shared by four runs}" --commit "${5:-44943ca}")
   fi
   [ -f "$run/agreement_${t}_record_test.json" ] ||
     $L evaluate "$run/best.pt" --baseline --device cpu "${ev[@]}"
@@ -82,6 +82,22 @@ ship "$GPU/ppg-ecg-hr-3" vitals-ppg-ecg-hr "$SIM" "2 CPU cores shared with anoth
 gpu ppg-ecg-rr ppg+ecg rr ""
 # (the same 5 CPU epochs did not help it: validation 2.187 vs 2.185 breaths/min)
 ship "$GPU/ppg-ecg-rr-2" vitals-ppg-ecg-rr "$SIM"
-# No SpO2 model is shipped: `train bidmc --preset ppg --target spo2` gave RMSE 4.9 %, slope
-# 0.22 on held-out records, and `python bench/spo2_cue.py` shows why: with the pulse shape
-# randomised, one PPG channel does not carry the simulator's SpO2 cue.
+# vitals-oximeter-spo2 (2 CPU cores): SpO2 from the oximeter's raw IR and red intensities
+# (simulator revision 2; one PLETH does not carry SpO2 under randomised pulse shapes:
+# `python bench/spo2_cue.py`): the log scale-norm front end with a shared scale (the ratio of
+# ratios survives), 32 s windows of 999 records (seed 3), then warm-started as a stream.
+OX=runs/sim/ox-s3-999
+[ -f "$OX/params.json" ] || $L data bidmc-sim "$OX" --records 999 --minutes 4 --seed 3 --randomised --workers 2
+CMDS=("liquid-stream data bidmc-sim $OX --records 999 --minutes 4 --seed 3 --randomised --workers 2")
+ox() {  # ox RUN ARGS...: `liquid-stream train bidmc --preset ppg --target spo2` on OX, 2 threads
+  local run=$1; shift
+  CMDS+=("liquid-stream train bidmc --preset ppg --target spo2 --data $OX --out $run $* --set train.threads=2")
+  [ -f "$run/best.pt" ] || $L train bidmc --preset ppg --target spo2 --data "$OX" --out "$run" "$@" \
+    --set train.threads=2
+}
+ox runs/ox/spo2-1 --set data.hop=1000 --set optim.epochs=4
+ox runs/ox/spo2-2 --set train.init=runs/ox/spo2-1/best.pt --set optim.lr=0.002 \
+  --set data.crop_s=192 --set data.crop_hop_s=48 --set optim.batch_size=16 --set optim.epochs=6 \
+  --set optim.warmup_steps=50
+# (6f9eb83: the code of these runs, committed while the first one ran, unchanged since)
+ship runs/ox/spo2-2 vitals-oximeter-spo2 "$OX" "2 CPU cores" 6f9eb83

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from liquid_stream.bidmc_vocab import WITHIN
+from liquid_stream.training.data.bidmc_baseline import baseline_name
 
 MODELS = Path(__file__).resolve().parents[1] / "liquid_stream" / "models"
 
@@ -60,8 +61,11 @@ def main() -> None:
     cut = f" (stopped early; {planned} planned)" if done < planned else ""
     u, tol = res["units"], f"{WITHIN[t]:g}"
     base = res.get("baseline_n", 0) > 0
+    fe = m["frontend"]
+    oximeter = bool(fe.get("log"))  # the oximeter's raw intensities (IR, RED)
+    bname = baseline_name(t)  # the classical baseline
     table = [
-        "| | model | NeuroKit2 (same windows) |",
+        f"| | model | {bname} (same windows) |",
         "|---|---|---|",
         f"| RMSE ({u}) | **{fmt(res['rmse'])}** | {fmt(res['baseline_rmse']) if base else 'n/a'} |",
         f"| MAE ({u}) | {fmt(res['mae'])} | {fmt(res['baseline_mae']) if base else 'n/a'} |",
@@ -90,7 +94,7 @@ def main() -> None:
         lines = [
             "\nBy condition of the test records (a window may have several; RMSE in "
             f"{u}, share within ±{tol} {u}):\n",
-            "| condition | windows | model RMSE | within | NeuroKit2 RMSE | within |",
+            f"| condition | windows | model RMSE | within | {bname} RMSE | within |",
             "|---|---|---|---|---|---|",
         ]
         for k, r in by.items():
@@ -115,17 +119,50 @@ def main() -> None:
         cut0 = f" (stopped early; {planned0} planned)" if done0 < planned0 else ""
         warm += f" That run: {done0} epochs{cut0} ({last0['step']} steps)."
     data_arg = f" --data {a.data}" if a.data is not None else ""
+    if oximeter:
+        units = ("with **any gain** per channel (the log scale-norm front end: ln of each "
+                 "channel's ratio to its first sample, both channels over the first one's "
+                 "running RMS, so the ratio of ratios survives; an offset is not removed: "
+                 "an intensity has a physical zero)")  # fmt: skip
+        front = f"log scale-norm front end, shared scale (τ = {fe['tau_s']:g} s"
+        signals = (
+            "\nThe inputs are the oximeter's raw IR and red intensities (Beer-Lambert, "
+            "ratio of ratios R = (110 − SpO2) / 25 for\nthe arterial pulse; venous "
+            "pulsation, motion and wander with their own ratios; gain, no offset)."
+        )
+        reads = (
+            "The classical ratio of ratios (training/data/bidmc_baseline.py: band-passed "
+            "log intensities, R by least squares, 110 − 25 R) reads the same windows."
+        )
+    else:
+        units = (
+            "in **any units**\n(the scale-normalisation front end standardises each channel "
+            "by its running mean and RMS)"
+        )
+        front = f"scale-norm front end (τ = {fe['tau_s']:g} s"
+        signals = ""
+        reads = (
+            "NeuroKit2 reads the same channels as the model\n(RR: the record's RESP "
+            "channel, which no model sees — an advantage for the baseline)."
+        )
+    spo2_limit = (
+        "- The SpO2 calibration is the simulator's (the textbook line R = (110 − SpO2) / 25);\n"
+        "  every real oximeter has its own curve, so this model needs recalibrating on a\n"
+        "  device's own data before its numbers mean anything there."
+        if t == "spo2"
+        else "- SpO2 is not estimated from a single PPG: it needs the oximeter's IR and red\n"
+        "  channels (the `vitals-oximeter-spo2` model)."
+    )
     text = f"""# {a.name} — streaming {t.upper()} estimator ({" + ".join(d["channels"])})
 
 `liquid-stream vitals --record R` uses this model when no MODEL is given and the record has
-{" and ".join(d["channels"])}. ONNX, raw samples at {d["sample_rate"]} Hz in **any units**
-(the scale-normalisation front end standardises each channel by its running mean and RMS),
+{" and ".join(d["channels"])}. ONNX, raw samples at {d["sample_rate"]} Hz {units},
 any chunk size; one {t.upper()} estimate ({u}) per input sample: the mean over the trailing
 {d["window"] / d["sample_rate"]:g} s window.
 
 ## Model
-Causal Liquid-S4: scale-norm front end (τ = {m["frontend"]["tau_s"]:g} s, pooled by
-{m["frontend"]["hop"]} to {d["sample_rate"] / m["frontend"]["hop"]:g} Hz) → Linear →
+Causal Liquid-S4: {front}, pooled by
+{fe["hop"]} to {d["sample_rate"] / fe["hop"]:g} Hz) → Linear →
 {m["n_layers"]} pre-norm blocks of S4D (H = {m["d_model"]}, N = {m["d_state"]}), PB liquid term
 p = {m["liquid_order"]}, LayerNorm → {m["decoder_window"]}-frame window decoder → {t}.
 
@@ -134,7 +171,7 @@ Synthetic only: {sim["records"]} domain-randomised records of {sim["minutes"]:g}
 {sim["seed"]} (`liquid-stream data bidmc-sim --randomised`, training/data/vitals_sim.py:
 HR 40–180, RR 6–40, SpO2 80–100, ectopic beats and AF, two morphology families, noise, motion,
 sensor-off stretches, random gain / offset / ADC per channel), split by record 70/15/15;
-{d["window"]}-sample windows every {d["hop"]} samples.
+{d["window"]}-sample windows every {d["hop"]} samples.{signals}
 
 ## How it was made (`{a.made_by}`)
 ```sh
@@ -146,8 +183,7 @@ liquid-stream export {a.run}/best.pt --onnx {a.name}.onnx --chunk 125 --sub-bloc
 Code: git commit {commit}; {done} epochs{cut} ({last["step"]} steps), {a.hardware}.{warm}
 
 ## Metrics (held-out test records: never seen in training or model selection)
-{res["n"]} windows of the test records; NeuroKit2 reads the same channels as the model
-(RR: the record's RESP channel, which no model sees — an advantage for the baseline).
+{res["n"]} windows of the test records. {reads}
 
 {chr(10).join(table)}
 {conditions}
@@ -155,9 +191,7 @@ Code: git commit {commit}; {done} epochs{cut} ({last["step"]} steps), {a.hardwar
 - **Simulated signals only.** No real PPG or ECG was available here; the randomised
   simulator is the proxy for sensors and patients never seen. Expect larger errors on
   real recordings, and check against a reference before relying on it.
-- SpO2 on the simulator is read from an invented, documented PPG cue
-  (training/data/vitals_sim.py); a real single-wavelength PPG carries little SpO2
-  information, so an SpO2 model from this simulator is not a medical measurement.
+{spo2_limit}
 - Not a medical device.
 """
     (MODELS / f"{a.name}.md").write_text(text)

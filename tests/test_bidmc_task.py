@@ -139,3 +139,48 @@ def test_bad_target_is_a_clear_error(tmp_path, records):
     r = CliRunner().invoke(train_cmd, ["bidmc", "--target", "bp", "--data", str(records),
                                        "--out", str(tmp_path / "x"), *TINY])  # fmt: skip
     assert r.exit_code != 0 and "data.target must be one of" in r.output
+
+
+def test_spo2_presets_read_the_oximeter_through_the_log_front_end():
+    for preset in ("ppg", "ppg+ecg"):
+        cfg = load_config("bidmc", preset, ["data.target=spo2"])
+        fe = cfg["model"]["frontend"]
+        assert cfg["data"]["channels"] == ["IR", "RED"]
+        assert fe["kind"] == "scalenorm" and fe["log"] and fe["shared_scale"]
+        hr = load_config("bidmc", preset, ["data.target=hr"])
+        assert "log" not in hr["model"]["frontend"] and "IR" not in hr["data"]["channels"]
+    assert load_config("bidmc", "ecg", ["data.target=spo2"])["data"]["channels"] == ["II"]
+
+
+def test_spo2_from_the_oximeter_trains_exports_and_has_the_ratio_baseline(tmp_path):
+    """`--preset ppg --target spo2` on randomised records (IR and RED channels): trains,
+    evaluates next to the classical ratio of ratios on the same windows, and exports a graph
+    that reads IR and RED; an ECG-only SpO2 model is refused with the channels named."""
+    from liquid_stream.training.data.vitals_sim import write_vitals_sim
+
+    root = tmp_path / "ox"
+    write_vitals_sim(root, records=4, minutes=1.5, seed=4, progress=False)
+    out = tmp_path / "spo2"
+    args = ["bidmc", "--preset", "ppg", "--target", "spo2", "--data", str(root), "--out",
+            str(out), *TINY, "--max-steps", "2"]  # fmt: skip
+    r = CliRunner().invoke(train_cmd, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(evaluate_cmd, [str(out / "best.pt"), "--baseline", "--device",
+                                          "cpu"], catch_exceptions=False)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "ratio of ratios baseline: RMSE" in r.output
+    res = json.loads(next(out.glob("agreement_spo2_*_test.json")).read_text())
+    assert res["baseline_n"] == res["n"] > 0  # an estimate for every window
+    from liquid_stream.cli import main
+    from liquid_stream.onnx_streamer import OnnxStreamer
+
+    onnx = tmp_path / "spo2.onnx"
+    r = CliRunner().invoke(main, ["export", str(out / "best.pt"), "--onnx", str(onnx),
+                                  "--chunk", "125", "--verify"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    s = OnnxStreamer(onnx)
+    assert s.meta_json("channels") == ["IR", "RED"] and s.metadata["target"] == "spo2"
+    r = CliRunner().invoke(train_cmd, ["bidmc", "--preset", "ecg", "--target", "spo2",
+                                       "--data", str(root), "--out", str(tmp_path / "e"),
+                                       *TINY, "--max-steps", "1"])  # fmt: skip
+    assert r.exit_code != 0 and "needs the oximeter's IR and RED" in r.output

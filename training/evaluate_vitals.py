@@ -22,7 +22,7 @@ import torch
 
 from liquid_stream.bidmc_vocab import WITHIN
 
-from .data.bidmc_baseline import agreement, baseline_estimates
+from .data.bidmc_baseline import agreement, baseline_estimates, baseline_name
 
 
 def predict_windows(
@@ -47,7 +47,7 @@ def predict_windows(
 
 def plot_agreement(
     pred: np.ndarray, y: np.ndarray, units: str, title: str, path: Path,
-    baseline: np.ndarray | None = None,
+    baseline: np.ndarray | None = None, baseline_label: str = "NeuroKit2",
 ) -> None:  # fmt: skip
     """Scatter (estimate vs reference, identity line) and Bland–Altman panels."""
     import matplotlib
@@ -58,7 +58,7 @@ def plot_agreement(
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6))
     series = [("Liquid-S4", pred, "tab:blue")]
     if baseline is not None and np.isfinite(baseline).any():
-        series.append(("NeuroKit2", baseline, "tab:orange"))
+        series.append((baseline_label, baseline, "tab:orange"))
     lo = np.nanmin([np.nanmin(y)] + [np.nanmin(p) for _, p, _ in series])
     hi = np.nanmax([np.nanmax(y)] + [np.nanmax(p) for _, p, _ in series])
     for label, p, color in series:
@@ -118,11 +118,12 @@ def evaluate_vitals(
         row.update({f"baseline_{k}": b[k] for k in ("rmse", "mae", "bias", "slope", "within")})
         row.update(baseline_n=b["n"], model_rmse_on_baseline_windows=same["rmse"],
                    model_within_on_baseline_windows=same["within"])  # fmt: skip
+        bn = baseline_name(target)
         if b["n"] == 0:
-            click.echo(f"  NeuroKit2 baseline: n/a for {target} (no classical estimate)")
+            click.echo(f"  {bn} baseline: n/a for {target} (no classical estimate)")
         else:
             click.echo(
-                f"  NeuroKit2 baseline: RMSE {b['rmse']:.3f} {units}, MAE {b['mae']:.3f} "
+                f"  {bn} baseline: RMSE {b['rmse']:.3f} {units}, MAE {b['mae']:.3f} "
                 f"{units}, bias {b['bias']:+.3f}, slope {b['slope']:.3f}, within ±{tol:g}: "
                 f"{100 * b['within']:.1f} % on {b['n']}/{len(y)} windows (failures "
                 f"excluded; the model on those windows: RMSE {same['rmse']:.3f}, within "
@@ -141,10 +142,10 @@ def evaluate_vitals(
     by = condition_rows(root, w, d, pred, y, base, target, tol)
     if by:
         row["by_condition"] = by
-        click.echo(format_conditions(by, units, base is not None))
+        click.echo(format_conditions(by, units, base is not None, baseline_name(target)))
     stem = out / f"agreement_{target}_{d['protocol']}_{split}"
     plot_agreement(pred, y, units, f"{target} {split}, {d['protocol']} split",
-                   stem.with_suffix(".png"), base)  # fmt: skip
+                   stem.with_suffix(".png"), base, baseline_name(target))  # fmt: skip
     stem.with_suffix(".json").write_text(json.dumps(row, indent=1) + "\n")
     click.echo(f"  scatter + Bland–Altman: {stem}.png (numbers: {stem}.json)")
     return [row]
@@ -214,7 +215,9 @@ def condition_rows(
     return out
 
 
-def format_conditions(by: dict[str, dict], units: str, baseline: bool) -> str:
+def format_conditions(
+    by: dict[str, dict], units: str, baseline: bool, label: str = "NeuroKit2"
+) -> str:
     """The per-condition rows as an indented plain-text table."""
 
     def f(v, pct=False):
@@ -223,7 +226,7 @@ def format_conditions(by: dict[str, dict], units: str, baseline: bool) -> str:
         return f"{100 * v:.1f} %" if pct else f"{v:.2f}"
 
     head = f"  {'condition':<18} {'n':>5}  {'RMSE ' + units:>11} {'within':>7}"
-    head += f"  {'NeuroKit2 RMSE':>14} {'within':>7}" if baseline else ""
+    head += f"  {label + ' RMSE':>14} {'within':>7}" if baseline else ""
     lines = ["  by condition of the randomised records (one window may have several):", head]
     for name, r in by.items():
         line = f"  {name:<18} {r['n']:>5}  {f(r['rmse']):>11} {f(r['within'], True):>7}"

@@ -176,6 +176,11 @@ def window_rate(
 SPO2_BAND_HZ = (0.5, 5.0)  # the cardiac band of the ratio of ratios
 
 
+def baseline_name(target: str) -> str:
+    """What the classical estimate of ``target`` is called in tables and plots."""
+    return "ratio of ratios" if target == "spo2" else "NeuroKit2"
+
+
 def ratio_spo2(ir: np.ndarray, red: np.ndarray, fs: float) -> float:
     """SpO2 (%) of one window of raw IR and red intensities (module docstring); NaN if the
     window has no pulsatile IR signal."""
