@@ -29,13 +29,18 @@ to 4 Hz, detrended, and the frequency of the largest periodogram peak in 0.08-0.
 IR and red intensity channels, when the model reads them (:func:`ratio_spo2`)::
 
     l = ln(max(x, tiny))  band-passed 0.5-5 Hz (2nd-order Butterworth, zero phase), per channel
-    R = cov(l_red, l_ir) / var(l_ir)     (AC/DC of red over AC/DC of IR, least squares)
+    R_k = cov(l_red, l_ir) / var(l_ir)   over each 4 s segment k of the window (AC/DC of red
+                                         over AC/DC of IR, least squares)
+    R = median_k R_k
     SpO2 = clip(110 - 25 R, 50, 100)     (the linear calibration of the simulator, and of
                                           textbooks; real devices fit their own curve)
 
 ln turns each channel's AC/DC into an amplitude, so R needs no DC estimate; the regression
-slope ignores red noise uncorrelated with the IR pulse. Without IR and red (a PLETH-only
-model): all-NaN (report "n/a"); a single PLETH carries no SpO2 (docs/benchmarks.md §5.2).
+slope ignores red noise uncorrelated with the IR pulse; the median over segments rejects a
+motion burst shorter than half the window (over the whole window at once: RMSE 5.19 % vs
+3.26 % for the median, 1080 windows of 40 records of simulator seed 7, not a test set).
+Without IR and red (a PLETH-only model): all-NaN (report "n/a"); a single PLETH carries no
+SpO2 (docs/benchmarks.md §5.2).
 
 A window where the method fails gets NaN; :func:`baseline_rmse` counts them.
 """
@@ -174,6 +179,7 @@ def window_rate(
 
 
 SPO2_BAND_HZ = (0.5, 5.0)  # the cardiac band of the ratio of ratios
+SPO2_SEGMENT_S = 4.0  # R is the median of the per-segment ratios (>= 2 beats at 40 bpm)
 
 
 def baseline_name(target: str) -> str:
@@ -188,11 +194,17 @@ def ratio_spo2(ir: np.ndarray, red: np.ndarray, fs: float) -> float:
 
     sos = butter(2, SPO2_BAND_HZ, btype="bandpass", fs=fs, output="sos")
     li, lr = (sosfiltfilt(sos, np.log(np.maximum(_fill_nan(x), 1e-30))) for x in (ir, red))
-    var = float(li @ li)
-    if not np.isfinite(var) or var <= 0:
+    seg = int(round(SPO2_SEGMENT_S * fs))
+    n = max(1, len(li) // seg)
+    ratios = []
+    for k in range(n):
+        a, b = k * seg, (k + 1) * seg if k < n - 1 else len(li)
+        var = float(li[a:b] @ li[a:b])
+        if np.isfinite(var) and var > 0:
+            ratios.append(float(lr[a:b] @ li[a:b]) / var)
+    if not ratios:
         return float("nan")
-    r = float(lr @ li) / var
-    return float(np.clip(110.0 - 25.0 * r, 50.0, 100.0))
+    return float(np.clip(110.0 - 25.0 * np.median(ratios), 50.0, 100.0))
 
 
 def _find(names: Sequence[str], want: str) -> int | None:
