@@ -23,9 +23,11 @@ repeated by hand:
    estimate, export them and run the ``vitals`` monitor on a held-out record with HR and
    RR alarms, checked against the record's reference (``alarm_check``: seconds of false
    alarm).
-   No SpO2 model: one PPG channel does not carry SpO2 under randomised pulse morphology
-   (``bench/spo2_cue.py``), and a model without skill would raise false ``spo2<90``
-   alarms.
+   SpO2 is not trained here (one PPG channel does not carry SpO2 under randomised pulse
+   morphology, ``bench/spo2_cue.py``; it needs the oximeter's raw IR and red channels,
+   which the records carry): the monitor adds the shipped ``vitals-oximeter-spo2`` model
+   (trained on other simulated records, ``scripts/ship-vitals.sh``) and its ``spo2<90``
+   alarm, checked like the others.
 
 A step whose outputs already exist is skipped (``--force`` reruns everything), so an
 interrupted job continues where it stopped. ``--smoke`` runs the same steps on tiny
@@ -48,6 +50,22 @@ from pathlib import Path
 
 TARGETS = ("hr", "rr")  # the vital signs the main job trains (module docstring: no SpO2)
 ALARMS = "hr>120,rr>30"  # the monitor's alarm rules, checked against the reference
+SPO2_ALARM = "spo2<90"  # with the shipped SpO2 model, when installed
+
+
+def shipped_spo2() -> Path | None:
+    """The shipped SpO2 model the monitor step adds (None when not installed)."""
+    from liquid_stream.models import SPO2_MODEL, ShippedModelMissing, shipped
+
+    try:
+        return shipped(SPO2_MODEL)
+    except ShippedModelMissing:
+        return None
+
+
+def monitor_alarms() -> str:
+    """The monitor step's alarm rules: ALARMS, and SPO2_ALARM with the shipped SpO2 model."""
+    return ALARMS + (f",{SPO2_ALARM}" if shipped_spo2() is not None else "")
 
 CLI = [sys.executable, "-m", "liquid_stream.cli"]
 
@@ -207,11 +225,14 @@ def plan(out: Path, s: Settings) -> list[Step]:
                   "--chunk", "125", "--sub-block", "1", "--verify", "--verify-length", "8000"],
                  [vit / f"{t}.onnx"]),
         ]  # fmt: skip
+    spo2 = shipped_spo2()
     steps.append(
-        Step("run the vital-sign monitor on a held-out simulated record (--speed max)",
-             lambda: ["vitals", *(str(vit / f"{t}.onnx") for t in TARGETS), "--record",
+        Step("run the vital-sign monitor on a held-out simulated record (--speed max)"
+             + (", with the shipped SpO2 model" if spo2 else ""),
+             lambda: ["vitals", *(str(vit / f"{t}.onnx") for t in TARGETS),
+                      *([str(spo2)] if spo2 else []), "--record",
                       held_out_record(vit / "train-hr" / "best.pt"), "--speed", "max",
-                      "--no-ui", "--alarm", ALARMS, "--out", str(vit / "monitor")])
+                      "--no-ui", "--alarm", monitor_alarms(), "--out", str(vit / "monitor")])
     )  # fmt: skip
     return steps
 

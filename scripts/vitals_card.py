@@ -64,6 +64,7 @@ def main() -> None:
     fe = m["frontend"]
     oximeter = bool(fe.get("log"))  # the oximeter's raw intensities (IR, RED)
     bname = baseline_name(t)  # the classical baseline
+    label = {"spo2": "SpO2"}.get(t, t.upper())
     table = [
         f"| | model | {bname} (same windows) |",
         "|---|---|---|",
@@ -132,7 +133,8 @@ def main() -> None:
         )
         reads = (
             "The classical ratio of ratios (training/data/bidmc_baseline.py: band-passed "
-            "log intensities, R by least squares, 110 − 25 R) reads the same windows."
+            "log intensities, R the median of 4 s segments' least-squares ratios, 110 − 25 R) "
+            "reads the same windows."
         )
     else:
         units = (
@@ -153,11 +155,11 @@ def main() -> None:
         else "- SpO2 is not estimated from a single PPG: it needs the oximeter's IR and red\n"
         "  channels (the `vitals-oximeter-spo2` model)."
     )
-    text = f"""# {a.name} — streaming {t.upper()} estimator ({" + ".join(d["channels"])})
+    text = f"""# {a.name} — streaming {label} estimator ({" + ".join(d["channels"])})
 
 `liquid-stream vitals --record R` uses this model when no MODEL is given and the record has
 {" and ".join(d["channels"])}. ONNX, raw samples at {d["sample_rate"]} Hz {units},
-any chunk size; one {t.upper()} estimate ({u}) per input sample: the mean over the trailing
+any chunk size; one {label} estimate ({u}) per input sample: the mean over the trailing
 {d["window"] / d["sample_rate"]:g} s window.
 
 ## Model

@@ -21,9 +21,11 @@ def test_main_job_smoke(tmp_path, capsys):
     for t in main_job.TARGETS:
         assert summary[f"bidmc_{t}"]["n"] > 0 and summary[f"bidmc_{t}"]["rmse"] > 0
         assert (out / "vitals" / f"{t}.onnx").stat().st_size > 0
-    assert set(summary["monitor"]["metrics"]) == set(main_job.TARGETS)
+    spo2 = ("spo2",) if main_job.shipped_spo2() else ()  # the shipped oximeter model
+    assert set(summary["monitor"]["metrics"]) == set(main_job.TARGETS + spo2)
     checked = summary["monitor"]["alarm_check"]  # every alarm rule checked against the ref.
-    assert set(checked) == set(main_job.ALARMS.split(","))
+    assert set(checked) == set(main_job.monitor_alarms().split(","))
+    assert ("spo2<90" in checked) == bool(spo2)
     assert all(c["true_s"] + c["false_s"] <= c["active_s"] for c in checked.values())
     log = (out / "commands.log").read_text().splitlines()
     assert len(log) == n_steps and all(line.startswith("$ liquid-stream ") for line in log)
