@@ -67,6 +67,7 @@ def monitor_alarms() -> str:
     """The monitor step's alarm rules: ALARMS, and SPO2_ALARM with the shipped SpO2 model."""
     return ALARMS + (f",{SPO2_ALARM}" if shipped_spo2() is not None else "")
 
+
 CLI = [sys.executable, "-m", "liquid_stream.cli"]
 
 

@@ -86,7 +86,7 @@ class ScaleNormConfig:
     gain within ~30 s (4τ); R = 5 turns BIDMC's 125 Hz into 25 Hz, which keeps HR up to
     180 bpm (3 Hz) and its harmonics far below the 12.5 Hz Nyquist rate.
 
-    ``log`` false, ``shared_scale`` false: today's front end (each channel centred on its
+    ``log`` false, ``shared_scale`` false: the default front end (each channel centred on its
     first sample, divided by its own running RMS: invariant to x → a·x + b). ``log``: the
     channels are positive intensities, centred as u = ln(x/x₀) (invariant to a gain per
     channel, not to an offset). ``shared_scale``: every channel divided by channel 0's

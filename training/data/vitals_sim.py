@@ -732,8 +732,10 @@ def simulate_randomised(
         sig = np.asarray(sc["gain"]) * sig + np.asarray(sc["offset"])
         sig = np.round(sig / step) * step
         oxi = oxi * np.asarray(d.params["oxi_gain"])
-        step = np.asarray(d.params["oxi_headroom"]) * oxi.max(0) / 2.0 ** np.asarray(
-            d.params["oxi_adc_bits"]
+        step = (
+            np.asarray(d.params["oxi_headroom"])
+            * oxi.max(0)
+            / 2.0 ** np.asarray(d.params["oxi_adc_bits"])
         )
         oxi = np.round(oxi / step) * step
     sig = np.concatenate([sig, oxi], axis=1)  # (T, 7) in REC_NAMES order
