@@ -506,6 +506,42 @@ def test_vitals_bank_equals_monitor_per_bed():
     assert len(events["p3"]) < 30 and len(events["p4"]) == 50
 
 
+def test_vitals_bank_adds_the_oximeter_model_for_beds_that_send_ir_and_red():
+    """A ward host with HR, RR and the SpO2 model (docs/serving.md): a bed sending PLETH,
+    II, IR and RED (in an order of its own) gets all three, one sending PLETH and II gets HR
+    and RR; each bed's events equal a VitalsMonitor's on that bed alone."""
+    from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
+
+    names = ["vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr", "vitals-oximeter-spo2"]
+    models = [shipped(n) for n in names]
+    bank = VitalsBank(models, max_streams=4)
+    rec = simulate_randomised(np.random.default_rng([21, 0]), 0.75, force={"sensor_off": []})
+    cols = {c.rstrip(","): i for i, c in enumerate(REC_NAMES)}
+    plan = {"ox": ["IR", "II", "RED", "PLETH"], "plain": ["PLETH", "II"]}
+    refs, events, want = {}, {}, {}
+    for sid, chans in plan.items():
+        info = bank.open(sid, channels=chans, sample_rate=125)
+        n = 3 if sid == "ox" else 2
+        assert info["targets"] == ["hr", "rr", "spo2"][:n]
+        assert info["models"] == [m.name for m in models[:n]]
+        refs[sid] = VitalsMonitor(models[:n], channels=chans, input_rate=125)
+        events[sid], want[sid] = [], []
+    x = {sid: rec["signals"][:, [cols[c] for c in chans]] for sid, chans in plan.items()}
+    for a in range(0, len(rec["signals"]), 150):  # blocks not tied to the 125-sample chunk
+        for sid in plan:
+            bank.push(sid, x[sid][a : a + 150])
+            want[sid] += refs[sid].push(x[sid][a : a + 150])
+        for sid, ev in bank.step().items():
+            events[sid] += ev
+    for sid in plan:
+        events[sid] += bank.close(sid)
+        want[sid] += refs[sid].flush()
+        check_vitals_events(events[sid], [estimate_event(e, refs[sid].units) for e in want[sid]],
+                            sid)  # fmt: skip
+    last = events["ox"][-1]
+    assert last["status"]["spo2"] == "ok" and 80 <= last["values"]["spo2"] <= 100
+
+
 def test_vitals_bank_refuses_bad_blocks_and_bad_opens():
     models = [shipped(n) for n in VITALS]
     bank = VitalsBank(models, max_streams=2)
