@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -225,6 +226,28 @@ def test_vitals_cli_lsl_without_model_uses_the_shipped_models_for_the_channels(r
     assert res.exit_code == 0, res.output
     assert "no MODEL given: the shipped models vitals-ppg-hr, vitals-ppg-rr" in res.output
     assert "ignored: 'Fp1'" in res.output and "[     4 s] hr" in res.output
+
+
+def test_vitals_cli_lsl_adds_the_spo2_model_for_an_oximeter_stream(tmp_path):
+    """A live stream labelled like an oximeter's raw channels ("SpO2 IR", "SpO2 red") beside
+    its PPG: with no MODEL the app adds the shipped SpO2 model and emits SpO2 estimates."""
+    from liquid_stream.training.data.bidmc_sim import write_record as write_sim
+    from liquid_stream.training.data.vitals_sim import simulate_randomised
+
+    rec = simulate_randomised(np.random.default_rng([22, 0]), 0.6, force={"sensor_off": []})
+    write_sim(tmp_path, "bidmc01", rec)
+    src = unique("oximeter")
+    replay = Replay(tmp_path / "bidmc01", src,
+                    rename={"IR": "SpO2 IR", "RED": "spo2_red", "II": "Fp1"})  # fmt: skip
+    res = CliRunner().invoke(main, ["vitals", "--lsl", src, "--lsl-timeout", str(TIMEOUT),
+                                    "--no-ui", "--out", str(tmp_path / "out")])  # fmt: skip
+    replay.stop()
+    assert res.exit_code == 0, res.output
+    assert ("no MODEL given: the shipped models vitals-ppg-hr, vitals-ppg-rr, "
+            "vitals-oximeter-spo2") in res.output  # fmt: skip
+    got = [float(v) for v in re.findall(r"spo2 ([0-9.]+) % \(ok\)", res.output)]
+    truth = rec["truth"]["spo2"][-32 * 125 :].mean()  # the last estimate's 32 s window
+    assert len(got) >= 3 and abs(got[-1] - truth) <= 2.0, (got[-3:], truth)
 
 
 # ------------------------------------------------------------------ labels and errors
