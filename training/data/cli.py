@@ -109,7 +109,8 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
     "--randomised", is_flag=True,
     help="Domain-randomised records (training/data/vitals_sim.py): HR 40-180, RR 6-40, SpO2 "
     "80-100, ectopic beats and AF, two morphology families, noise, motion, sensor-off "
-    "stretches, random units per channel; also writes params.json.",
+    "stretches, random units per channel, and the oximeter's raw IR and RED intensities "
+    "(for SpO2); also writes params.json.",
 )  # fmt: skip
 @click.option(
     "--families", default="nk2,param", show_default=True,
