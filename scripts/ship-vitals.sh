@@ -21,10 +21,11 @@ GPU=${2:-runs/gv}
 L=${LIQUID_STREAM:-.venv/bin/liquid-stream}
 PY=${PYTHON:-.venv/bin/python}
 CMDS=()  # the training commands of the model being made, for its card
+THREADS=1  # torch threads of each training run
 train() {  # train RUN ARGS...: `liquid-stream train bidmc ARGS --out RUN`, unless done
   local run=$1; shift
-  CMDS+=("liquid-stream train bidmc $* --out $run --set train.threads=1")
-  [ -f "$run/best.pt" ] || $L train bidmc "$@" --out "$run" --set train.threads=1
+  CMDS+=("liquid-stream train bidmc $* --out $run --set train.threads=$THREADS")
+  [ -f "$run/best.pt" ] || $L train bidmc "$@" --out "$run" --set train.threads=$THREADS
 }
 seed1() {  # seed1 RUN PRESET TARGET INIT ARGS...: a warm start on the 480 records of seed 1
   local run=$1 p=$2 t=$3 init=$4; shift 4
@@ -89,14 +90,10 @@ ship "$GPU/ppg-ecg-rr-2" vitals-ppg-ecg-rr "$SIM"
 OX=runs/sim/ox-s3-999
 [ -f "$OX/params.json" ] || $L data bidmc-sim "$OX" --records 999 --minutes 4 --seed 3 --randomised --workers 2
 CMDS=("liquid-stream data bidmc-sim $OX --records 999 --minutes 4 --seed 3 --randomised --workers 2")
-ox() {  # ox RUN ARGS...: `liquid-stream train bidmc --preset ppg --target spo2` on OX, 2 threads
-  local run=$1; shift
-  CMDS+=("liquid-stream train bidmc --preset ppg --target spo2 --data $OX --out $run $* --set train.threads=2")
-  [ -f "$run/best.pt" ] || $L train bidmc --preset ppg --target spo2 --data "$OX" --out "$run" "$@" \
-    --set train.threads=2
-}
-ox runs/ox/spo2-1 --set data.hop=1000 --set optim.epochs=4
-ox runs/ox/spo2-2 --set train.init=runs/ox/spo2-1/best.pt --set optim.lr=0.002 \
+THREADS=2  # the two runs had the machine to themselves
+SPO2=(--preset ppg --target spo2 --data "$OX")
+train runs/ox/spo2-1 "${SPO2[@]}" --set data.hop=1000 --set optim.epochs=4
+train runs/ox/spo2-2 "${SPO2[@]}" --set train.init=runs/ox/spo2-1/best.pt --set optim.lr=0.002 \
   --set data.crop_s=192 --set data.crop_hop_s=48 --set optim.batch_size=16 --set optim.epochs=6 \
   --set optim.warmup_steps=50
 # (6f9eb83: the code of these runs, committed while the first one ran, unchanged since)

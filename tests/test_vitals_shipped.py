@@ -39,6 +39,13 @@ def estimates(name: str, x: np.ndarray, chunk: int = 125) -> np.ndarray:
     return y[FS - 1 :: FS]
 
 
+def window_truth(x: np.ndarray, n: int) -> np.ndarray:
+    """(n,) the mean of ``x`` (a truth series at fs) over the trailing 32 s window at the
+    last sample of each second: what the models estimate."""
+    ends = np.arange(n) * FS + FS - 1
+    return np.array([x[max(0, e - 32 * FS + 1) : e + 1].mean() for e in ends])
+
+
 @pytest.mark.parametrize("name, cols", [("vitals-ppg-hr", [PLETH]),
                                         ("vitals-ppg-ecg-hr", [PLETH, II]),
                                         ("vitals-ppg-rr", [PLETH]),
@@ -69,12 +76,8 @@ def test_hr_model_follows_a_rate_ramp_from_60_to_150_bpm(name, cols, worst):
     ramp = [{"kind": "ramp", "at_s": 60.0, "size": 90.0, "dur_s": 120.0}]
     rec = record(2, minutes=4.0, hr0=60.0, hr_changes=ramp)
     est = estimates(name, rec["signals"][:, cols])
-    hr = rec["truth"]["hr"]  # (T,) at fs
-    # the model estimates the mean HR over its trailing 32 s window
-    win = 32 * FS
-    t = np.arange(len(est)) * FS + FS - 1
-    target = np.array([hr[max(0, i - win + 1) : i + 1].mean() for i in t])
-    after = t >= win
+    target = window_truth(rec["truth"]["hr"], len(est))  # the mean HR over the 32 s window
+    after = np.arange(len(est)) * FS + FS - 1 >= 32 * FS
     e, y = est[after], target[after]
     assert y.min() < 70 and y.max() > 140
     yc = y - y.mean()
@@ -97,11 +100,9 @@ def test_ppg_ecg_hr_model_reads_the_ecg_when_the_ppg_falls_off():
         off = 90 * FS
         x[off:, 0] = x[:off, 0].min()
         est = estimates("vitals-ppg-ecg-hr", x)
-        hr = rec["truth"]["hr"]
         ends = np.arange(len(est)) * FS + FS - 1
         keep = ends - 32 * FS + 1 >= off  # the whole 32 s window is sensor-off
-        truth = np.array([hr[e - 32 * FS + 1 : e + 1].mean() for e in ends[keep]])
-        errs.append(est[keep] - truth)
+        errs.append(est[keep] - window_truth(rec["truth"]["hr"], len(est))[keep])
     e = np.concatenate(errs)
     assert len(e) > 300 and np.isfinite(e).all()
     assert np.sqrt(np.mean(e**2)) <= 4.0
@@ -144,13 +145,6 @@ def test_picker_prefers_the_richest_sensor_set_and_names_what_is_missing():
     assert [p.stem for p in vitals_for(["ir", "red"])] == ["vitals-oximeter-spo2"]
 
 
-def spo2_truth(rec: dict, n: int) -> np.ndarray:
-    """The mean SpO2 over the trailing 32 s window at the last sample of each second."""
-    sp = rec["truth"]["spo2"]
-    ends = np.arange(n) * FS + FS - 1
-    return np.array([sp[max(0, e - 32 * FS + 1) : e + 1].mean() for e in ends])
-
-
 def test_spo2_model_does_not_depend_on_the_gain_of_either_channel():
     """The oximeter channels are intensities: any gain per channel (LED drive, amplifier,
     ADC counts) leaves the estimate within 0.1 % SpO2 (ln removes it exactly; what is left is
@@ -171,7 +165,7 @@ def test_spo2_model_follows_a_desaturation():
     steps = [{"kind": "step", "at_s": 60.0, "size": -10.0, "dur_s": 5.0}]
     rec = record(6, minutes=3.0, spo2_0=97.0, spo2_sd=0.0, spo2_changes=steps)
     est = estimates("vitals-oximeter-spo2", rec["signals"][:, [IR, RED]])
-    truth = spo2_truth(rec, len(est))
+    truth = window_truth(rec["truth"]["spo2"], len(est))
     t = np.arange(len(est))
     after, steady = t >= 32, (t >= 32) & ((t < 55) | (t > 60 + 32 + 15))
     assert truth[after].max() > 96 and truth[after].min() < 88
