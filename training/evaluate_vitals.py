@@ -47,9 +47,10 @@ def predict_windows(
 
 def plot_agreement(
     pred: np.ndarray, y: np.ndarray, units: str, title: str, path: Path,
-    baseline: np.ndarray | None = None, baseline_label: str = "NeuroKit2",
+    baseline: tuple[str, np.ndarray] | None = None,
 ) -> None:  # fmt: skip
-    """Scatter (estimate vs reference, identity line) and Bland–Altman panels."""
+    """Scatter (estimate vs reference, identity line) and Bland–Altman panels; ``baseline``:
+    the classical estimate's (name, values) beside the model's."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -57,8 +58,8 @@ def plot_agreement(
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6))
     series = [("Liquid-S4", pred, "tab:blue")]
-    if baseline is not None and np.isfinite(baseline).any():
-        series.append((baseline_label, baseline, "tab:orange"))
+    if baseline is not None and np.isfinite(baseline[1]).any():
+        series.append((*baseline, "tab:orange"))
     lo = np.nanmin([np.nanmin(y)] + [np.nanmin(p) for _, p, _ in series])
     hi = np.nanmax([np.nanmax(y)] + [np.nanmax(p) for _, p, _ in series])
     for label, p, color in series:
@@ -142,10 +143,12 @@ def evaluate_vitals(
     by = condition_rows(root, w, d, pred, y, base, target, tol)
     if by:
         row["by_condition"] = by
-        click.echo(format_conditions(by, units, base is not None, baseline_name(target)))
+        label = baseline_name(target) if base is not None else None
+        click.echo(format_conditions(by, units, label))
     stem = out / f"agreement_{target}_{d['protocol']}_{split}"
     plot_agreement(pred, y, units, f"{target} {split}, {d['protocol']} split",
-                   stem.with_suffix(".png"), base, baseline_name(target))  # fmt: skip
+                   stem.with_suffix(".png"),
+                   None if base is None else (baseline_name(target), base))  # fmt: skip
     stem.with_suffix(".json").write_text(json.dumps(row, indent=1) + "\n")
     click.echo(f"  scatter + Bland–Altman: {stem}.png (numbers: {stem}.json)")
     return [row]
@@ -215,10 +218,9 @@ def condition_rows(
     return out
 
 
-def format_conditions(
-    by: dict[str, dict], units: str, baseline: bool, label: str = "NeuroKit2"
-) -> str:
-    """The per-condition rows as an indented plain-text table."""
+def format_conditions(by: dict[str, dict], units: str, baseline: str | None) -> str:
+    """The per-condition rows as an indented plain-text table; ``baseline``: the classical
+    estimate's name, for its columns (None: no such columns)."""
 
     def f(v, pct=False):
         if v is None or not math.isfinite(v):
@@ -226,7 +228,7 @@ def format_conditions(
         return f"{100 * v:.1f} %" if pct else f"{v:.2f}"
 
     head = f"  {'condition':<18} {'n':>5}  {'RMSE ' + units:>11} {'within':>7}"
-    head += f"  {label + ' RMSE':>14} {'within':>7}" if baseline else ""
+    head += f"  {baseline + ' RMSE':>14} {'within':>7}" if baseline else ""
     lines = ["  by condition of the randomised records (one window may have several):", head]
     for name, r in by.items():
         line = f"  {name:<18} {r['n']:>5}  {f(r['rmse']):>11} {f(r['within'], True):>7}"
