@@ -3,6 +3,7 @@
     from liquid_stream.apps.resample import StreamResampler
 
     r = StreamResampler(250, 125)        # fs_in -> fs_out, up/down = 1/2
+    r = StreamResampler(250, 125, prime="edge")   # the past is the first sample, not zeros
     for block in blocks:                 # 1-D (T,) or multi-channel (T, C) blocks
         y = r.process(block)             # same layout as the block; C fixed per stream
     r.delay_s, r.reset()
@@ -18,7 +19,14 @@ of Nyquist on the upsampled grid, gain ``up``. Output ``n`` is
 so it uses the inputs up to ``floor(n * down / up)``, and ``process`` returns every
 output whose inputs have all arrived: after N inputs, ``ceil(N * up / down)`` outputs in
 all. The concatenated outputs equal ``scipy.signal.upfirdn(h, x, up, down)`` of the
-whole signal (cut to that length) for any chunking. Unlike ``resample_poly`` the filter
+whole signal (cut to that length) for any chunking. ``x[k]`` for k < 0 (the past before
+the stream) is 0 with ``prime="zero"`` (audio, centred on 0) and ``x[0]`` with
+``prime="edge"``. A biosignal has an offset (raw ADC counts, an oximeter's intensity):
+from a zero past its first outputs ramp up from 0 over the filter's length, a step that
+a running normalisation keeps in its variance for minutes (measured: the shipped SpO2
+model read 2-17 % off over whole 4-min records at 250 Hz, 0.2-0.5 % at 125 Hz). With
+``"edge"`` the outputs equal ``upfirdn`` of the signal preceded by ``K - 1`` copies of
+its first sample. Unlike ``resample_poly`` the filter
 is applied causally, without delay compensation: the output lags the input by
 ``delay_s = half_len / (up * fs_in)`` seconds. Equal rates pass the signal through
 (``h = [1]``, no delay).
@@ -58,9 +66,12 @@ class StreamResampler:
     Raises :class:`ResampleError` (a ``ValueError``) for rates that are not positive.
     """
 
-    def __init__(self, fs_in: float, fs_out: float):
+    def __init__(self, fs_in: float, fs_out: float, prime: str = "zero"):
         from scipy.signal import firwin
 
+        if prime not in ("zero", "edge"):
+            raise ResampleError(f"prime must be 'zero' or 'edge', got {prime!r}")
+        self.prime = prime
         ratio = _ratio(fs_in, fs_out)
         self.fs_in, self.fs_out = fs_in, fs_out
         self.up, self.down = ratio.numerator, ratio.denominator
@@ -93,7 +104,10 @@ class StreamResampler:
         if flat:
             x = x[:, None]
         if self._hist is None:
-            self._hist = np.zeros((self._K - 1, x.shape[1]))
+            if self.prime == "edge" and not len(x):  # nothing to prime with yet
+                return block.astype(dtype, copy=True)
+            past = x[:1] if self.prime == "edge" else np.zeros((1, x.shape[1]))
+            self._hist = np.repeat(past, self._K - 1, axis=0)  # (K-1, C): the past
             self._flat = flat
         elif flat != self._flat or x.shape[1] != self._hist.shape[1]:
             raise ResampleError(

@@ -38,7 +38,8 @@ Signal problems, per model (its own channels):
   stateful polyphase FIR (:mod:`liquid_stream.apps.resample`: the filter of
   ``scipy.signal.resample_poly``, without its delay compensation: chunked output equals
   ``upfirdn`` on the whole record; the delay is 10 samples of the slower rate, e.g. 80 ms
-  for 250 -> 125 Hz).
+  for 250 -> 125 Hz), primed with the first sample (``prime="edge"``), so a signal with
+  an offset does not start with a step up from 0.
 """
 
 from __future__ import annotations
@@ -426,7 +427,9 @@ class VitalsMonitor:
             raise RuntimeError("set_input_rate after push")
         self.input_rate = float(rate)
         same = abs(self.input_rate - self.sample_rate) <= 1e-9
-        self.resampler = None if same else StreamResampler(self.input_rate, self.sample_rate)
+        self.resampler = (  # the past is the first sample: no step up from 0 at the start
+            None if same else StreamResampler(self.input_rate, self.sample_rate, prime="edge")
+        )
 
     def push(self, chunk) -> list[Estimate]:
         """Feed ``(T, len(channels))`` raw samples (or ``{channel: (T,)}``); returns the

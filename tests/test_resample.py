@@ -52,6 +52,32 @@ def test_chunked_equals_upfirdn_of_whole(fs_in, fs_out, channels):
         np.testing.assert_allclose(y, ref[: len(y)], atol=1e-12)
 
 
+@pytest.mark.parametrize("fs_in,fs_out", [(250, 125), (100, 125), (11025, 8000)])
+def test_edge_prime_equals_upfirdn_after_copies_of_the_first_sample(fs_in, fs_out):
+    """``prime="edge"``: the past before the stream is its first sample, in any chunking
+    (empty first blocks included); a signal with an offset starts at its level instead of
+    ramping up from 0 as with the zero past."""
+    rng = np.random.default_rng([fs_in, 3])
+    n = 2 * fs_in + 5
+    x = 1000.0 + rng.standard_normal((n, 2))  # an offset, as raw sensor units have
+    r = StreamResampler(fs_in, fs_out, prime="edge")
+    pad = r._K - 1  # the history the filter keeps: K - 1 inputs
+    ext = np.concatenate([np.repeat(x[:1], pad, 0), x])
+    full = np.stack([upfirdn(r.h, ext[:, c], r.up, r.down) for c in range(2)], 1)
+    skip = pad * r.up // r.down  # the outputs of the invented past (whole when it divides)
+    for sizes in ([0, 0, 1, 7, fs_in, 10**6], _random_sizes(rng, n, 300), [n]):
+        r.reset()
+        y = _chunked(r, x, sizes)
+        if pad * r.up % r.down == 0:
+            np.testing.assert_allclose(y, full[skip : skip + len(y)], atol=1e-9)
+        # the first output is at the signal's level (from a zero past: ~0)
+        assert abs(y[0, 0] / x[0, 0] - 1) < 0.01
+    zero = StreamResampler(fs_in, fs_out).process(x)
+    assert abs(zero[0, 0]) < 0.01 * x[0, 0]
+    with pytest.raises(ResampleError, match="prime"):
+        StreamResampler(fs_in, fs_out, prime="mean")
+
+
 def test_outputs_as_soon_as_their_inputs_arrive():
     r = StreamResampler(8000, 16000)  # up 2, down 1: output k needs input floor(k / 2)
     assert len(r.process(np.zeros(1))) == 2

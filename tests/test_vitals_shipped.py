@@ -182,3 +182,32 @@ def test_every_shipped_vitals_model_has_a_card_with_its_command(name):
     text = card(name)
     baseline = "ratio of ratios" if name.endswith("spo2") else "NeuroKit2"
     assert "liquid-stream train bidmc" in text and baseline in text
+
+
+@pytest.mark.parametrize("name, cols, tol", [("vitals-oximeter-spo2", [IR, RED], 0.5),
+                                             ("vitals-ppg-hr", [PLETH], 2.0)])  # fmt: skip
+def test_a_record_at_another_rate_reads_like_the_125_hz_record(name, cols, tol):
+    """The same record at 250 Hz and 100 Hz (what many oximeters and monitors write),
+    resampled by the monitor: once the window has filled, every estimate within 0.5 % SpO2 /
+    2 bpm of the 125 Hz run. Measured before the resampler was primed with the first sample
+    (it started from a zero past, a step up to the signal's offset that the running
+    normalisation kept for minutes): 2-17 % SpO2 and up to 20 bpm RMSE over whole records."""
+    from scipy.signal import resample_poly
+
+    from liquid_stream.apps.vitals_monitor import VitalsMonitor
+
+    rec = record(8, minutes=2.0)
+    x = rec["signals"][:, cols]  # (T, C) at 125 Hz
+    target = "spo2" if name.endswith("spo2") else "hr"
+
+    def run(z, rate):
+        mon = VitalsMonitor([shipped(name)], input_rate=rate)
+        out = [e for a in range(0, len(z), rate) for e in mon.push(z[a : a + rate])]
+        return np.array([e.values[target] for e in out if e.time_s >= 40], dtype=float)
+
+    ref = run(x, 125)
+    for rate, (up, down) in [(250, (2, 1)), (100, (4, 5))]:
+        got = run(resample_poly(x, up, down, axis=0), rate)
+        n = min(len(got), len(ref))
+        worst = np.abs(got[:n] - ref[:n]).max()
+        assert n > 60 and worst <= tol, (rate, worst)
