@@ -1,7 +1,7 @@
 """Streamed error of exported vital-sign models over whole records, as the monitor runs them.
 
     python bench/vitals_stream.py MODEL.onnx [MODEL.onnx ...] (--records ROOT | --checkpoint
-        RUN/best.pt [--split test])
+        RUN/best.pt [--split test]) [--rate HZ]
 
 Each record is streamed from its start through ``liquid-stream vitals``' own code path
 (``open_record`` + ``run_record``: 1 s chunks, unpaced, one model at a time), and every
@@ -13,6 +13,11 @@ judge of models trained on different sets), or the ``--split`` records of
 ``--checkpoint``'s record split. Prints one row per model: seconds scored, RMSE, MAE, bias,
 share within ±5 bpm (HR) / ±2 breaths/min (RR) / ±2 % (SpO2), and the least-squares slope of
 estimate on truth; with the command.
+
+``--rate HZ``: each record's signals are first resampled from their rate to HZ
+(``scipy.signal.resample_poly``; a NaN widens by the filter's length) and written as a
+record of that rate, with the same numerics, so the monitor resamples them back to the
+models' rate, as it does for a monitor or oximeter that writes another rate.
 """
 
 from __future__ import annotations
@@ -49,6 +54,27 @@ def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndar
     return target, np.asarray(est), np.asarray(ref)
 
 
+def at_rate(records: list[Path], rate: int, out: Path) -> list[Path]:
+    """``records`` rewritten at ``rate`` Hz into ``out`` (module docstring, ``--rate``)."""
+    import shutil
+    from fractions import Fraction
+
+    import wfdb
+    from scipy.signal import resample_poly
+
+    paths = []
+    for rec in records:
+        r = wfdb.rdrecord(str(rec))
+        f = Fraction(int(rate), int(r.fs))
+        x = resample_poly(r.p_signal, f.numerator, f.denominator, axis=0, padtype="line")
+        wfdb.wrsamp(rec.name, fs=rate, units=r.units, sig_name=r.sig_name, p_signal=x,
+                    fmt=["16"] * len(r.sig_name), write_dir=str(out))  # fmt: skip
+        for suffix in ("n.hea", "n.dat"):  # the numerics, as they are (1 Hz)
+            shutil.copy(rec.parent / f"{rec.name}{suffix}", out / f"{rec.name}{suffix}")
+        paths.append(out / rec.name)
+    return paths
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+", type=Path, help="exported vital-sign models (.onnx)")
@@ -56,6 +82,7 @@ def main() -> None:
     src.add_argument("--records", type=Path, help="a folder of WFDB record pairs")
     src.add_argument("--checkpoint", type=Path, help="a run whose record split names them")
     ap.add_argument("--split", default="test", choices=("val", "test"))
+    ap.add_argument("--rate", type=int, default=None, help="rewrite the records at this rate")
     args = ap.parse_args()
     command = "python " + shlex.join(["bench/vitals_stream.py", *sys.argv[1:]])
     records = ([wfdb_dir(args.records) / n for n in list_records(args.records)]
@@ -63,7 +90,12 @@ def main() -> None:
                else split_records(args.checkpoint, args.split))  # fmt: skip
     if not records:
         sys.exit(f"error: no records under {args.records}")
-    print(f"{len(records)} records", flush=True)
+    if args.rate is not None:
+        import tempfile
+
+        tmp = tempfile.TemporaryDirectory()
+        records = at_rate(records, args.rate, Path(tmp.name))
+    print(f"{len(records)} records" + (f" at {args.rate} Hz" if args.rate else ""), flush=True)
     rows = ["| model | target | seconds | RMSE | MAE | bias | within | slope |",
             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in args.models:
