@@ -62,7 +62,10 @@ def export_model(
         input_mean=0.0 if task_meta.input_mean is None else task_meta.input_mean,
         input_std=1.0 if task_meta.input_std is None else task_meta.input_std,
     )
-    props = {**metadata_props(sm, info, {"chunk": chunk}), **task_meta.to_onnx_props()}
+    props = metadata_props(sm, info, {"chunk": chunk})
+    # the graph's own keys (max_chunk, state_spec, ...) win over a checkpoint's copies of
+    # them (a meta recovered from an older graph has some: scripts/checkpoint_from_onnx.py)
+    props.update({k: v for k, v in task_meta.to_onnx_props().items() if k not in props})
     ModelMeta.from_onnx_props(props, strict=True)  # every entry readable by the apps
     for key, value in props.items():
         model_proto.metadata_props.add(key=key, value=value)

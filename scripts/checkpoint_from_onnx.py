@@ -1,0 +1,192 @@
+"""Recover a diagonal Liquid-S4 checkpoint from an exported ONNX graph (its tables).
+
+    python scripts/checkpoint_from_onnx.py liquid_stream/models/kws-sc10.onnx OUT.pt
+
+Why: a shipped graph whose training checkpoint is lost (``kws-sc10`` v3b: ``runs/ship3``
+is not on this machine) cannot be re-exported through a newer exporter (the whole-call
+MatMul of docs/design.md §8). The graph holds every weight, so the checkpoint is rebuilt
+from it. Supported: what the exporter writes for a causal S4D model (``mode="diag"``,
+bilinear, PB or no liquid term, L̃ = 1, one input signal) on the channel-first stack; the
+graph's tables are read in the order the exporter emits them, per block:
+
+    LayerNorm γ, β                      (H, 1, 1) Mul, Add
+    G = b = [Re B̄ | Im B̄]               (H, 1, 2M) MatMul           (sub-block S = 1)
+    scan level 0: [Re λ, Re λ], [−Im λ, Im λ]   (H, 2, M) Mul, Mul  (λ = Ā, S = 1)
+    [K₀ + D; E]  with K₀ = c·b, E = c Ā, c = [2 Re C | −2 Im C]     (H, 1 + 2M, 1) MatMul
+    pb_coef = 2 Re Σ_m C_m B̄_m²         (H, 1, 1) Mul               (PB only: a check)
+    GLU linear: W_a, b_a, W_g, b_g      (H, H) MatMul, (H, 1) Add × 2
+
+and the encoder (H, d) / (H, 1) before the blocks, the final LayerNorm and the head after.
+The continuous parameters follow from the bilinear map: ΔΛ = 2(λ − 1)/(λ + 1),
+ΔB = B̄ (1 − ΔΛ/2), with Δ kept at the geometric middle of the config's [dt_min, dt_max]
+(the graph fixes only the products ΔΛ and ΔB, which are all the model and its ``rate``
+option use). The recovered model is checked against the graph it came from: the script
+streams random audio through both and prints the largest difference relative to max|y|.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from liquid_stream.checkpoint import save_checkpoint  # noqa: E402
+from liquid_stream.meta import ModelMeta  # noqa: E402
+from liquid_stream.model import LiquidS4Model  # noqa: E402
+
+
+def tables_in_order(model: onnx.ModelProto) -> list[tuple[str, np.ndarray]]:
+    """(consumer op, value) of every float initializer of two or more dimensions (the
+    weight tables, not shapes or scalars), in first-use order (subgraphs walked depth-first, as
+    the exporter emitted them)."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    inits = {k: v for k, v in inits.items() if v.dtype.kind == "f"}
+    seen: dict[str, tuple[str, np.ndarray]] = {}
+
+    def walk(g: onnx.GraphProto) -> None:
+        for n in g.node:
+            for x in n.input:
+                if x in inits and inits[x].ndim >= 2 and x not in seen:
+                    seen[x] = (n.op_type, inits[x])
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+
+    walk(model.graph)
+    # a newer exporter's whole-call tables (H, T₀ + 2M, T₀ + 2M) follow from the rest
+    whole = [v.ndim == 3 and v.shape[1] == v.shape[2] > 1 for _, v in seen.values()]
+    return [t for t, w in zip(seen.values(), whole, strict=True) if not w]
+
+
+class Reader:
+    """Takes the tables one by one, checking each one's consumer op and shape."""
+
+    def __init__(self, tables: list[tuple[str, np.ndarray]]):
+        self.tables, self.i = tables, 0
+
+    def take(self, op: str, shape: tuple[int, ...]) -> np.ndarray:
+        got_op, value = self.tables[self.i]
+        if got_op != op or value.shape != shape:
+            raise ValueError(
+                f"table {self.i}: expected {op} {shape}, found {got_op} {value.shape}: "
+                "not a graph this script reads"
+            )
+        self.i += 1
+        return value.astype(np.float64)
+
+    def skip_while(self, op: str, shape: tuple[int, ...]) -> None:
+        while self.i < len(self.tables):
+            got_op, value = self.tables[self.i]
+            if got_op != op or value.shape != shape:
+                return
+            self.i += 1
+
+
+def recover(path: Path) -> tuple[LiquidS4Model, dict]:
+    """The model and meta of the graph at ``path``."""
+    graph = onnx.load(str(path))
+    props = {p.key: p.value for p in graph.metadata_props}
+    cfg = json.loads(props["model_config"])
+    if cfg["mode"] != "diag" or cfg.get("disc") != "bilinear" or cfg.get("bidirectional"):
+        raise ValueError("only causal bilinear S4D graphs are supported")
+    if cfg.get("liquid") not in (None, "pb") or cfg.get("liquid_len", 1) != 1:
+        raise ValueError("only PB (liquid_len 1) or no liquid term is supported")
+    if int(props.get("sub_block", 0)) != 1:
+        raise ValueError("only graphs exported with --sub-block 1 are supported")
+    H, M = cfg["d_model"], cfg["d_state"] // 2
+    model = LiquidS4Model(**cfg).double().eval()
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    rd = Reader(tables_in_order(graph))
+    # front end (fixed: DFT, mel, band statistics come from the config) and encoder
+    n_feat = model.encoder.weight.shape[1]
+    while rd.tables[rd.i][1].shape != (H, n_feat):
+        rd.i += 1
+    sd["encoder.weight"] = torch.tensor(rd.take("MatMul", (H, n_feat)))
+    sd["encoder.bias"] = torch.tensor(rd.take("Add", (H, 1))[:, 0])
+    dt = math.sqrt(cfg["dt_min"] * cfg["dt_max"])
+    for i in range(cfg["n_layers"]):
+        p = f"blocks.{i}."
+        sd[p + "norm.norm.weight"] = torch.tensor(rd.take("Mul", (H, 1, 1)).ravel())
+        sd[p + "norm.norm.bias"] = torch.tensor(rd.take("Add", (H, 1, 1)).ravel())
+        b = rd.take("MatMul", (H, 1, 2 * M))[:, 0]
+        B_bar = b[:, :M] + 1j * b[:, M:]
+        re2, im2 = rd.take("Mul", (H, 2, M)), rd.take("Mul", (H, 2, M))
+        lam = re2[:, 0] + 1j * im2[:, 1]
+        rd.skip_while("Mul", (H, 2, M))  # the higher scan levels: powers of λ
+        out = rd.take("MatMul", (H, 1 + 2 * M, 1))[:, :, 0]
+        E = out[:, 1:]  # c Ā in the real basis
+        # E = c·[[Re λ, −Im λ], [Im λ, Re λ]]: per mode, solve for (c_re, c_im)
+        det = lam.real**2 + lam.imag**2
+        c_re = (E[:, :M] * lam.real - E[:, M:] * lam.imag) / det
+        c_im = (E[:, :M] * lam.imag + E[:, M:] * lam.real) / det
+        C = c_re / 2 - 1j * c_im / 2
+        D = out[:, 0] - (c_re * b[:, :M] + c_im * b[:, M:]).sum(-1)
+        dtL = 2 * (lam - 1) / (lam + 1)
+        B = B_bar * (1 - dtL / 2) / dt
+        Lam = dtL / dt
+        if (Lam.real >= 0).any():
+            raise ValueError(f"block {i}: an unstable mode (|λ| ≥ 1)")
+        k = p + "ssm."
+        sd[k + "D"] = torch.tensor(D)
+        sd[k + "kernel.log_dt"] = torch.full((H,), math.log(dt), dtype=torch.float64)
+        sd[k + "kernel.Lambda_re_log"] = torch.tensor(np.log(-Lam.real))
+        sd[k + "kernel.Lambda_im"] = torch.tensor(Lam.imag)
+        sd[k + "kernel.B"] = torch.view_as_real(torch.tensor(B))
+        sd[k + "kernel.C"] = torch.view_as_real(torch.tensor(C))[None]
+        if cfg.get("liquid") == "pb":
+            pb = rd.take("Mul", (H, 1, 1)).ravel()
+            mine = 2 * (C * B_bar**2).sum(-1).real
+            err = np.abs(pb - mine).max() / np.abs(pb).max()
+            if err > 1e-4:
+                raise ValueError(f"block {i}: the PB coefficient does not follow ({err:.1e})")
+        wa, ba = rd.take("MatMul", (H, H)), rd.take("Add", (H, 1))[:, 0]
+        wg, bg = rd.take("MatMul", (H, H)), rd.take("Add", (H, 1))[:, 0]
+        sd[p + "out.weight"] = torch.tensor(np.concatenate([wa, wg]))
+        sd[p + "out.bias"] = torch.tensor(np.concatenate([ba, bg]))
+    sd["final_norm.norm.weight"] = torch.tensor(rd.take("Mul", (H, 1, 1)).ravel())
+    sd["final_norm.norm.bias"] = torch.tensor(rd.take("Add", (H, 1, 1)).ravel())
+    d_out = cfg["d_output"]
+    sd["head.weight"] = torch.tensor(rd.take("MatMul", (d_out, H)))
+    sd["head.bias"] = torch.tensor(rd.take("Add", (d_out, 1))[:, 0])
+    model.load_state_dict(sd)
+    model = model.float().eval()
+    meta = ModelMeta.from_onnx_props(props).to_dict()
+    return model, meta
+
+
+def compare(model: LiquidS4Model, path: Path, meta: dict) -> float:
+    """Largest |Δy| / max|y| between the recovered torch forward and the graph it came from
+    (:func:`~liquid_stream.export.pipeline.verify_onnx`: 16 000 samples of random input
+    streamed through the graph in random chunks)."""
+    from liquid_stream.export.pipeline import verify_onnx
+
+    report = verify_onnx(model, path, meta=meta)
+    return report.rel
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("onnx", type=Path)
+    ap.add_argument("out", type=Path)
+    args = ap.parse_args()
+    model, meta = recover(args.onnx)
+    rel = compare(model, args.onnx, meta)
+    print(f"recovered {args.onnx}: torch forward vs the graph, relative {rel:.2e}")
+    if rel > 1e-4:
+        sys.exit("the recovered model does not reproduce the graph (contract 1e-4)")
+    save_checkpoint(args.out, model, meta)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""scripts/checkpoint_from_onnx.py: a model's weights recovered from its exported graph.
+
+The round trip model → ONNX → recovered model must give back the same discrete system
+(Ā, B̄, C, D of every layer, to float32 rounding), the same linear weights (exactly) and
+the same outputs; a re-export of the recovered checkpoint carries the new graph's own
+metadata, not the old graph's copies kept in the recovered meta."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from liquid_stream.checkpoint import model_from_checkpoint, save_checkpoint
+from liquid_stream.export.pipeline import export_checkpoint
+from liquid_stream.model import LiquidS4Model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "checkpoint_from_onnx", ROOT / "scripts" / "checkpoint_from_onnx.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _spotter(seed: int = 0) -> LiquidS4Model:
+    """A small log-mel PB spotter with every weight random (no two tables alike: the
+    exporter stores equal tables once)."""
+    torch.manual_seed(seed)
+    model = LiquidS4Model(
+        d_input=1, d_output=3, d_model=16, n_layers=2, d_state=8, mode="diag",
+        liquid="pb", liquid_order=2, norm="layer", prenorm=True, decoder="window",
+        decoder_window=5, frontend={"kind": "logmel", "n_mels": 12},
+    )  # fmt: skip
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("ssm.D"):
+                p.add_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+META = {"task": "speech-stream", "labels": ["a", "b", "_silence_"], "sample_rate": 16000,
+        "silence_class": 2, "d_input": 1, "d_output": 3, "input_mean": [0.0],
+        "input_std": [1.0]}  # fmt: skip
+
+
+def _export(model, tmp_path: Path, name: str, chunk: int, sub_block: int = 1) -> Path:
+    ckpt = tmp_path / f"{name}.pt"
+    save_checkpoint(ckpt, model, META)
+    out = tmp_path / f"{name}.onnx"
+    export_checkpoint(ckpt, out, chunk=chunk, sub_block=sub_block)
+    return out
+
+
+def test_recovered_model_is_the_exported_one(tmp_path):
+    script = _script()
+    model = _spotter()
+    graph = _export(model, tmp_path, "orig", chunk=2400)
+    rec, meta = script.recover(graph)
+    for a, b in zip(model.blocks, rec.blocks, strict=True):
+        ma, mb = a.ssm.ssm_matrices(), b.ssm.ssm_matrices()
+        for key in ("A_bar", "B_bar", "C", "D", "pb_coef"):
+            x, y = ma[key].detach(), mb[key].detach()
+            assert (x - y).abs().max() <= 2e-6 * x.abs().max(), key
+        assert torch.equal(a.out.weight, b.out.weight) and torch.equal(a.out.bias, b.out.bias)
+        assert torch.equal(a.norm.norm.weight, b.norm.norm.weight)
+    assert torch.equal(model.head.weight, rec.head.weight)
+    assert torch.equal(model.encoder.weight, rec.encoder.weight)
+    x = 0.1 * torch.randn(2, 8000, 1)
+    with torch.no_grad():
+        ya, yb = model(x), rec(x)
+    assert (ya - yb).abs().max() <= 1e-5 * ya.abs().max()
+    assert script.compare(rec, graph, meta) <= 1e-5  # and against the graph itself
+    assert meta["labels"] == META["labels"] and meta["max_chunk"] == 2400
+
+
+def test_reexport_takes_the_new_graphs_metadata(tmp_path):
+    script = _script()
+    graph = _export(_spotter(1), tmp_path, "orig", chunk=2400)
+    rec, meta = script.recover(graph)
+    ckpt = tmp_path / "rec.pt"
+    save_checkpoint(ckpt, rec, meta)  # meta holds the old graph's max_chunk, state_spec
+    out = tmp_path / "new.onnx"
+    info, report = export_checkpoint(ckpt, out, chunk=1600, sub_block=1, verify=True)
+    props = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
+    assert report.ok
+    assert int(props["max_chunk"]) == info["max_chunk"] == 1600
+    assert props["labels"] == json.dumps(META["labels"])
+    # the two graphs compute one model
+    from liquid_stream.onnx_streamer import OnnxStreamer
+
+    x = (0.1 * np.random.default_rng(0).standard_normal(4800)).astype(np.float32)
+    ya = OnnxStreamer(str(graph)).process(x)
+    yb = OnnxStreamer(str(out)).process(x)
+    assert np.abs(ya - yb).max() <= 1e-5 * np.abs(ya).max()
+
+
+def test_unsupported_graph_is_refused(tmp_path):
+    script = _script()
+    graph = _export(_spotter(2), tmp_path, "s16", chunk=1600, sub_block=16)
+    with pytest.raises(ValueError, match="sub-block 1"):
+        script.recover(graph)
+    rec_model, _ = model_from_checkpoint(tmp_path / "s16.pt")  # the checkpoint is intact
+    assert rec_model is not None
