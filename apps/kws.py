@@ -316,7 +316,9 @@ class KeywordTracker:
         self.keywords, self._cls, self.thresholds = keywords, classes, thresholds
         self.smooth, self.refractory, self.sample_rate = smooth, refractory, sample_rate
         k = len(keywords)
-        self._hist = np.zeros((smooth - 1, k))  # last smooth-1 posteriors
+        # the last smooth-1 posteriors, a ring (K, smooth-1): column _head is the oldest
+        self._hist = np.zeros((k, smooth - 1))
+        self._head = 0
         self._n = 0  # samples seen
         self._armed = np.ones(k, bool)
         self._last_det = -np.inf  # sample index of the last detection
@@ -339,25 +341,52 @@ class KeywordTracker:
         self.detections = []
         if len(logits) == 0:
             return dict(self.scores)
-        z = logits - logits.max(-1, keepdims=True)
-        p = np.exp(z)
-        p = (p[:, self._cls] / p.sum(-1, keepdims=True)).astype(np.float64)
-        s = self._smooth(p)
+        s = self._smooth(self._posteriors(logits))
         self.last_trace = s
         self._detect(s)
         self._n += len(logits)
         self.scores = {k: float(v) for k, v in zip(self.keywords, s[-1], strict=True)}
         return dict(self.scores)
 
-    def _smooth(self, p: np.ndarray) -> np.ndarray:
-        if self.smooth == 1:
+    def _posteriors(self, logits: np.ndarray) -> np.ndarray:
+        """The keywords' softmax posteriors ``(T, K)``, float64. A graph with a front end
+        holds each frame's logits for the frame's samples, so the softmax is taken once per
+        run of equal rows and repeated (the same numbers as row by row)."""
+        new = np.ones(len(logits), bool)
+        new[1:] = (logits[1:] != logits[:-1]).any(1)
+        starts = np.flatnonzero(new)
+        rows = logits[starts]
+        e = np.exp(rows - rows.max(-1, keepdims=True))
+        p = (e[:, self._cls] / e.sum(-1, keepdims=True)).astype(np.float64)
+        if len(starts) == len(logits):
             return p
-        full = np.concatenate([self._hist, p])
-        c = np.cumsum(np.concatenate([np.zeros((1, full.shape[1])), full]), axis=0)
+        return np.repeat(p, np.diff(np.append(starts, len(logits))), axis=0)
+
+    def _smooth(self, p: np.ndarray) -> np.ndarray:
+        """s_t = (1/w) Σ_{j<w} p_{t−j}, the mean of the last w posteriors at every new
+        sample (zeros before the start), by running sums over the block: with H the sum
+        of the w−1 posteriors before it and ℓ_t the one that leaves the window at t,
+        w·s_t = H + Σ_{j≤t} p_j − Σ_{j<t} ℓ_j. The w−1 last posteriors are a ring
+        ``(K, w−1)``, so a block costs O(T) moves, not O(w + T)."""
         w = self.smooth
-        s = (c[w:] - c[:-w]) / w  # mean of the last w posteriors at every new sample
-        self._hist = full[-(w - 1) :]
-        return s
+        if w == 1:
+            return p
+        T, ring, pt = len(p), self._hist, p.T
+        if T < w - 1:
+            idx = (self._head + np.arange(T)) % (w - 1)
+            leaving = ring[:, idx]  # the oldest T, in order
+        else:  # the whole ring leaves, then the block's own first T − (w − 1)
+            leaving = np.concatenate([np.roll(ring, -self._head, 1), pt[:, : T - (w - 1)]], 1)
+        s = np.cumsum(pt, 1)
+        s += ring.sum(1)[:, None]
+        s[:, 1:] -= np.cumsum(leaving[:, : T - 1], 1)
+        s /= w
+        if T < w - 1:
+            ring[:, idx] = pt
+            self._head = (self._head + T) % (w - 1)
+        else:
+            self._hist, self._head = np.ascontiguousarray(pt[:, T - (w - 1) :]), 0
+        return s.T
 
     def _detect(self, s: np.ndarray) -> None:
         fired, self._last_det = detect_events(

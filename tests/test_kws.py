@@ -112,6 +112,34 @@ def test_keyword_spotter_api(tone_model, tone_wavs):
     assert sp.time_s == 0 and sp.run(np.round(x * 32767).astype(np.int16))  # int16 frames work
 
 
+def test_tracker_smoothing_is_the_moving_average_in_any_blocks():
+    """KeywordTracker's running-sum smoothing (a ring of the last w−1 posteriors) equals
+    the literal mean of the last w posteriors (zeros before the start), float64, for blocks
+    shorter than, equal to and longer than the window, and held rows (a front end's
+    frames) give the row-by-row softmax exactly."""
+    from liquid_stream.apps.kws import KeywordTracker
+
+    rng = np.random.default_rng(3)
+    K, w = 4, 50
+    tr = KeywordTracker([f"k{i}" for i in range(K)], np.arange(K), np.full(K, 2.0), w, 0, 100)
+    blocks = [rng.standard_normal((T, K + 1)) for T in (1, 7, 49, 50, 3, 120, 48, 200, 2)]
+    blocks[3] = np.repeat(rng.standard_normal((5, K + 1)), 10, axis=0)  # held rows
+    logits = np.concatenate(blocks)
+    got = []
+    for b in blocks:
+        tr.update(b)
+        got.append(tr.last_trace)
+    got = np.concatenate(got)
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    p = (e[:, :K] / e.sum(1, keepdims=True)).astype(np.float64)
+    ref = np.array([p[max(0, t - w + 1) : t + 1].sum(0) / w for t in range(len(p))])
+    assert np.abs(got - ref).max() <= 1e-12
+    tr1 = KeywordTracker([f"k{i}" for i in range(K)], np.arange(K), np.full(K, 2.0), 1, 0, 100)
+    tr1.update(blocks[3])
+    e3 = np.exp(blocks[3] - blocks[3].max(1, keepdims=True))
+    assert np.array_equal(tr1.last_trace, (e3[:, :K] / e3.sum(1, keepdims=True)).astype(float))
+
+
 def test_resampling_16k_and_odd_rate_give_same_detections(tone_model, tone_wavs):
     ref = parse_detections(
         run_cli(kws_cmd, [tone_model, "--input", tone_wavs["8k"], "--fast", "--no-ui"]).output
