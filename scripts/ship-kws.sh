@@ -55,3 +55,9 @@ warm_stage "$OUT2" "$OUT/speech" "$OUT/kws/best.pt" 16 60 "$OUT/test" 30
 [ -d "$OUT3/speech" ] || $L data speech-synth "$OUT3/speech" --per-word 300 --seed 3
 warm_stage "$OUT3" "$OUT3/speech" "$OUT2/kws/last.pt" 20 120 "$OUT3/test60" 60
 cp "$OUT3/kws-sc10.onnx" liquid_stream/models/kws-sc10.onnx
+# v3c (2026-11-28, the shipped graph): runs/ship3 was not on the machine, so stage 3's
+# weights were recovered from the v3b graph (git show 9a06347:liquid_stream/models/kws-sc10.onnx
+# > V3B.onnx) and exported through this tree's exporter (the export above, rerun today, makes
+# the same graph from runs/ship3/kws/last.pt):
+#   python scripts/checkpoint_from_onnx.py V3B.onnx runs/kws3b/recovered.pt
+#   liquid-stream export runs/kws3b/recovered.pt --onnx runs/kws3b/kws-sc10.onnx --chunk 1600 --sub-block 1 --verify
