@@ -11,8 +11,9 @@ them, the streams spread round-robin as a client with stream affinity does):
 
 - **beds**: vital-sign beds at 125 Hz, PLETH + II, 1-s blocks, 3 models per bed: the
   shipped ``vitals-ppg-ecg-hr`` and ``vitals-ppg-ecg-rr`` and, as the third, an
-  *untrained* SpO2 model exported here with the HR model's architecture (no SpO2 model
-  is shipped; its weights do not change the cost). The server hosts them as one
+  *untrained* SpO2 model exported here with the HR model's architecture (the shipped
+  ``vitals-oximeter-spo2``, 4 × 64 as well, reads IR and red channels, which these beds
+  do not carry; weights do not change the cost). The server hosts them as one
   ``--vitals ward=...`` set.
 - **kws100 / kws10**: the shipped spotter ``kws-sc10`` on 16 kHz audio in 100 ms and
   10 ms blocks (the bank steps the shipped model in 160-sample calls either way;
