@@ -1,15 +1,15 @@
-"""Where one exported graph spends a call: onnxruntime's own profiler, by op type and node.
+"""Where one call of an exported graph spends its time: onnxruntime's profiler, by op type.
 
-    python bench/onnx_profile.py MODEL.onnx [--batch 64] [--calls 60] [--chunk N] [--top 15]
+    python bench/onnx_profile.py liquid_stream/models/vitals-ppg-ecg-hr.onnx --batch 1000
+    python bench/onnx_profile.py liquid_stream/models/kws-sc10.onnx --batch 50 --chunk 1600
 
-Streams ``--calls`` chunks of random input (standard normal · ``--scale`` + ``--offset``,
-biosignal-like units for a scale-normalised model) through one onnxruntime session (one
-thread, profiling on) by :meth:`liquid_stream.OnnxStreamer.process` (the state carried
-from call to call), and prints the mean time of a call
-(``model_run``) and the kernel time by op type and by node. Nodes inside an ``If`` (the
-stack of a front-end graph) are counted both as themselves and in their ``If``, so the op
-shares add up to more than 100 %. The profiler adds its own overhead: compare shares, not
-absolute times (bench/onnx_ab.py times calls).
+Runs ``--calls`` calls of ``--chunk`` samples (default: the graph's ``chunk``) at batch
+``--batch`` from the zero state, one thread, and prints the median wall time of a call
+without the profiler, then the profiler's kernel time per op type (nodes inside ``If``
+branches counted where they run; the ``If`` nodes themselves left out, they contain the
+others) and the heaviest single nodes with their output shapes. Input: standard normal
+times ``--scale`` around ``--offset`` (biosignal-like units by default; ``--scale 0.1
+--offset 0`` for audio).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import argparse
 import collections
 import json
 import shlex
+import statistics
 import sys
-import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,52 +33,64 @@ from liquid_stream.onnx_streamer import OnnxStreamer  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model", help="an exported graph (.onnx)")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--calls", type=int, default=60)
-    ap.add_argument("--chunk", type=int, default=None, help="default: the graph's chunk")
-    ap.add_argument("--top", type=int, default=15, help="nodes listed")
+    ap.add_argument("onnx")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--chunk", type=int, default=None)
+    ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--scale", type=float, default=30.0)
     ap.add_argument("--offset", type=float, default=500.0)
+    ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
     import onnxruntime as ort
 
-    streamer = OnnxStreamer(args.model, batch=args.batch, threads=1)
-    T = args.chunk or streamer.chunk
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.enable_profiling = True
-    options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "profile")
-    options.log_severity_level = 3
-    # the streamer's own call path (state carried, input checked), on a profiling session
-    streamer.session = ort.InferenceSession(
-        args.model, options, providers=["CPUExecutionProvider"]
-    )
+    st = OnnxStreamer(args.onnx, batch=args.batch)
+    T = args.chunk or st.chunk
     rng = np.random.default_rng(0)
+    x = args.offset + args.scale * rng.standard_normal((args.batch, T, st.d_input))
+    feeds = {"x": x.astype(np.float32), **st.state}
+
+    def session(profile: bool):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
+        so.enable_profiling = profile
+        so.profile_file_prefix = "/tmp/onnx_profile"
+        return ort.InferenceSession(args.onnx, so, providers=["CPUExecutionProvider"])
+
+    plain = session(False)
+    outs = [o.name for o in plain.get_outputs()]
+    plain.run(outs, feeds)
+    wall = []
     for _ in range(args.calls):
-        x = rng.standard_normal((args.batch, T, streamer.d_input)) * args.scale + args.offset
-        streamer.process(x.astype(np.float32))
-    session = streamer.session
-    events = json.loads(Path(session.end_profiling()).read_text())
-    by_op: collections.Counter = collections.Counter()
-    by_node: collections.Counter = collections.Counter()
-    run_us, runs = 0.0, 0
+        t = time.perf_counter()
+        plain.run(outs, feeds)
+        wall.append(time.perf_counter() - t)
+    prof = session(True)
+    for _ in range(args.calls):
+        prof.run(outs, feeds)
+    events = json.loads(Path(prof.end_profiling()).read_text())
+    by_op, n_op, by_node = collections.Counter(), collections.Counter(), collections.Counter()
     for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            by_op[e["args"]["op_name"]] += e["dur"]
-            by_node[f"{e['name'][: -len('_kernel_time')]} ({e['args']['op_name']})"] += e["dur"]
-        elif e.get("cat") == "Session" and e["name"] == "model_run":
-            run_us, runs = run_us + e["dur"], runs + 1
-    runs = max(runs, 1)
-    print(f"command: {shlex.join([sys.executable, *sys.argv])}")
-    print(f"{args.model}: batch {args.batch}, chunk {T}, {args.calls} calls, one thread; "
-          f"model_run mean {run_us / runs / 1e3:.3f} ms (profiled)\n")  # fmt: skip
-    print("| op type | ms per call | share of model_run |\n|---|---|---|")
-    for op, us in by_op.most_common():
-        print(f"| {op} | {us / runs / 1e3:.3f} | {100 * us / max(run_us, 1):.1f} % |")
-    print(f"\n| node (the {args.top} longest) | ms per call |\n|---|---|")
-    for node, us in by_node.most_common(args.top):
-        print(f"| {node} | {us / runs / 1e3:.3f} |")
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        op = e["args"].get("op_name")
+        if op == "If":
+            continue
+        by_op[op] += e["dur"]
+        n_op[op] += 1
+        shape = json.dumps(e["args"].get("output_type_shape", ""))[:60]
+        by_node[(op, e["name"][: -len("_kernel_time")], shape)] += e["dur"]
+    total = sum(by_op.values())
+    print(f"Command: python {shlex.join(sys.argv)}")
+    print(f"{args.onnx}: batch {args.batch}, {T} samples a call, one thread")
+    print(f"wall per call (no profiler), median of {args.calls}: "
+          f"{1e3 * statistics.median(wall):.2f} ms\n")  # fmt: skip
+    print("| op | ms per call | share | nodes per call |\n|---|---|---|---|")
+    for op, d in by_op.most_common():
+        print(f"| {op} | {d / args.calls / 1e3:.2f} | {100 * d / total:.1f} % "
+              f"| {n_op[op] // args.calls} |")  # fmt: skip
+    print(f"\n| heaviest nodes (top {args.top}) | output shape | ms per call |\n|---|---|---|")
+    for (op, name, shape), d in by_node.most_common(args.top):
+        print(f"| {op} `{name}` | {shape} | {d / args.calls / 1e3:.2f} |")
 
 
 if __name__ == "__main__":
