@@ -2,26 +2,32 @@
 
     python scripts/checkpoint_from_onnx.py liquid_stream/models/kws-sc10.onnx OUT.pt
 
-Why: a shipped graph whose training checkpoint is lost (``kws-sc10`` v3b: ``runs/ship3``
-is not on this machine) cannot be re-exported through a newer exporter (the whole-call
-MatMul of docs/design.md §8). The graph holds every weight, so the checkpoint is rebuilt
-from it. Supported: what the exporter writes for a causal S4D model (``mode="diag"``,
-bilinear, PB or no liquid term, L̃ = 1, one input signal) on the channel-first stack; the
-graph's tables are read in the order the exporter emits them, per block:
+Why: a shipped graph whose training checkpoint is lost (``kws-sc10`` v3b, ``runs/ship3``;
+``vitals-ppg-hr``, ``runs/vit3``: not on this machine) cannot be re-exported through a
+newer exporter (the whole-call MatMul of docs/design.md §8). The graph holds every
+weight, so the checkpoint is rebuilt from it. Supported: what the exporter writes for a
+causal S4D model (``mode="diag"``, bilinear, PB or no liquid term, L̃ = 1, one input
+signal) on the channel-first stack, any sub-block S (S ≠ 2M when S > 1), with a front
+end whose tables follow from the config (log-mel, scale-norm). The graph's tables are
+read in the order the exporter emits them, per block (two of them stored transposed by
+some exporter versions: both are read):
 
-    LayerNorm γ, β                      (H, 1, 1) Mul, Add
-    G = b = [Re B̄ | Im B̄]               (H, 1, 2M) MatMul           (sub-block S = 1)
-    scan level 0: [Re λ, Re λ], [−Im λ, Im λ]   (H, 2, M) Mul, Mul  (λ = Ā, S = 1)
-    [K₀ + D; E]  with K₀ = c·b, E = c Ā, c = [2 Re C | −2 Im C]     (H, 1 + 2M, 1) MatMul
-    pb_coef = 2 Re Σ_m C_m B̄_m²         (H, 1, 1) Mul               (PB only: a check)
-    GLU linear: W_a, b_a, W_g, b_g      (H, H) MatMul, (H, 1) Add × 2
+    LayerNorm γ, β                             (H, 1, 1) Mul, Add
+    G[j] = Ā^{S−1−j} b, b = [Re B̄ | Im B̄]       (H, S, 2M) MatMul
+    scan tables: powers of λ                    (H, 2, M) Mul or a Slice'd table (skipped)
+    [K_locᵀ; Eᵀ], K_loc[0] = c·b + D, E[i] = c Ā^{i+1}, c = [2 Re C | −2 Im C]
+                                                (H, S + 2M, S) MatMul
+    pb_coef = 2 Re Σ_m C_m B̄_m²                 (H, 1, 1) Mul      (PB only: a check)
+    GLU linear: W_a, b_a, W_g, b_g              (H, H) MatMul, (H, 1) Add × 2
 
-and the encoder (H, d) / (H, 1) before the blocks, the final LayerNorm and the head after.
-The continuous parameters follow from the bilinear map: ΔΛ = 2(λ − 1)/(λ + 1),
+and the encoder (H, d) / (H, 1) before the blocks, the final LayerNorm and the head after
+(with the model's output scale a and shift s folded in: a·(W h + b) + s, unfolded here).
+λ = Ā comes from scan level 0 when S = 1, else from E[1] = E[0]·Ā; c from E[0]. The
+continuous parameters follow from the bilinear map: ΔΛ = 2(λ − 1)/(λ + 1),
 ΔB = B̄ (1 − ΔΛ/2), with Δ kept at the geometric middle of the config's [dt_min, dt_max]
 (the graph fixes only the products ΔΛ and ΔB, which are all the model and its ``rate``
 option use). The recovered model is checked against the graph it came from: the script
-streams random audio through both and prints the largest difference relative to max|y|.
+streams random input through both and prints the largest difference relative to max|y|.
 """
 
 from __future__ import annotations
@@ -84,12 +90,48 @@ class Reader:
         self.i += 1
         return value.astype(np.float64)
 
-    def skip_while(self, op: str, shape: tuple[int, ...]) -> None:
+    def take_either(self, op: str, shape: tuple[int, int, int]) -> np.ndarray:
+        """A table stored as ``shape`` (H, m, n) or transposed (H, n, m) (the exporter's
+        layouts differ between versions), returned as ``shape``."""
+        H, m, n = shape
+        got_op, value = self.tables[self.i]
+        if got_op == op and value.shape == (H, n, m) and m != n:
+            self.i += 1
+            return value.astype(np.float64).transpose(0, 2, 1)
+        return self.take(op, shape)
+
+    def skip_while(self, op: str, shape: tuple[int, ...] | None) -> None:
+        """Skip tables of ``op`` and ``shape`` (None: any of three or more dimensions)."""
         while self.i < len(self.tables):
             got_op, value = self.tables[self.i]
-            if got_op != op or value.shape != shape:
+            fits = value.ndim >= 3 if shape is None else value.shape == shape
+            if got_op != op or not fits:
                 return
             self.i += 1
+
+
+def _basis_and_lambda(G: np.ndarray, out: np.ndarray, S: int, M: int, block: int):
+    """For S > 1: the tables in the [Re | Im] basis and λ = Ā from E[1] = E[0]·Ā, i.e.
+    e₁ = e₀·conj(λ) per mode for e = E_re + i·E_im. The basis is [Re | Im] or interleaved
+    (mode, Re/Im) by exporter version: the one in which G[S−2] = λ·G[S−1] holds."""
+    best = None
+    for interleaved in (False, True):
+        g, o = G, out
+        if interleaved:  # (…, M, 2) → (…, 2, M)
+            g = G.reshape(*G.shape[:2], M, 2).swapaxes(-1, -2).reshape(G.shape)
+            z = out[:, S:].reshape(out.shape[0], M, 2, S).swapaxes(1, 2).reshape(-1, 2 * M, S)
+            o = np.concatenate([out[:, :S], z], 1)
+        e0 = o[:, S:, 0][:, :M] + 1j * o[:, S:, 0][:, M:]
+        e1 = o[:, S:, 1][:, :M] + 1j * o[:, S:, 1][:, M:]
+        lam = np.where(e0 == 0, 0.5, np.conj(e1 / np.where(e0 == 0, 1, e0)))  # c = 0: any λ
+        gc = g[:, :, :M] + 1j * g[:, :, M:]
+        err = np.abs(gc[:, S - 2] - lam * gc[:, S - 1]).max() / np.abs(gc).max()
+        if best is None or err < best[0]:
+            best = (err, g, o, lam)
+    err, g, o, lam = best
+    if err > 1e-3:
+        raise ValueError(f"block {block}: G and E do not share one transition ({err:.1e})")
+    return g, o, lam
 
 
 def recover(path: Path) -> tuple[LiquidS4Model, dict]:
@@ -101,15 +143,15 @@ def recover(path: Path) -> tuple[LiquidS4Model, dict]:
         raise ValueError("only causal bilinear S4D graphs are supported")
     if cfg.get("liquid") not in (None, "pb") or cfg.get("liquid_len", 1) != 1:
         raise ValueError("only PB (liquid_len 1) or no liquid term is supported")
-    if int(props.get("sub_block", 0)) != 1:
-        raise ValueError("only graphs exported with --sub-block 1 are supported")
-    H, M = cfg["d_model"], cfg["d_state"] // 2
+    S, H, M = int(props.get("sub_block", 0)), cfg["d_model"], cfg["d_state"] // 2
+    if S < 1 or S & (S - 1) or (S > 1 and S == 2 * M):
+        raise ValueError(f"sub-block {S} with {2 * M} states: not a layout this script reads")
     model = LiquidS4Model(**cfg).double().eval()
     sd = {k: v.clone() for k, v in model.state_dict().items()}
     rd = Reader(tables_in_order(graph))
-    # front end (fixed: DFT, mel, band statistics come from the config) and encoder
+    # front end (fixed: its tables follow from the config), then the encoder
     n_feat = model.encoder.weight.shape[1]
-    while rd.tables[rd.i][1].shape != (H, n_feat):
+    while rd.tables[rd.i][0] != "MatMul" or rd.tables[rd.i][1].shape != (H, n_feat):
         rd.i += 1
     sd["encoder.weight"] = torch.tensor(rd.take("MatMul", (H, n_feat)))
     sd["encoder.bias"] = torch.tensor(rd.take("Add", (H, 1))[:, 0])
@@ -118,19 +160,24 @@ def recover(path: Path) -> tuple[LiquidS4Model, dict]:
         p = f"blocks.{i}."
         sd[p + "norm.norm.weight"] = torch.tensor(rd.take("Mul", (H, 1, 1)).ravel())
         sd[p + "norm.norm.bias"] = torch.tensor(rd.take("Add", (H, 1, 1)).ravel())
-        b = rd.take("MatMul", (H, 1, 2 * M))[:, 0]
+        G = rd.take_either("MatMul", (H, S, 2 * M))  # G[j] = Ā^{S−1−j} b
+        if S == 1:  # scan level 0 is λ^S = λ itself
+            re2, im2 = rd.take("Mul", (H, 2, M)), rd.take("Mul", (H, 2, M))
+            lam = re2[:, 0] + 1j * im2[:, 1]
+        rd.skip_while("Mul", (H, 2, M))  # the (higher) scan levels: powers of λ
+        rd.skip_while("Slice", None)  # a closed-form scan's table of powers
+        out = rd.take_either("MatMul", (H, S + 2 * M, S))  # [K_locᵀ; Eᵀ]: (s, Z) → y
+        if S > 1:  # the real basis: [Re | Im], or (mode, Re/Im) interleaved; λ from E
+            G, out, lam = _basis_and_lambda(G, out, S, M, i)
+        b = G[:, S - 1]
         B_bar = b[:, :M] + 1j * b[:, M:]
-        re2, im2 = rd.take("Mul", (H, 2, M)), rd.take("Mul", (H, 2, M))
-        lam = re2[:, 0] + 1j * im2[:, 1]
-        rd.skip_while("Mul", (H, 2, M))  # the higher scan levels: powers of λ
-        out = rd.take("MatMul", (H, 1 + 2 * M, 1))[:, :, 0]
-        E = out[:, 1:]  # c Ā in the real basis
+        E = out[:, S:, 0]  # E[0] = c Ā in the real basis
         # E = c·[[Re λ, −Im λ], [Im λ, Re λ]]: per mode, solve for (c_re, c_im)
         det = lam.real**2 + lam.imag**2
         c_re = (E[:, :M] * lam.real - E[:, M:] * lam.imag) / det
         c_im = (E[:, :M] * lam.imag + E[:, M:] * lam.real) / det
         C = c_re / 2 - 1j * c_im / 2
-        D = out[:, 0] - (c_re * b[:, :M] + c_im * b[:, M:]).sum(-1)
+        D = out[:, 0, 0] - (c_re * b[:, :M] + c_im * b[:, M:]).sum(-1)
         dtL = 2 * (lam - 1) / (lam + 1)
         B = B_bar * (1 - dtL / 2) / dt
         Lam = dtL / dt
@@ -156,8 +203,10 @@ def recover(path: Path) -> tuple[LiquidS4Model, dict]:
     sd["final_norm.norm.weight"] = torch.tensor(rd.take("Mul", (H, 1, 1)).ravel())
     sd["final_norm.norm.bias"] = torch.tensor(rd.take("Add", (H, 1, 1)).ravel())
     d_out = cfg["d_output"]
-    sd["head.weight"] = torch.tensor(rd.take("MatMul", (d_out, H)))
-    sd["head.bias"] = torch.tensor(rd.take("Add", (d_out, 1))[:, 0])
+    # the graph's head has the output scale and shift folded in: a·(W h + b) + s
+    a, shift = cfg.get("output_scale", 1.0), cfg.get("output_shift", 0.0)
+    sd["head.weight"] = torch.tensor(rd.take("MatMul", (d_out, H)) / a)
+    sd["head.bias"] = torch.tensor((rd.take("Add", (d_out, 1))[:, 0] - shift) / a)
     model.load_state_dict(sd)
     model = model.float().eval()
     meta = ModelMeta.from_onnx_props(props).to_dict()

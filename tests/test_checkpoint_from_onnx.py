@@ -104,10 +104,75 @@ def test_reexport_takes_the_new_graphs_metadata(tmp_path):
     assert np.abs(ya - yb).max() <= 1e-5 * np.abs(ya).max()
 
 
+def _vital(seed: int = 3) -> LiquidS4Model:
+    """A small scale-norm vital-sign model with a folded output scale and shift."""
+    torch.manual_seed(seed)
+    model = LiquidS4Model(
+        d_input=2, d_output=1, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb",
+        liquid_order=2, norm="layer", prenorm=True, decoder="window", decoder_window=50,
+        frontend={"kind": "scalenorm", "tau_s": 8.0, "hop": 5}, output_scale=30.0,
+        output_shift=100.0,
+    )  # fmt: skip
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("ssm.D"):
+                p.add_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+VITAL_META = {"task": "bidmc", "target": "hr", "units": "bpm", "channels": ["PLETH", "II"],
+              "sample_rate": 125, "window": 250, "labels": ["hr"], "d_input": 2,
+              "d_output": 1, "input_mean": [0.0, 0.0], "input_std": [1.0, 1.0],
+              "target_mean": 0.0, "target_std": 1.0}  # fmt: skip
+
+
+@pytest.mark.parametrize("sub_block", [1, 4])
+def test_vital_graph_of_any_sub_block_recovers(tmp_path, sub_block):
+    """Sub-blocks of 4 (G and [K_locᵀ; Eᵀ] stored transposed, a table of powers) and 1,
+    a scale-norm front end, and the head's folded output scale and shift."""
+    script = _script()
+    model = _vital()
+    ckpt = tmp_path / "v.pt"
+    save_checkpoint(ckpt, model, VITAL_META)
+    graph = tmp_path / "v.onnx"
+    export_checkpoint(ckpt, graph, chunk=125, sub_block=sub_block)
+    rec, meta = script.recover(graph)
+    for a, b in zip(model.blocks, rec.blocks, strict=True):
+        ma, mb = a.ssm.ssm_matrices(), b.ssm.ssm_matrices()
+        for key in ("A_bar", "B_bar", "C", "D", "pb_coef"):
+            x, y = ma[key].detach(), mb[key].detach()
+            assert (x - y).abs().max() <= 2e-5 * x.abs().max(), key
+    assert torch.allclose(model.head.weight, rec.head.weight, rtol=1e-6, atol=1e-7)
+    assert torch.allclose(model.head.bias, rec.head.bias, rtol=1e-5, atol=1e-5)
+    assert script.compare(rec, graph, meta) <= 1e-4
+
+
+@pytest.mark.parametrize(
+    "name", ["kws-sc10", "vitals-ppg-hr", "vitals-ppg-rr", "vitals-ppg-ecg-hr",
+             "vitals-ppg-ecg-rr", "vitals-oximeter-spo2"],
+)  # fmt: skip
+def test_every_shipped_graph_recovers(name):
+    """The shipped graphs themselves (several exporter versions): each recovered model
+    streams as its graph within the exactness contract."""
+    from liquid_stream.models import shipped
+
+    script = _script()
+    rec, meta = script.recover(shipped(name))
+    assert script.compare(rec, shipped(name), meta) <= 1e-4
+
+
 def test_unsupported_graph_is_refused(tmp_path):
     script = _script()
-    graph = _export(_spotter(2), tmp_path, "s16", chunk=1600, sub_block=16)
-    with pytest.raises(ValueError, match="sub-block 1"):
+    torch.manual_seed(0)
+    kb = LiquidS4Model(d_input=1, d_output=3, d_model=8, n_layers=1, d_state=4, mode="diag",
+                       liquid="kb", liquid_order=2, norm="layer", decoder="window",
+                       decoder_window=5)  # fmt: skip
+    ckpt = tmp_path / "kb.pt"
+    save_checkpoint(ckpt, kb.eval(), META)
+    export_checkpoint(ckpt, tmp_path / "kb.onnx", chunk=160)
+    with pytest.raises(ValueError, match="only PB"):
+        script.recover(tmp_path / "kb.onnx")
+    graph = _export(_spotter(2), tmp_path, "s8", chunk=1600, sub_block=8)  # S = 2M: ambiguous
+    with pytest.raises(ValueError, match="sub-block 8 with 8 states"):
         script.recover(graph)
-    rec_model, _ = model_from_checkpoint(tmp_path / "s16.pt")  # the checkpoint is intact
-    assert rec_model is not None
+    assert model_from_checkpoint(tmp_path / "s8.pt")[0] is not None  # the checkpoint intact
