@@ -64,6 +64,11 @@ train "$OUT/ppg-hr" --preset ppg --target hr
 seed1 "${OUT}2/ppg-hr" ppg hr "$OUT/ppg-hr/best.pt" --set optim.epochs=6 --set optim.warmup_steps=100
 stream "${OUT}3/ppg-hr" ppg hr "${OUT}2/ppg-hr/best.pt" 10
 ship "${OUT}3/ppg-hr" vitals-ppg-hr
+# (2026-11-28: runs/vit3 was not on the machine; the shipped graph was re-exported from
+# weights recovered from the previous one, V1 = git show e6a2bc3:liquid_stream/models/vitals-ppg-hr.onnx:
+#   python scripts/checkpoint_from_onnx.py V1.onnx runs/ppghr/recovered.pt
+#   liquid-stream export runs/ppghr/recovered.pt --onnx liquid_stream/models/vitals-ppg-hr.onnx \
+#     --chunk 125 --sub-block 1 --verify   # the export of ship() above, from the recovered weights)
 # vitals-ppg-rr (6 x 128), vitals-ppg-ecg-hr, vitals-ppg-ecg-rr: from the GPU runs
 # (scripts/gpu-vitals.sh; its output folder copied to GPU), their record set regenerated here
 SIM=runs/sim/s3-999

@@ -66,9 +66,10 @@ def test_weight_roles_of_the_shipped_graphs():
     assert "Conv" not in {ops.get(n) for n, r in kws.items() if r != "frontend"}
     vit = weight_roles(onnx.load(VITALS))
     counts = {r: sum(v == r for v in vit.values()) for r in ("linear", "ssm", "frontend")}
-    # encoder + 4 × 2 GLU halves + decoder; 4 × 2 SSM tables; the scale-norm front end's two
-    # within-block EMA Toeplitz products (mean, variance), which stay float32
-    assert counts == {"linear": 1 + 4 * 2 + 1, "ssm": 8, "frontend": 2}
+    # encoder + 4 × 2 GLU halves in each branch (whole call, chunked) + decoder; 4 × 2 SSM
+    # tables + 4 whole-call maps W; the scale-norm front end's two within-block EMA Toeplitz
+    # products (mean, variance), which stay float32
+    assert counts == {"linear": 1 + 4 * 2 * 2 + 1, "ssm": 4 * 3, "frontend": 2}
 
 
 @pytest.mark.parametrize("mode,liquid,P,norm", CASES)
