@@ -70,7 +70,8 @@ def tables_in_order(model: onnx.ModelProto) -> list[tuple[str, np.ndarray]]:
 
     walk(model.graph)
     # a newer exporter's whole-call tables (H, T₀ + 2M, T₀ + 2M) follow from the rest
-    whole = [v.ndim == 3 and v.shape[1] == v.shape[2] > 1 for _, v in seen.values()]
+    whole = [op == "MatMul" and v.ndim == 3 and v.shape[1] == v.shape[2] > 1
+             for op, v in seen.values()]  # fmt: skip
     return [t for t, w in zip(seen.values(), whole, strict=True) if not w]
 
 
