@@ -32,20 +32,40 @@ def _script():
     return mod
 
 
-def _spotter(seed: int = 0) -> LiquidS4Model:
-    """A small log-mel PB spotter with every weight random (no two tables alike: the
-    exporter stores equal tables once)."""
+def _model(seed: int, **kw) -> LiquidS4Model:
+    """A small S4D PB model with every weight random (no two tables alike: the exporter
+    stores equal tables once)."""
     torch.manual_seed(seed)
-    model = LiquidS4Model(
-        d_input=1, d_output=3, d_model=16, n_layers=2, d_state=8, mode="diag",
-        liquid="pb", liquid_order=2, norm="layer", prenorm=True, decoder="window",
-        decoder_window=5, frontend={"kind": "logmel", "n_mels": 12},
-    )  # fmt: skip
+    args = dict(d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb", liquid_order=2,
+                norm="layer", prenorm=True, decoder="window")  # fmt: skip
+    model = LiquidS4Model(**(args | kw))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name or name.endswith("ssm.D"):
                 p.add_(0.3 * torch.randn_like(p))
     return model.eval()
+
+
+def _spotter(seed: int = 0) -> LiquidS4Model:
+    """A log-mel spotter."""
+    return _model(seed, d_input=1, d_output=3, decoder_window=5,
+                  frontend={"kind": "logmel", "n_mels": 12})  # fmt: skip
+
+
+def _vital(seed: int = 3) -> LiquidS4Model:
+    """A scale-norm vital-sign model with a folded output scale and shift."""
+    return _model(seed, d_input=2, d_output=1, decoder_window=50,
+                  frontend={"kind": "scalenorm", "tau_s": 8.0, "hop": 5},
+                  output_scale=30.0, output_shift=100.0)  # fmt: skip
+
+
+def _assert_same_system(model: LiquidS4Model, rec: LiquidS4Model, rtol: float) -> None:
+    """Every layer's discrete system (Ā, B̄, C, D, pb_coef) equal within ``rtol``."""
+    for a, b in zip(model.blocks, rec.blocks, strict=True):
+        ma, mb = a.ssm.ssm_matrices(), b.ssm.ssm_matrices()
+        for key in ("A_bar", "B_bar", "C", "D", "pb_coef"):
+            x, y = ma[key].detach(), mb[key].detach()
+            assert (x - y).abs().max() <= rtol * x.abs().max(), key
 
 
 META = {"task": "speech-stream", "labels": ["a", "b", "_silence_"], "sample_rate": 16000,
@@ -66,11 +86,8 @@ def test_recovered_model_is_the_exported_one(tmp_path):
     model = _spotter()
     graph = _export(model, tmp_path, "orig", chunk=2400)
     rec, meta = script.recover(graph)
+    _assert_same_system(model, rec, 2e-6)
     for a, b in zip(model.blocks, rec.blocks, strict=True):
-        ma, mb = a.ssm.ssm_matrices(), b.ssm.ssm_matrices()
-        for key in ("A_bar", "B_bar", "C", "D", "pb_coef"):
-            x, y = ma[key].detach(), mb[key].detach()
-            assert (x - y).abs().max() <= 2e-6 * x.abs().max(), key
         assert torch.equal(a.out.weight, b.out.weight) and torch.equal(a.out.bias, b.out.bias)
         assert torch.equal(a.norm.norm.weight, b.norm.norm.weight)
     assert torch.equal(model.head.weight, rec.head.weight)
@@ -104,22 +121,6 @@ def test_reexport_takes_the_new_graphs_metadata(tmp_path):
     assert np.abs(ya - yb).max() <= 1e-5 * np.abs(ya).max()
 
 
-def _vital(seed: int = 3) -> LiquidS4Model:
-    """A small scale-norm vital-sign model with a folded output scale and shift."""
-    torch.manual_seed(seed)
-    model = LiquidS4Model(
-        d_input=2, d_output=1, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb",
-        liquid_order=2, norm="layer", prenorm=True, decoder="window", decoder_window=50,
-        frontend={"kind": "scalenorm", "tau_s": 8.0, "hop": 5}, output_scale=30.0,
-        output_shift=100.0,
-    )  # fmt: skip
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name or name.endswith("ssm.D"):
-                p.add_(0.3 * torch.randn_like(p))
-    return model.eval()
-
-
 VITAL_META = {"task": "bidmc", "target": "hr", "units": "bpm", "channels": ["PLETH", "II"],
               "sample_rate": 125, "window": 250, "labels": ["hr"], "d_input": 2,
               "d_output": 1, "input_mean": [0.0, 0.0], "input_std": [1.0, 1.0],
@@ -137,11 +138,7 @@ def test_vital_graph_of_any_sub_block_recovers(tmp_path, sub_block):
     graph = tmp_path / "v.onnx"
     export_checkpoint(ckpt, graph, chunk=125, sub_block=sub_block)
     rec, meta = script.recover(graph)
-    for a, b in zip(model.blocks, rec.blocks, strict=True):
-        ma, mb = a.ssm.ssm_matrices(), b.ssm.ssm_matrices()
-        for key in ("A_bar", "B_bar", "C", "D", "pb_coef"):
-            x, y = ma[key].detach(), mb[key].detach()
-            assert (x - y).abs().max() <= 2e-5 * x.abs().max(), key
+    _assert_same_system(model, rec, 2e-5)
     assert torch.allclose(model.head.weight, rec.head.weight, rtol=1e-6, atol=1e-7)
     assert torch.allclose(model.head.bias, rec.head.bias, rtol=1e-5, atol=1e-5)
     assert script.compare(rec, graph, meta) <= 1e-4
