@@ -596,6 +596,12 @@ def test_http_dashboard_files_and_state(srv):
             return v if v and v["stream_time_s"] >= 36 else None
 
         view = wait_for(bed9, what="36 s of bed-9 on the dashboard")
+
+        def kws_detected():  # the keyword stream is stepped apart from the bed: wait for it too
+            views = {v["id"]: v for v in state(srv)["streams"]}
+            return views.get(k.stream_id, {}).get("detections")
+
+        wait_for(kws_detected, what="a detection of the keyword stream on the dashboard")
         st = state(srv)
         assert st["server"]["streams"] == 2
         assert set(st["server"]["models"]) == {"tone", "ppg", "ppg-ecg"}
