@@ -88,7 +88,7 @@ PROVENANCE: dict[str, str] = {
     "protocol": "str", "subset": "str", "clip_end": "str", "label_tail_ms": "number",
     "label_hold_ms": "number", "vocab": "strings", "max_length": "count", "source": "str",
     "mode": "str", "length": "count", "image_shape": "list", "val_split": "str",
-    "resolution": "count", "difficulty": "str",
+    "resolution": "count", "difficulty": "str", "spec_augment": "object",
 }  # fmt: skip
 
 # What a checkpoint of each training task must carry (export_checkpoint checks it).

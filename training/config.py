@@ -655,9 +655,33 @@ def _augment_settings() -> Spec:
     return Spec("null or a mapping of augmentation settings (AugmentConfig)", coerce)
 
 
+def _spec_augment_settings() -> Spec:
+    """``data.spec_augment`` of speech-stream: null, or SpecAugmentConfig fields (checked
+    by it)."""
+
+    def coerce(v):
+        from .data.spec_augment import SpecAugmentConfig
+
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            raise _Bad
+        try:
+            SpecAugmentConfig.from_dict(v)
+        except ValueError as e:
+            raise ConfigError(f"data.{e}") from None
+        return v
+
+    return Spec("null or a mapping of feature-augmentation settings (SpecAugmentConfig)", coerce)
+
+
 TASK_DATA_FIELDS: dict[str, dict[str, Spec]] = {
     "speech": _SPEECH_DATA,
-    "speech-stream": {**_SPEECH_DATA, "augment": _augment_settings()},
+    "speech-stream": {
+        **_SPEECH_DATA,
+        "augment": _augment_settings(),
+        "spec_augment": _spec_augment_settings(),
+    },
     # IMDB: 0 validates on the test set (LRA); > 0 holds out part of train
     "imdb": {"val_fraction": number(0, 1, hi_open=True)},
     "listops": {"max_length": integer(2)},
@@ -787,7 +811,7 @@ def _apply_layers(cfg: dict, layers: list, data_defaults: dict) -> None:
 
 # Fields whose value is a mapping of settings: ``--set data.augment.gain_db=[-6, 6]`` sets
 # one of them (the mapping's own checks then run on the whole).
-MAPPING_FIELDS = ("augment", "frontend")
+MAPPING_FIELDS = ("augment", "spec_augment", "frontend")
 
 
 def apply_overrides(cfg: dict, overrides, data_defaults: dict) -> dict:

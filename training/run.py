@@ -87,6 +87,10 @@ def make_trainer(config: dict, out: Path, resume=None) -> tuple[Trainer, Dataset
     if init_meta is not None:  # the output affine the warm-started weights were fitted to
         meta.update({k: init_meta[k] for k in ("target_mean", "target_std") if k in init_meta})
     model = build_model(config, meta)
+    if meta.get("spec_augment") is not None:  # training-time feature augmentation
+        from .data.spec_augment import SpecAugmentConfig, install
+
+        install(model, SpecAugmentConfig.from_dict(meta["spec_augment"]))
     if init_meta is not None and not resume:
         warm_start(model, train_cfg.init)
     if int(os.environ.get("RANK", "0")) == 0:  # data parallel: rank 0 writes

@@ -135,6 +135,7 @@ def build_toy(cfg: dict, stats=None):
 SPEECH_MODULE = "liquid_stream.training.data.speech"
 SYNTH_MODULE = "liquid_stream.training.data.speech_synth"
 AUGMENT_MODULE = "liquid_stream.training.data.augment"
+SPEC_AUGMENT_MODULE = "liquid_stream.training.data.spec_augment"
 
 
 def _import(name: str):
@@ -238,7 +239,7 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
      "label_tail_ms": 100.0, "label_hold_ms": 200.0, "clip_end": "speech",
      "gap_ms": [0.0, 500.0], "keyword_prob": 0.8, "noise_prob": 0.8,
      "noise_max_gain": 0.1, "normalizer_per_class": None, "silence_weight": 1.0,
-     "augment": None},
+     "augment": None, "spec_augment": None},
 )  # fmt: skip
 def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     """:class:`SpeechStream` crops of the official train/val/test splits (real v0.02 root at
@@ -252,6 +253,11 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     are silence; a small model otherwise learns to answer silence everywhere).
     ``augment`` (a mapping of :class:`~liquid_stream.training.data.augment.AugmentConfig`
     fields, or null): the train crops' augmentation toward real microphones and rooms.
+    ``spec_augment`` (a mapping of
+    :class:`~liquid_stream.training.data.spec_augment.SpecAugmentConfig` fields, or null;
+    log-mel models only): vocal-tract warp and SpecAugment masks of the training
+    features, recorded in ``meta["spec_augment"]``; the trainer installs it
+    (:func:`~liquid_stream.training.data.spec_augment.install`).
 
     With a log-mel front end (``model.frontend.kind: logmel``) the model takes raw samples
     (no normaliser: mean 0, std 1), its labels are those of the steps where a frame
@@ -277,6 +283,13 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     aug = None
     if d["augment"] is not None:  # {} = every default of AugmentConfig
         aug = _import(AUGMENT_MODULE).AugmentConfig.from_dict(d["augment"])
+    spec = None
+    if d["spec_augment"] is not None:  # {} = every default of SpecAugmentConfig
+        if not logmel:
+            raise ValueError(
+                "data.spec_augment needs a log-mel front end (model.frontend.kind: logmel)"
+            )
+        spec = _import(SPEC_AUGMENT_MODULE).SpecAugmentConfig.from_dict(d["spec_augment"])
     gap = tuple(float(v) for v in d["gap_ms"])
     if len(gap) != 2 or gap[0] < 0 or gap[1] < gap[0]:
         raise ValueError(f"data.gap_ms must be [lo, hi] with 0 <= lo <= hi, got {d['gap_ms']!r}")
@@ -300,7 +313,8 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     meta = _speech_meta(
         "speech-stream", d, labels, normalizer, root, silence_class=int(train.silence),
         extra={"clip_end": d["clip_end"], "label_tail_ms": float(d["label_tail_ms"]),
-               "label_hold_ms": float(d["label_hold_ms"])},
+               "label_hold_ms": float(d["label_hold_ms"]),
+               **({"spec_augment": spec.to_dict()} if spec is not None else {})},
     )  # fmt: skip
     if float(d["silence_weight"]) != 1.0:  # the loss weight of the (dominant) _silence_ steps
         meta.class_weights = [1.0] * (len(labels) - 1) + [float(d["silence_weight"])]
