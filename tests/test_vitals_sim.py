@@ -505,3 +505,19 @@ def test_wfdb_round_trip(tmp_path) -> None:
             np.testing.assert_array_equal(num[key], rec["numerics"][:, j])
     with pytest.raises(FileExistsError):
         vs.write_vitals_sim(out, records=1, minutes=MINUTES, seed=20, progress=False)
+
+
+def test_records_beyond_999_are_named_and_read(tmp_path) -> None:
+    """More than 999 records (the main job's set): record 1000 is ``bidmc1000``, which the
+    loaders list (in name order, beside ``bidmc999``) and read; the cap is refused."""
+    out = tmp_path / "big"
+    out.mkdir()
+    rng = np.random.default_rng([0, 999])
+    rec = vs.simulate_randomised(rng, MINUTES, family=vs.record_family(999, vs.FAMILIES))
+    for i in (998, 999):  # bidmc999, bidmc1000
+        vs.write_record(out, vs.record_name(i), rec)
+    assert list_records(out) == ["bidmc1000", "bidmc999"]
+    sig, fs, num = read_record(out, "bidmc1000", [s.rstrip(",") for s in vs.REC_NAMES])
+    assert fs == FS and sig.shape == rec["signals"].shape and np.isfinite(num["HR"]).any()
+    with pytest.raises(ValueError, match=f"1..{vs.MAX_RECORDS}"):
+        vs.write_vitals_sim(tmp_path / "x", records=vs.MAX_RECORDS + 1, progress=False)

@@ -96,8 +96,8 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
 @data.command("bidmc-sim")
 @click.argument("out", type=FOLDER)
 @click.option(
-    "--records", default=24, show_default=True, type=click.IntRange(1, 999),
-    help="Record pairs (at most 99 without --randomised).",
+    "--records", default=24, show_default=True, type=click.IntRange(1),
+    help="Record pairs (at most 99, or 9999 with --randomised).",
 )  # fmt: skip
 @click.option(
     "--minutes", default=8.0, show_default=True, type=click.FloatRange(0.6), help="Per record."

@@ -953,7 +953,7 @@ def _stamp(records: int, minutes: float, seed: int, families: Sequence[str]) -> 
             "minutes": float(minutes), "seed": seed, "families": list(families)}  # fmt: skip
 
 
-MAX_RECORDS = 999  # bidmc01 … bidmc999 (the loaders take any bidmc + digits)
+MAX_RECORDS = 9999  # bidmc01 … bidmc9999 (the loaders take any bidmc + digits)
 
 
 def write_vitals_sim(
