@@ -636,43 +636,46 @@ DATA_FIELDS: dict[str, Spec] = {
 _SPEECH_DATA = {"sample_rate": choice(_speech_rates)}  # Speech Commands is 16 kHz
 
 
-def _augment_settings() -> Spec:
-    """``data.augment`` of speech-stream: null, or AugmentConfig fields (checked by it)."""
+def _settings_mapping(field: str, check, what: str) -> Spec:
+    """``data.<field>``: null, or a mapping that ``check`` accepts (it raises ValueError
+    with the reason, which becomes the one-line ConfigError)."""
 
     def coerce(v):
-        from .data.augment import AugmentConfig
-
         if v is None:
             return None
         if not isinstance(v, dict):
             raise _Bad
         try:
-            AugmentConfig.from_dict(v).check_rate(16000)
+            check(v)
         except ValueError as e:
-            raise ConfigError(f"data.augment: {e}") from None
+            raise ConfigError(f"data.{field}: {e}") from None
         return v
 
-    return Spec("null or a mapping of augmentation settings (AugmentConfig)", coerce)
+    return Spec(f"null or a mapping of {what}", coerce)
+
+
+def _augment_settings() -> Spec:
+    """``data.augment`` of speech-stream: AugmentConfig fields (checked by it)."""
+
+    def check(v):
+        from .data.augment import AugmentConfig
+
+        AugmentConfig.from_dict(v).check_rate(16000)
+
+    return _settings_mapping("augment", check, "augmentation settings (AugmentConfig)")
 
 
 def _spec_augment_settings() -> Spec:
-    """``data.spec_augment`` of speech-stream: null, or SpecAugmentConfig fields (checked
-    by it)."""
+    """``data.spec_augment`` of speech-stream: SpecAugmentConfig fields (checked by it)."""
 
-    def coerce(v):
+    def check(v):
         from .data.spec_augment import SpecAugmentConfig
 
-        if v is None:
-            return None
-        if not isinstance(v, dict):
-            raise _Bad
-        try:
-            SpecAugmentConfig.from_dict(v)
-        except ValueError as e:
-            raise ConfigError(f"data.{e}") from None
-        return v
+        SpecAugmentConfig.from_dict(v)
 
-    return Spec("null or a mapping of feature-augmentation settings (SpecAugmentConfig)", coerce)
+    return _settings_mapping(
+        "spec_augment", check, "feature-augmentation settings (SpecAugmentConfig)"
+    )
 
 
 TASK_DATA_FIELDS: dict[str, dict[str, Spec]] = {
