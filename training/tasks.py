@@ -285,11 +285,10 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
         aug = _import(AUGMENT_MODULE).AugmentConfig.from_dict(d["augment"])
     spec = None
     if d["spec_augment"] is not None:  # {} = every default of SpecAugmentConfig
-        if not logmel:
-            raise ValueError(
-                "data.spec_augment needs a log-mel front end (model.frontend.kind: logmel)"
-            )
-        spec = _import(SPEC_AUGMENT_MODULE).SpecAugmentConfig.from_dict(d["spec_augment"])
+        sa = _import(SPEC_AUGMENT_MODULE)
+        if not logmel:  # refused here, before the run starts (install checks it again)
+            raise ValueError(sa.NEEDS_LOGMEL)
+        spec = sa.SpecAugmentConfig.from_dict(d["spec_augment"])
     gap = tuple(float(v) for v in d["gap_ms"])
     if len(gap) != 2 or gap[0] < 0 or gap[1] < gap[0]:
         raise ValueError(f"data.gap_ms must be [lo, hi] with 0 <= lo <= hi, got {d['gap_ms']!r}")

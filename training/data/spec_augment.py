@@ -38,6 +38,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+NEEDS_LOGMEL = "data.spec_augment needs a log-mel front end (model.frontend.kind: logmel)"
+
 
 @dataclass(frozen=True)
 class SpecAugmentConfig:
@@ -157,9 +159,7 @@ def install(model: nn.Module, cfg: SpecAugmentConfig) -> SpecAugment:
     fe = getattr(model, "frontend", None)
     fcfg = getattr(fe, "cfg", None)
     if fcfg is None or not hasattr(fcfg, "n_mels"):
-        raise ValueError(
-            "data.spec_augment needs a log-mel front end (model.frontend.kind: logmel)"
-        )
+        raise ValueError(NEEDS_LOGMEL)
     aug = SpecAugment(cfg, fcfg.n_mels, fcfg.fmin, fcfg.fmax)
 
     def hook(module: nn.Module, _inputs, out: Tensor) -> Tensor:
