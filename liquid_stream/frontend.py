@@ -137,10 +137,10 @@ class LogMelConfig:
         return {"kind": "logmel", **asdict(self)}
 
 
-def mel_filterbank(n_fft: int, n_mels: int, sample_rate: float, fmin: float, fmax: float) -> Tensor:
-    """float64 ``(n_mels, n_fft/2 + 1)`` triangular filters on the HTK mel scale
-    m(f) = 2595·log₁₀(1 + f/700): band m rises from edge m−1 to m and falls to m+1, where the
-    n_mels + 2 edges are equally spaced in mel from fmin to fmax (peak value 1)."""
+def mel_edges(n_mels: int, fmin: float, fmax: float) -> Tensor:
+    """float64 ``(n_mels + 2,)``: the band edges (Hz) on the HTK mel scale
+    m(f) = 2595·log₁₀(1 + f/700), equally spaced in mel from fmin to fmax; band m peaks at
+    edge m + 1 (its centre)."""
 
     def mel(f):
         return 2595.0 * torch.log10(1.0 + f / 700.0)
@@ -151,7 +151,13 @@ def mel_filterbank(n_fft: int, n_mels: int, sample_rate: float, fmin: float, fma
         n_mels + 2,
         dtype=torch.float64,
     )
-    edges = 700.0 * (10.0 ** (edges_mel / 2595.0) - 1.0)
+    return 700.0 * (10.0 ** (edges_mel / 2595.0) - 1.0)
+
+
+def mel_filterbank(n_fft: int, n_mels: int, sample_rate: float, fmin: float, fmax: float) -> Tensor:
+    """float64 ``(n_mels, n_fft/2 + 1)`` triangular filters on the HTK mel scale: band m
+    rises from edge m−1 to m and falls to m+1 (:func:`mel_edges`; peak value 1)."""
+    edges = mel_edges(n_mels, fmin, fmax)
     freqs = torch.arange(n_fft // 2 + 1, dtype=torch.float64) * sample_rate / n_fft
     lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
     up = (freqs - lo) / (mid - lo)

@@ -38,6 +38,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from liquid_stream.frontend import mel_edges
+
 NEEDS_LOGMEL = "data.spec_augment needs a log-mel front end (model.frontend.kind: logmel)"
 
 
@@ -85,12 +87,9 @@ class SpecAugmentConfig:
 
 
 def mel_centres(n_mels: int, fmin: float, fmax: float) -> Tensor:
-    """float64 ``(n_mels,)``: the centre frequencies (Hz) of the front end's HTK mel bands
-    (:func:`liquid_stream.frontend.mel_filterbank`: n_mels + 2 edges equally spaced in mel,
-    band m peaks at edge m + 1)."""
-    lo, hi = (2595.0 * math.log10(1.0 + f / 700.0) for f in (fmin, fmax))
-    edges = torch.linspace(lo, hi, n_mels + 2, dtype=torch.float64)
-    return 700.0 * (10.0 ** (edges[1:-1] / 2595.0) - 1.0)
+    """float64 ``(n_mels,)``: the centre frequencies (Hz) of the front end's mel bands
+    (:func:`liquid_stream.frontend.mel_edges`: band m peaks at edge m + 1)."""
+    return mel_edges(n_mels, fmin, fmax)[1:-1]
 
 
 def warp_positions(alpha: Tensor, centres: Tensor) -> Tensor:
@@ -120,15 +119,15 @@ def warp_bands(z: Tensor, pos: Tensor) -> Tensor:
 def draw_masks(n: int, max_width: int, size: int, batch: int, device) -> Tensor:
     """``(B, size)`` bool: the union of ``n`` intervals per row, width ~ U{0 … max_width}
     (at most ``size``), start ~ U{0 … size − width}."""
-    keep = torch.zeros(batch, size, dtype=torch.bool, device=device)
+    masked = torch.zeros(batch, size, dtype=torch.bool, device=device)
     if n == 0 or max_width == 0 or size == 0:
-        return keep
+        return masked
     ar = torch.arange(size, device=device)
     for _ in range(n):
         w = torch.randint(0, min(max_width, size) + 1, (batch, 1), device=device)
         s = (torch.rand(batch, 1, device=device) * (size - w + 1)).floor().long()
-        keep |= (ar >= s) & (ar < s + w)
-    return keep
+        masked |= (ar >= s) & (ar < s + w)
+    return masked
 
 
 class SpecAugment(nn.Module):
