@@ -609,7 +609,7 @@ DATA_FIELDS: dict[str, Spec] = {
     "min_valid": number(0, 1),
     "sim": choice(lambda: _from_tasks("BIDMC_SIMS")),
     "sim_families": _strings(),
-    "sim_records": integer(1, 9999),  # the classic simulator takes at most 99
+    "sim_records": integer(1),  # each simulator refuses past its own cap (names: bidmcNN, bidmcN+)
     "sim_minutes": number(0, lo_open=True),
     "sim_seed": integer(),
     "max_train": integer(1, null=True),
