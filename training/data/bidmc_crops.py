@@ -70,10 +70,10 @@ def crop_targets(
     full window behind them inside the crop."""
     y = np.full(crop, np.nan)
     fs_i = int(round(fs))
-    ends = [p for p in range(window - 1, crop) if (start + p + 1) % fs_i == 0]
-    if ends:
-        starts = np.asarray([start + p + 1 - window for p in ends], np.int64)
-        y[ends] = window_targets(values, starts, window, fs, min_valid)
+    pos = np.arange(window - 1, crop, dtype=np.int64)
+    ends = pos[(start + pos + 1) % fs_i == 0]
+    if len(ends):
+        y[ends] = window_targets(values, start + ends + 1 - window, window, fs, min_valid)
     return y
 
 
