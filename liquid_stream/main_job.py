@@ -14,12 +14,12 @@ repeated by hand:
    code path) on a 3-minute clip of the same held-out speakers;
 2. vital signs: generate 2997 domain-randomised simulated BIDMC records, train ``bidmc``
    for HR and RR (preset ``ppg+ecg``: scale-normalisation front end, so any signal units;
-   the stack at 12.5 Hz, ``VITALS_12HZ``) on 32 s windows, one pass over the records (the preset's steps: three passes over 240
-   records overfit them, docs/benchmarks.md §5.1), then continue each the way the monitor
-   uses it, as a stream (192 s
-   crops with a label every second, ``data.crop_s``: a model trained on isolated windows
-   drifts when streamed, and one trained on crops from scratch learns too slowly for
-   this budget; docs/benchmarks.md §5.1), evaluate each next to NeuroKit2's classical
+   the stack at 12.5 Hz, ``VITALS_12HZ``) on 32 s windows, one pass over the records
+   (three passes over 240 records overfit them, docs/benchmarks.md §5.1), then continue
+   each the way the monitor uses it, as a stream (192 s crops with a label every second,
+   ``data.crop_s``: a model trained on isolated windows drifts when streamed, and one
+   trained on crops from scratch learns too slowly for this budget; docs/benchmarks.md
+   §5.1), evaluate each next to NeuroKit2's classical
    estimate, export them and run the ``vitals`` monitor on a held-out record with HR and
    RR alarms, checked against the record's reference (``alarm_check``: seconds of false
    alarm).

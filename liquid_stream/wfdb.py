@@ -171,8 +171,6 @@ def read_record(path: Path, channels: list[int] | None = None, sampto: int | Non
         return _read_whole(path, channels, sampto)
     except _Fallback:
         pass
-    except WfdbError:
-        raise
     try:
         return wfdb.rdrecord(str(path), channels=channels, sampto=sampto, return_res=64)
     except Exception as e:  # noqa: BLE001 - wfdb raises ValueError/IndexError/OSError
