@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from liquid_stream import main_job
 
 
@@ -21,6 +23,8 @@ def test_main_job_smoke(tmp_path, capsys):
     for t in main_job.TARGETS:
         assert summary[f"bidmc_{t}"]["n"] > 0 and summary[f"bidmc_{t}"]["rmse"] > 0
         assert (out / "vitals" / f"{t}.onnx").stat().st_size > 0
+        cfg = yaml.safe_load((out / "vitals" / f"train-{t}" / "config.yaml").read_text())
+        assert cfg["model"]["frontend"]["hop"] == 10  # the full job's stack at 12.5 Hz
     spo2 = ("spo2",) if main_job.shipped_spo2() else ()  # the shipped oximeter model
     assert set(summary["monitor"]["metrics"]) == set(main_job.TARGETS + spo2)
     checked = summary["monitor"]["alarm_check"]  # every alarm rule checked against the ref.

@@ -300,9 +300,10 @@ def sn_model(dtype=torch.float32, decoder: str = "window", **opts) -> torch.nn.M
     return m.to(dtype).eval()
 
 
+@pytest.mark.parametrize("hop", [5, 10])  # the presets pool by 5, the main job by 10
 @pytest.mark.parametrize("decoder", ["window", "last", "pool"])
-def test_model_streams_exactly_in_float64(decoder):
-    m = sn_model(torch.float64, decoder)
+def test_model_streams_exactly_in_float64(decoder, hop):
+    m = sn_model(torch.float64, decoder, hop=hop)
     x = signal(L=900) * 30 + 500
     want = m.forward_steps(x)
     got = run_steps_model(m.streaming(dtype=torch.float64), x, [1, 3, 4, 97, 5, 300, 490])
@@ -327,14 +328,15 @@ def test_model_checks_its_channels():
         LiquidS4Model(d_input=2, d_output=1, frontend={"kind": "scalenorm", "channels": 3})
 
 
+@pytest.mark.parametrize("hop", [5, 10])
 @pytest.mark.parametrize("chunk", [1, 7, 125, "random"])
-def test_onnx_graph_equals_the_forward_in_any_chunking_and_units(tmp_path, chunk):
+def test_onnx_graph_equals_the_forward_in_any_chunking_and_units(tmp_path, chunk, hop):
     """A real onnxruntime session over 3000 samples in ADC-like units with a large offset:
     within the contract 1e-4·max|y| of the float64 forward, and the same answer (to float32
     rounding) for the signal in other units."""
     from liquid_stream.export.pipeline import export_model
 
-    m = sn_model()
+    m = sn_model(hop=hop)
     path = tmp_path / "sn.onnx"
     export_model(m, path, chunk=125)
     rng = np.random.default_rng(3)
