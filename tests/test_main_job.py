@@ -25,6 +25,7 @@ def test_main_job_smoke(tmp_path, capsys):
         assert (out / "vitals" / f"{t}.onnx").stat().st_size > 0
         cfg = yaml.safe_load((out / "vitals" / f"train-{t}" / "config.yaml").read_text())
         assert cfg["model"]["frontend"]["hop"] == 10  # the full job's stack at 12.5 Hz
+        assert (cfg["data"]["channel_off"] > 0) == bool(main_job.CHANNEL_OFF[t])  # stage 3
     spo2 = ("spo2",) if main_job.shipped_spo2() else ()  # the shipped oximeter model
     assert set(summary["monitor"]["metrics"]) == set(main_job.TARGETS + spo2)
     checked = summary["monitor"]["alarm_check"]  # every alarm rule checked against the ref.
