@@ -142,6 +142,9 @@ class _Emitter:
         hop = sm.frontend.hop if sm.frontend is not None else 1
         steps = -(-max_chunk // hop)
         self.call_steps = steps  # stack steps of the export's chunk: the whole-call MatMul's T
+        # A call of the export's chunk makes ⌊T/R⌋ or ⌈T/R⌉ frames (with the R − 1 samples a
+        # front end may hold): a whole-call branch for each (12 and 13 for 1 s at 12.5 Hz)
+        self.whole_steps = sorted({max_chunk // hop, steps} - {0}, reverse=True)
         n_blocks = -(-(self.S - 1 + steps) // self.S) + 1
         self.levels = math.ceil(math.log2(n_blocks))
         self.max_chunk = (self.S * (2**self.levels - 1) - (self.S - 1)) * hop
@@ -962,9 +965,7 @@ class _Emitter:
                 enc.bias.sub_(enc.weight @ mu)
         h = g.op("Reshape", self.linear(enc, self.to_2d(feats, d_in)), self.dims["act_shape"])
         if any(b.ssm.liquid != "ltc" and self.whole_call(b.ssm) for b in sm.blocks):
-            cond = g.op("Squeeze", g.op("Equal", T, g.const([self.call_steps])), g.const([0]))
-            h = self.if_stack(cond, lambda: self.blocks(h, "whole"),
-                              lambda: self.blocks(h, "chunked"))  # fmt: skip
+            h = self.whole_or_chunked(h, T, self.whole_steps)
         else:
             h = self.blocks(h, None)
         h = self.norm(sm.final_norm, h)
@@ -975,6 +976,23 @@ class _Emitter:
             logits = g.op("Reshape", logits, g.op("Concat", g.const([sm.d_output]), B, T, axis=0))
             logits = g.op("Transpose", logits, perm=[1, 2, 0])
         return self.decoder(logits)
+
+    def whole_or_chunked(self, h: str, T: str, steps: list[int]) -> str:
+        """The blocks in nested ``If``s: on T = T₀ for each T₀ of ``steps`` (the longest
+        first) the whole-call layers of a T₀-step call, else the chunked layers."""
+        if not steps:
+            return self.blocks(h, "chunked")
+        g, longest = self.g, self.call_steps
+
+        def whole() -> str:
+            self.call_steps = steps[0]  # whole_table / whole_layer read it
+            try:
+                return self.blocks(h, "whole")
+            finally:
+                self.call_steps = longest
+
+        cond = g.op("Squeeze", g.op("Equal", T, g.const([steps[0]])), g.const([0]))
+        return self.if_stack(cond, whole, lambda: self.whole_or_chunked(h, T, steps[1:]))
 
     def blocks(self, h: str, mode: str | None) -> str:
         """The residual blocks on the stack's activations; ``mode`` "whole": their layers

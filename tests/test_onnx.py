@@ -208,9 +208,10 @@ def _mapped_model(kind: str) -> LiquidS4Model:
             1, 5, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb", liquid_order=2,
             norm="layer", decoder="window", decoder_window=7, frontend={"kind": "logmel"},
         ).eval()  # fmt: skip
+    hop = 10 if kind == "scalenorm-10" else 5  # 10: the main job's 12.5 Hz stack
     return LiquidS4Model(  # scalenorm: frontend.origin / mean / var / weight / acc / ...
         2, 3, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb", liquid_order=2,
-        norm="layer", decoder="pool", frontend={"kind": "scalenorm", "tau_s": 0.5, "hop": 5},
+        norm="layer", decoder="pool", frontend={"kind": "scalenorm", "tau_s": 0.5, "hop": hop},
     ).eval()  # fmt: skip
 
 
@@ -276,26 +277,28 @@ def _whole_tables(model_proto: onnx.ModelProto) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("kind", ["columns", "rows", "scalenorm"])
+@pytest.mark.parametrize("kind", ["columns", "rows", "scalenorm", "scalenorm-10"])
 def test_whole_call_matmul(tmp_path, kind):
     """Sub-blocks of one step: a call of exactly the export's chunk runs each layer as one
     MatMul [y; next z] = W·[u; z] (``whole_layer``; "columns": the batch-last layout of
     a graph of ≤ 8 sub-blocks, "rows": the (B, 1, H·Mr) state of longer ones, "scalenorm":
-    a vital-sign-like graph, 125-sample calls of 25 frames). Equal to the conv forward for
-    calls of only that length and mixed with others; and it is the path taken: the tables
-    scaled by 1.01 break the run of whole calls, not a run of other lengths."""
-    if kind == "scalenorm":
-        m, chunk = _mapped_model("scalenorm"), 125
+    a vital-sign-like graph, 125-sample calls of 25 frames; "scalenorm-10": pooled by 10,
+    so a 125-sample call makes 12 or 13 frames, and each count has its own branch). Equal
+    to the conv forward for calls of only that length and mixed with others; and it is the
+    path taken: the tables scaled by 1.01 break the run of whole calls, not a run of other
+    lengths."""
+    if kind.startswith("scalenorm"):
+        m, chunk = _mapped_model(kind), 125
     else:
         m, chunk = model("diag", "pb", 2, "layer", d_state=16), {"columns": 6, "rows": 24}[kind]
     path = tmp_path / "m.onnx"
     export_model(m, path, chunk=chunk, sub_block=1)
     proto = onnx.load(path)
     tables = _whole_tables(proto)
-    assert len(tables) == len(m.blocks)
-    L = 8000 if kind == "scalenorm" else 4800
+    assert len(tables) == len(m.blocks) * (2 if kind == "scalenorm-10" else 1)
+    L = 8000 if kind.startswith("scalenorm") else 4800
     x = np.random.default_rng(2).standard_normal((2, L, m.d_input)).astype(np.float32)
-    if kind == "scalenorm":
+    if kind.startswith("scalenorm"):
         x = x * 30 + 500
     ref = m.forward_steps(torch.from_numpy(x)).detach().numpy()
     whole = [chunk] * (L // chunk) + ([L % chunk] if L % chunk else [])
@@ -303,7 +306,8 @@ def test_whole_call_matmul(tmp_path, kind):
     mixed = []
     while sum(mixed) < L:
         mixed.append(chunk if rng.random() < 0.5 else int(rng.integers(1, chunk + 1)))
-    other = [chunk - m.hop] * (-(-L // (chunk - m.hop)))  # one stack step short of a whole call
+    short = chunk - 2 * m.hop  # a stack step or two short of a whole call
+    other = [short] * (-(-L // short))
     for sizes in (whole, mixed, other):
         y = run(path, x, sizes)
         assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
