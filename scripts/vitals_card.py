@@ -26,6 +26,10 @@ from liquid_stream.training.data.bidmc_baseline import baseline_name
 MODELS = Path(__file__).resolve().parents[1] / "liquid_stream" / "models"
 
 
+def epochs(n: int) -> str:
+    return f"{n} epoch{'s' * (n != 1)}"
+
+
 def fmt(v: float, pct: bool = False) -> str:
     return f"{100 * v:.1f} %" if pct else f"{v:.2f}"
 
@@ -58,7 +62,6 @@ def main() -> None:
             ap.error(f"{a.run} trained on data.root={d['root']}: name that set with --data")
         sim = json.loads((a.data / "params.json").read_text())
     planned, done = int(cfg["optim"]["epochs"]), int(float(last["epoch"]))
-    n_epochs = f"{done} epoch{'s' * (done != 1)}"
     cut = f" (stopped early; {planned} planned)" if done < planned else ""
     u, tol = res["units"], f"{WITHIN[t]:g}"
     base = res.get("baseline_n", 0) > 0
@@ -119,7 +122,7 @@ def main() -> None:
         cfg0 = yaml.safe_load((before.parent / "config.yaml").read_text())
         done0, planned0 = int(float(last0["epoch"])), int(cfg0["optim"]["epochs"])
         cut0 = f" (stopped early; {planned0} planned)" if done0 < planned0 else ""
-        warm += f" That run: {done0} epoch{'s' * (done0 != 1)}{cut0} ({last0['step']} steps)."
+        warm += f" That run: {epochs(done0)}{cut0} ({last0['step']} steps)."
     data_arg = f" --data {a.data}" if a.data is not None else ""
     if oximeter:
         units = ("with **any gain** per channel (the log scale-norm front end: ln of each "
@@ -183,7 +186,7 @@ liquid-stream evaluate {a.run}/best.pt --baseline --device cpu{data_arg}
 liquid-stream export {a.run}/best.pt --onnx {a.name}.onnx --chunk 125 --sub-block 1 \\
   --verify --verify-length 8000
 ```
-Code: git commit {commit}; {n_epochs}{cut} ({last["step"]} steps), {a.hardware}.{warm}
+Code: git commit {commit}; {epochs(done)}{cut} ({last["step"]} steps), {a.hardware}.{warm}
 
 ## Metrics (held-out test records: never seen in training or model selection)
 {res["n"]} windows of the test records. {reads}
