@@ -66,10 +66,11 @@ def test_weight_roles_of_the_shipped_graphs():
     assert "Conv" not in {ops.get(n) for n, r in kws.items() if r != "frontend"}
     vit = weight_roles(onnx.load(VITALS))
     counts = {r: sum(v == r for v in vit.values()) for r in ("linear", "ssm", "frontend")}
-    # encoder + 4 × 2 GLU halves in each branch (whole call, chunked) + decoder; 4 × 2 SSM
-    # tables + 4 whole-call maps W; the scale-norm front end's two within-block EMA Toeplitz
-    # products (mean, variance), which stay float32
-    assert counts == {"linear": 1 + 4 * 2 * 2 + 1, "ssm": 4 * 3, "frontend": 2}
+    # encoder + 4 × 2 GLU halves in each of three branches (whole calls of 13 and of 12
+    # frames at 12.5 Hz, chunked) + decoder; 4 × 2 SSM tables + 2 × 4 whole-call maps W; the
+    # scale-norm front end's two within-block EMA Toeplitz products (mean, variance), which
+    # stay float32
+    assert counts == {"linear": 1 + 4 * 2 * 3 + 1, "ssm": 4 * 2 + 2 * 4, "frontend": 2}
 
 
 @pytest.mark.parametrize("mode,liquid,P,norm", CASES)
