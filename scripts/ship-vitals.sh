@@ -14,8 +14,8 @@
 # are not repeated by this script); it replaced a CPU-trained model of the same recipe on 480
 # records (its commands: this script at commit 44943ca) because it was better on 80 records
 # of a fourth seed that no model had seen (docs/benchmarks.md §5.2).
-# vitals-ppg-ecg-hr, vitals-ppg-ecg-rr (2 CPU cores): the main job's three stages at 12.5 Hz
-# on its 2997 records (`python -m liquid_stream.main_job --part vitals`). They replaced
+# vitals-ppg-ecg-rr (and the first three stages of vitals-ppg-ecg-hr): the main job's three
+# stages at 12.5 Hz on its 2997 records (`python -m liquid_stream.main_job --part vitals`). They replaced
 # GPU-trained models (commands: this script at commit dbdf369) because they were better on
 # the selection set (120 records of seed 9; docs/benchmarks.md §5.2).
 set -euo pipefail
@@ -51,7 +51,7 @@ gpu() {  # gpu NAME PRESET TARGET [BOTH-STAGE ARGS] [STAGE-2 ARGS]: a gpu-vitals
     "liquid-stream train bidmc --preset $2 --target $3 --data /tmp/gv/sim999 --device cuda --out $r-1 --set optim.batch_size=64 --set optim.epochs=8 --set train.threads=2 --set train.progress=false$both"
     "liquid-stream train bidmc --preset $2 --target $3 --data /tmp/gv/sim999 --device cuda --out $r-2 --set train.init=$r-1/best.pt --set optim.lr=0.002 --set data.crop_s=192 --set data.crop_hop_s=48 --set optim.batch_size=16 --set optim.epochs=15 --set optim.warmup_steps=50 --set train.threads=2 --set train.progress=false$both${5:+ $5}")
 }
-# vitals-ppg-rr (6 x 128), vitals-ppg-ecg-hr, vitals-ppg-ecg-rr: from the GPU runs
+# vitals-ppg-rr (6 x 128): from the GPU runs
 # (scripts/gpu-vitals.sh; its output folder copied to GPU), their record set regenerated here
 SIM=runs/sim/s3-999
 [ -f "$SIM/params.json" ] || $L data bidmc-sim "$SIM" --records 999 --minutes 4 --seed 3 --randomised
