@@ -283,7 +283,7 @@ def vitals_windows(path: Path):
     d = cfg["data"]
     if list(d["channels"]) != channels:
         raise RuntimeError(f"{path}: preset {preset} channels {d['channels']} != {channels}")
-    _, _, _, _, test = bidmc_windows(d, int(cfg["train"]["seed"]))
+    _, _, _, _, test = bidmc_windows(d, int(cfg["train"]["seed"]), only="test")
     want = json.loads(p["records"])["test"]
     if sorted(set(test.record)) != sorted(want):
         raise RuntimeError(f"{path}: the preset's test records differ from the metadata's")

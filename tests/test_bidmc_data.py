@@ -276,6 +276,44 @@ def test_record_split(sim: Path) -> None:
         split_windows(one, "record")
 
 
+def test_evaluation_loads_only_the_scored_split(tmp_path: Path) -> None:
+    # records of different lengths with NaN signal and NaN targets, so that dropped windows
+    # change the per-record counts the record split balances: ``only`` must give the same
+    # splits, with the samples of the one asked for and an index of the others
+    from liquid_stream.training.tasks import bidmc_windows, build_bidmc
+
+    rng = np.random.default_rng(4)
+    for i in range(1, 8):
+        secs = 40 + 7 * i
+        sig = rng.standard_normal((secs * FS, 2))
+        if i % 2:
+            sig[1000 * i : 1000 * i + 20, i % 2] = np.nan
+        num = np.tile(np.array([60.0 + i, 61.0, 14.0, 97.0]), (secs, 1))
+        num[:, 0] += np.arange(secs) * 0.25
+        if i % 3 == 0:
+            num[5 : 5 + 3 * i, 0] = np.nan
+        write_pair(tmp_path, f"bidmc{i:02d}", sig, ["PLETH,", "II,"], num)
+    d = {**build_bidmc.data_defaults, "root": str(tmp_path), "window": 1250, "hop": 125}
+    full = bidmc_windows(d, 0)[2:]
+    assert all(len(w) for w in full) and full[0].skipped["nan_signal"] > 0
+    assert full[0].skipped["nan_target"] > 0
+    for k, only in enumerate(("train", "val", "test")):
+        got = bidmc_windows(d, 0, only=only)[2:]
+        for j, (a, b) in enumerate(zip(full, got, strict=True)):
+            assert list(b.record) == list(a.record) and b.skipped == a.skipped
+            np.testing.assert_array_equal(b.start, a.start)
+            np.testing.assert_array_equal(b.y, a.y)
+            if j == k:
+                np.testing.assert_array_equal(b.x, a.x)
+            else:
+                assert b.x.shape == (len(a), 0, 2)
+    # the shuffled protocol shares records between splits: everything is loaded
+    shuffled = bidmc_windows({**d, "protocol": "shuffled"}, 0, only="test")[2:]
+    assert all(w.x.shape[1] == 1250 for w in shuffled)
+    with pytest.raises(BidmcDataError, match="non-empty"):
+        channel_stats(bidmc_windows(d, 0, only="test")[2].x)
+
+
 def test_record_split_fractions() -> None:
     # 20 fake records of 10 windows: counts come out 140 / 30 / 30
     from liquid_stream.training.data.bidmc import Windows

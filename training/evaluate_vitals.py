@@ -93,7 +93,10 @@ def evaluate_vitals(
 
     d = {**cfg["data"], "crop_s": None}  # windows here; the stream is scored below
     cfg = {**cfg, "data": d}
-    windows = bidmc_windows(d, int(cfg["train"]["seed"]))
+    scalenorm = ((cfg.get("model") or {}).get("frontend") or {}).get("kind") == "scalenorm"
+    # only the scored split's samples are held (the train split's feed no statistics here)
+    only = split if stats is not None or scalenorm else None
+    windows = bidmc_windows(d, int(cfg["train"]["seed"]), only=only)
     fmt, root, *splits = windows
     w = splits[2] if split == "test" else splits[1]
     sets = build_bidmc(cfg, stats=stats, windows=windows)

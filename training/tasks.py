@@ -357,12 +357,17 @@ BIDMC_FORMATS = ("auto", "wfdb", "ts")  # data.format
 BIDMC_PROTOCOLS = ("record", "shuffled")  # data.protocol
 
 
-def bidmc_windows(d: dict, seed: int):
+def bidmc_windows(d: dict, seed: int, only: str | None = None):
     """(format, root, train, val, test) ``Windows`` of the data section ``d``.
 
     WFDB: ``protocol`` ``record`` (no recording in two splits) or ``shuffled`` (all
     windows, 70/15/15, as the S4 code). ``.ts``: ``record`` is the archive's fixed
-    TRAIN/TEST split (val = 15 % of TRAIN, seeded), ``shuffled`` merges TRAIN+TEST."""
+    TRAIN/TEST split (val = 15 % of TRAIN, seeded), ``shuffled`` merges TRAIN+TEST.
+
+    ``only`` (``"train"``, ``"val"`` or ``"test"``; WFDB, ``record`` protocol): the same
+    splits, but only that one holds its samples, the others are indexes (``x`` of shape
+    ``(n, 0, C)``): the split is drawn from an index of every record, then that split's
+    records are read again. Evaluation holds 15 % of the windows instead of all of them."""
     bd = _import(BIDMC_MODULE)
     root = d["root"]
     if root is None and d["sim"] == "randomised":
@@ -379,11 +384,20 @@ def bidmc_windows(d: dict, seed: int):
     if protocol not in BIDMC_PROTOCOLS:
         raise ValueError(f"data.protocol must be 'record' or 'shuffled', got {protocol!r}")
     if fmt == "wfdb":
-        w = bd.load_wfdb_windows(
-            root, d["target"], tuple(d["channels"]), int(d["window"]), int(d["hop"]),
-            int(d["sample_rate"]), min_valid=float(d["min_valid"]),
-        )  # fmt: skip
-        return (fmt, root, *bd.split_windows(w, protocol, seed))
+        args = (root, d["target"], tuple(d["channels"]), int(d["window"]), int(d["hop"]),
+                int(d["sample_rate"]))  # fmt: skip
+        index = only is not None and protocol == "record"
+        w = bd.load_wfdb_windows(*args, min_valid=float(d["min_valid"]), signals=not index)
+        splits = list(bd.split_windows(w, protocol, seed))
+        if index:
+            k = ("train", "val", "test").index(only)
+            names = list(dict.fromkeys(splits[k].record))  # in the index's order
+            if names:
+                skipped = splits[k].skipped
+                splits[k] = bd.load_wfdb_windows(*args, records=names,
+                                                 min_valid=float(d["min_valid"]))  # fmt: skip
+                splits[k].skipped = skipped  # every record's counts, as without ``only``
+        return (fmt, root, *splits)
     if fmt != "ts":
         raise ValueError(f"data.format must be auto, wfdb or ts, got {fmt!r}")
     train, test = bd.load_ts_windows(root, d["target"])
