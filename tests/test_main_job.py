@@ -25,7 +25,15 @@ def test_main_job_smoke(tmp_path, capsys):
         assert (out / "vitals" / f"{t}.onnx").stat().st_size > 0
         cfg = yaml.safe_load((out / "vitals" / f"train-{t}" / "config.yaml").read_text())
         assert cfg["model"]["frontend"]["hop"] == 10  # the full job's stack at 12.5 Hz
-        assert (cfg["data"]["channel_off"] > 0) == bool(main_job.CHANNEL_OFF[t])  # stage 3
+        assert (cfg["data"]["channel_off"] > 0) == bool(main_job.CHANNEL_OFF[t])  # passes 3+
+        # the last of PASSES[t] passes of crops, each from the one before at half its lr
+        assert cfg["optim"]["lr"] == main_job.AGAIN_LR / 2 ** (main_job.PASSES[t] - 1)
+        passes = sorted((out / "vitals").glob(f"train-{t}-pass*"))
+        assert len(passes) == main_job.PASSES[t] - 1
+        inits = [yaml.safe_load((d / "config.yaml").read_text())["train"]["init"]
+                 for d in (*passes, out / "vitals" / f"train-{t}")]  # fmt: skip
+        assert inits[0].endswith(f"train-{t}-stream/best.pt")
+        assert [i.rsplit("/", 2)[-2] for i in inits[1:]] == [d.name for d in passes]
     spo2 = ("spo2",) if main_job.shipped_spo2() else ()  # the shipped oximeter model
     assert set(summary["monitor"]["metrics"]) == set(main_job.TARGETS + spo2)
     checked = summary["monitor"]["alarm_check"]  # every alarm rule checked against the ref.
