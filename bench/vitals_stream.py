@@ -1,7 +1,7 @@
 """Streamed error of exported vital-sign models over whole records, as the monitor runs them.
 
     python bench/vitals_stream.py MODEL.onnx [MODEL.onnx ...] (--records ROOT | --checkpoint
-        RUN/best.pt [--split test]) [--rate HZ]
+        RUN/best.pt [--split test]) [--rate HZ] [--worst K]
 
 Each record is streamed from its start through ``liquid-stream vitals``' own code path
 (``open_record`` + ``run_record``: 1 s chunks, unpaced, one model at a time), and every
@@ -12,7 +12,8 @@ reference over the model's trailing window (the mean of the 1 Hz numerics, as
 judge of models trained on different sets), or the ``--split`` records of
 ``--checkpoint``'s record split. Prints one row per model: seconds scored, RMSE, MAE, bias,
 share within ±5 bpm (HR) / ±2 breaths/min (RR) / ±2 % (SpO2), and the least-squares slope of
-estimate on truth; with the command.
+estimate on truth; with the command. ``--worst K`` adds, under each model, the K records that
+hold the most of its squared error, with what the simulator drew for them (``params.json``).
 
 ``--rate HZ``: each record's signals are first resampled from their rate to HZ
 (``scipy.signal.resample_poly``; a NaN widens by the filter's length) and written as a
@@ -39,10 +40,11 @@ from liquid_stream.checkpoint import split_records  # noqa: E402
 from liquid_stream.training.data.bidmc import list_records, wfdb_dir  # noqa: E402
 
 
-def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndarray]:
-    """(target, estimates, references) over every scored second of ``records``."""
-    est, ref, target = [], [], ""
-    for rec in records:
+def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """(target, estimates, references, record index) over every scored second of
+    ``records``."""
+    est, ref, which, target = [], [], [], ""
+    for i, rec in enumerate(records):
         monitor, source = open_record([model], rec)
         res = run_record(monitor, source, speed=None)
         target = res.targets[0]
@@ -51,7 +53,49 @@ def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndar
             if e.status.get(target) in ("ok", "bridged") and v == v and r == r:
                 est.append(v)
                 ref.append(r)
-    return target, np.asarray(est), np.asarray(ref)
+                which.append(i)
+    return target, np.asarray(est), np.asarray(ref), np.asarray(which, np.int64)
+
+
+# what a randomised record's draws say about it (params.json "per_record"), for --worst
+DRAWS = (("family", "{}"), ("hr0", "HR₀ {:.0f}"), ("rr0", "RR₀ {:.0f}"),
+         ("n_ectopic", "{} ectopic"), ("af_episodes", "AF ×{}"),
+         ("motion_per_min", "motion {:.1f}/min"), ("perfusion", "perfusion {:.2f}"),
+         ("sensor_off", "sensor-off ×{}"))  # fmt: skip
+
+
+def describe(draw: dict) -> str:
+    """A record's draws in a few words (lists count their episodes; zero counts left out)."""
+    words = []
+    for key, fmt in DRAWS:
+        v = draw.get(key)
+        v = len(v) if isinstance(v, list) else v
+        if v not in (None, 0):
+            words.append(fmt.format(v))
+    return ", ".join(words)
+
+
+def worst_rows(records: list[Path], d: np.ndarray, which: np.ndarray, k: int) -> list[str]:
+    """The ``k`` records with the largest share of the squared error: per-record RMSE, that
+    share, and (for a randomised set) the record's draws."""
+    import json
+
+    draws = {}
+    for folder in (records[0].parent, records[0].parent.parent) if records else ():
+        if (folder / "params.json").is_file():  # next to the records or one folder up
+            draws = json.loads((folder / "params.json").read_text()).get("per_record", {})
+            break
+    sq = np.bincount(which, weights=d**2, minlength=len(records))
+    n = np.bincount(which, minlength=len(records))
+    rows = []
+    for i in np.argsort(-sq)[:k]:
+        if n[i] == 0:
+            break
+        name = records[i].name
+        share, about = 100 * sq[i] / sq.sum(), describe(draws.get(name, {}))
+        rows.append(f"|   {name} | {n[i]} s | RMSE {math.sqrt(sq[i] / n[i]):.2f} | "
+                    f"{share:.1f} % of Σd² | {about} |")  # fmt: skip
+    return rows
 
 
 def at_rate(records: list[Path], rate: int, out: Path) -> list[Path]:
@@ -83,6 +127,8 @@ def main() -> None:
     src.add_argument("--checkpoint", type=Path, help="a run whose record split names them")
     ap.add_argument("--split", default="test", choices=("val", "test"))
     ap.add_argument("--rate", type=int, default=None, help="rewrite the records at this rate")
+    ap.add_argument("--worst", type=int, default=0, metavar="K",
+                    help="also list each model's K records of most squared error")  # fmt: skip
     args = ap.parse_args()
     command = "python " + shlex.join(["bench/vitals_stream.py", *sys.argv[1:]])
     records = ([wfdb_dir(args.records) / n for n in list_records(args.records)]
@@ -99,13 +145,17 @@ def main() -> None:
     rows = ["| model | target | seconds | RMSE | MAE | bias | within | slope |",
             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in args.models:
-        t, e, y = streamed(m, records)
+        t, e, y, which = streamed(m, records)
         d, tol = e - y, WITHIN[t]
         slope = float(np.polyfit(y, e, 1)[0])
         rows.append(f"| {m} | {t} | {len(d)} | {np.sqrt(np.mean(d**2)):.3f} | "
                     f"{np.mean(np.abs(d)):.3f} | {d.mean():+.3f} | ±{tol:g}: "
                     f"{100 * np.mean(np.abs(d) <= tol):.1f} % | {slope:.3f} |")  # fmt: skip
         print(rows[-1], flush=True)
+        if args.worst:
+            worst = worst_rows(records, d, which, args.worst)
+            rows += worst
+            print("\n".join(worst), flush=True)
     print("\n" + "\n".join(rows) + f"\n\nCommand: `{command}`")
 
 
