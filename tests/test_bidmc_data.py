@@ -312,6 +312,8 @@ def test_evaluation_loads_only_the_scored_split(tmp_path: Path) -> None:
     assert all(w.x.shape[1] == 1250 for w in shuffled)
     with pytest.raises(BidmcDataError, match="non-empty"):
         channel_stats(bidmc_windows(d, 0, only="test")[2].x)
+    with pytest.raises(ValueError, match="only must be"):
+        bidmc_windows(d, 0, only="tests")
 
 
 def test_record_split_fractions() -> None:

@@ -368,6 +368,8 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None):
     splits, but only that one holds its samples, the others are indexes (``x`` of shape
     ``(n, 0, C)``): the split is drawn from an index of every record, then that split's
     records are read again. Evaluation holds 15 % of the windows instead of all of them."""
+    if only not in (None, "train", "val", "test"):
+        raise ValueError(f"only must be 'train', 'val' or 'test', got {only!r}")
     bd = _import(BIDMC_MODULE)
     root = d["root"]
     if root is None and d["sim"] == "randomised":
