@@ -61,7 +61,8 @@ def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndar
 DRAWS = (("family", "{}"), ("hr0", "HR₀ {:.0f}"), ("rr0", "RR₀ {:.0f}"),
          ("n_ectopic", "{} ectopic"), ("af_episodes", "AF ×{}"),
          ("motion_per_min", "motion {:.1f}/min"), ("perfusion", "perfusion {:.2f}"),
-         ("sensor_off", "sensor-off ×{}"))  # fmt: skip
+         ("sensor_off", "sensor-off ×{}"), ("ppg_refl_ratio", "PPG reflected wave ×{:.2f}"),
+         ("ppg_late_ratio", "late wave ×{:.2f}"))  # fmt: skip
 
 
 def describe(draw: dict) -> str:
