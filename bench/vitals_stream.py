@@ -1,7 +1,7 @@
 """Streamed error of exported vital-sign models over whole records, as the monitor runs them.
 
     python bench/vitals_stream.py MODEL.onnx [MODEL.onnx ...] (--records ROOT | --checkpoint
-        RUN/best.pt [--split test]) [--rate HZ] [--worst K]
+        RUN/best.pt [--split test]) [--rate HZ] [--flat CHANNEL] [--worst K]
 
 Each record is streamed from its start through ``liquid-stream vitals``' own code path
 (``open_record`` + ``run_record``: 1 s chunks, unpaced, one model at a time), and every
@@ -19,6 +19,8 @@ hold the most of its squared error, with what the simulator drew for them (``par
 (``scipy.signal.resample_poly``; a NaN widens by the filter's length) and written as a
 record of that rate, with the same numerics, so the monitor resamples them back to the
 models' rate, as it does for a monitor or oximeter that writes another rate.
+``--flat CHANNEL``: the records are rewritten with that channel reading its median
+throughout (a PPG+ECG model read on the ECG alone, with ``--flat PLETH``), the rest as is.
 """
 
 from __future__ import annotations
@@ -76,16 +78,22 @@ def describe(draw: dict) -> str:
     return ", ".join(words)
 
 
-def worst_rows(records: list[Path], d: np.ndarray, which: np.ndarray, k: int) -> list[str]:
-    """The ``k`` records with the largest share of the squared error: per-record RMSE, that
-    share, and (for a randomised set) the record's draws."""
+def simulator_draws(records: list[Path]) -> dict:
+    """``params.json``'s per-record draws of a simulated set (next to the records or one
+    folder up); empty for other records."""
     import json
 
-    draws = {}
     for folder in (records[0].parent, records[0].parent.parent) if records else ():
-        if (folder / "params.json").is_file():  # next to the records or one folder up
-            draws = json.loads((folder / "params.json").read_text()).get("per_record", {})
-            break
+        if (folder / "params.json").is_file():
+            return json.loads((folder / "params.json").read_text()).get("per_record", {})
+    return {}
+
+
+def worst_rows(
+    records: list[Path], d: np.ndarray, which: np.ndarray, k: int, draws: dict
+) -> list[str]:
+    """The ``k`` records with the largest share of the squared error: per-record RMSE, that
+    share, and (for a randomised set) the record's ``draws``."""
     sq = np.bincount(which, weights=d**2, minlength=len(records))
     n = np.bincount(which, minlength=len(records))
     rows = []
@@ -99,8 +107,9 @@ def worst_rows(records: list[Path], d: np.ndarray, which: np.ndarray, k: int) ->
     return rows
 
 
-def at_rate(records: list[Path], rate: int, out: Path) -> list[Path]:
-    """``records`` rewritten at ``rate`` Hz into ``out`` (module docstring, ``--rate``)."""
+def rewrite(records: list[Path], out: Path, rate: int | None, flat: str | None) -> list[Path]:
+    """``records`` rewritten into ``out``: at ``rate`` Hz (``--rate``) and/or with the
+    channel ``flat`` reading its median all along (``--flat``); the numerics as they are."""
     import shutil
     from fractions import Fraction
 
@@ -110,9 +119,19 @@ def at_rate(records: list[Path], rate: int, out: Path) -> list[Path]:
     paths = []
     for rec in records:
         r = wfdb.rdrecord(str(rec))
-        f = Fraction(int(rate), int(r.fs))
-        x = resample_poly(r.p_signal, f.numerator, f.denominator, axis=0, padtype="line")
-        wfdb.wrsamp(rec.name, fs=rate, units=r.units, sig_name=r.sig_name, p_signal=x,
+        x, fs = r.p_signal, r.fs
+        if rate is not None:
+            f = Fraction(int(rate), int(r.fs))
+            x = resample_poly(x, f.numerator, f.denominator, axis=0, padtype="line")
+            fs = rate
+        if flat is not None:
+            names = [n.rstrip(",").upper() for n in r.sig_name]
+            if flat.upper() not in names:
+                raise SystemExit(f"error: {rec}: no channel {flat} (it has {', '.join(names)})")
+            k = names.index(flat.upper())
+            x = x.copy()
+            x[:, k] = np.nanmedian(x[:, k])
+        wfdb.wrsamp(rec.name, fs=fs, units=r.units, sig_name=r.sig_name, p_signal=x,
                     fmt=["16"] * len(r.sig_name), write_dir=str(out))  # fmt: skip
         for suffix in ("n.hea", "n.dat"):  # the numerics, as they are (1 Hz)
             shutil.copy(rec.parent / f"{rec.name}{suffix}", out / f"{rec.name}{suffix}")
@@ -128,6 +147,8 @@ def main() -> None:
     src.add_argument("--checkpoint", type=Path, help="a run whose record split names them")
     ap.add_argument("--split", default="test", choices=("val", "test"))
     ap.add_argument("--rate", type=int, default=None, help="rewrite the records at this rate")
+    ap.add_argument("--flat", default=None, metavar="CHANNEL",
+                    help="rewrite the records with CHANNEL (e.g. PLETH) flat")  # fmt: skip
     ap.add_argument("--worst", type=int, default=0, metavar="K",
                     help="also list each model's K records of most squared error")  # fmt: skip
     args = ap.parse_args()
@@ -137,12 +158,14 @@ def main() -> None:
                else split_records(args.checkpoint, args.split))  # fmt: skip
     if not records:
         sys.exit(f"error: no records under {args.records}")
-    if args.rate is not None:
+    draws = simulator_draws(records)  # before any rewrite
+    if args.rate is not None or args.flat is not None:
         import tempfile
 
         tmp = tempfile.TemporaryDirectory()
-        records = at_rate(records, args.rate, Path(tmp.name))
-    print(f"{len(records)} records" + (f" at {args.rate} Hz" if args.rate else ""), flush=True)
+        records = rewrite(records, Path(tmp.name), args.rate, args.flat)
+    print(f"{len(records)} records" + (f" at {args.rate} Hz" if args.rate else "")
+          + (f", {args.flat} flat" if args.flat else ""), flush=True)  # fmt: skip
     rows = ["| model | target | seconds | RMSE | MAE | bias | within | slope |",
             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for m in args.models:
@@ -154,7 +177,7 @@ def main() -> None:
                     f"{100 * np.mean(np.abs(d) <= tol):.1f} % | {slope:.3f} |")  # fmt: skip
         print(rows[-1], flush=True)
         if args.worst:
-            worst = worst_rows(records, d, which, args.worst)
+            worst = worst_rows(records, d, which, args.worst, draws)
             rows += worst
             print("\n".join(worst), flush=True)
     print("\n" + "\n".join(rows) + f"\n\nCommand: `{command}`")
