@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
-from liquid_stream.bidmc_vocab import WITHIN  # noqa: E402
+from liquid_stream.bidmc_vocab import WITHIN, channel_key, strip_name  # noqa: E402
 from liquid_stream.checkpoint import split_records  # noqa: E402
 from liquid_stream.training.data.bidmc import list_records, wfdb_dir  # noqa: E402
 
@@ -125,10 +125,11 @@ def rewrite(records: list[Path], out: Path, rate: int | None, flat: str | None) 
             x = resample_poly(x, f.numerator, f.denominator, axis=0, padtype="line")
             fs = rate
         if flat is not None:
-            names = [n.rstrip(",").upper() for n in r.sig_name]
-            if flat.upper() not in names:
-                raise SystemExit(f"error: {rec}: no channel {flat} (it has {', '.join(names)})")
-            k = names.index(flat.upper())
+            keys = [channel_key(n) for n in r.sig_name]
+            if channel_key(flat) not in keys:
+                have = ", ".join(strip_name(n) for n in r.sig_name)
+                raise SystemExit(f"error: {rec}: no channel {flat} (it has {have})")
+            k = keys.index(channel_key(flat))
             x = x.copy()
             x[:, k] = np.nanmedian(x[:, k])
         wfdb.wrsamp(rec.name, fs=fs, units=r.units, sig_name=r.sig_name, p_signal=x,
