@@ -274,7 +274,7 @@ def vitals_windows(path: Path):
     """The held-out test windows of a shipped vital-sign model: its training preset's
     windows of the test records its metadata names (``liquid-stream evaluate``'s split)."""
     from liquid_stream.training.config import load_config
-    from liquid_stream.training.tasks import bidmc_windows
+    from liquid_stream.training.tasks import bidmc_split_seed, bidmc_windows
 
     p = _props(path)
     channels, target = json.loads(p["channels"]), p["target"]
@@ -283,7 +283,7 @@ def vitals_windows(path: Path):
     d = cfg["data"]
     if list(d["channels"]) != channels:
         raise RuntimeError(f"{path}: preset {preset} channels {d['channels']} != {channels}")
-    _, _, _, _, test = bidmc_windows(d, int(cfg["train"]["seed"]), only="test")
+    _, _, _, _, test = bidmc_windows(d, bidmc_split_seed(cfg), only="test")
     want = json.loads(p["records"])["test"]
     if sorted(set(test.record)) != sorted(want):
         raise RuntimeError(f"{path}: the preset's test records differ from the metadata's")

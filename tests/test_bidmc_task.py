@@ -184,3 +184,21 @@ def test_spo2_from_the_oximeter_trains_exports_and_has_the_ratio_baseline(tmp_pa
                                        "--data", str(root), "--out", str(tmp_path / "e"),
                                        *TINY, "--max-steps", "1"])  # fmt: skip
     assert r.exit_code != 0 and "needs the oximeter's IR and RED" in r.output
+
+
+def test_split_seed_holds_out_the_same_records_for_every_training_seed(records):
+    """``data.split_seed`` fixes the record split whatever ``train.seed`` is (so models of
+    different seeds can be averaged on records none of them saw); null keeps the split of
+    ``train.seed``, as before the option."""
+    from liquid_stream.training.tasks import build_bidmc
+
+    def split(*sets):
+        cfg = load_config("bidmc", "cpu", ["data.target=hr", "data.hop=500",
+                                           f"data.root={records}", *sets])  # fmt: skip
+        return build_bidmc(cfg)[3]["records"]
+
+    base = split("train.seed=0")
+    other = next(s for s in range(1, 20) if split(f"train.seed={s}") != base)
+    assert split(f"train.seed={other}", "data.split_seed=0") == base
+    assert split("train.seed=0", f"data.split_seed={other}") == split(f"train.seed={other}")
+    assert split(f"train.seed={other}", "data.split_seed=null") != base

@@ -89,14 +89,14 @@ def evaluate_vitals(
     baseline: bool = False, name: str = "",
 ) -> list[dict]:  # fmt: skip
     """Score one bidmc checkpoint on SPLIT of its protocol; prints and returns a table row."""
-    from .tasks import bidmc_windows, build_bidmc
+    from .tasks import bidmc_split_seed, bidmc_windows, build_bidmc
 
     d = {**cfg["data"], "crop_s": None}  # windows here; the stream is scored below
     cfg = {**cfg, "data": d}
     scalenorm = ((cfg.get("model") or {}).get("frontend") or {}).get("kind") == "scalenorm"
     # only the scored split's samples are held (the train split's feed no statistics here)
     only = split if stats is not None or scalenorm else None
-    windows = bidmc_windows(d, int(cfg["train"]["seed"]), only=only)
+    windows = bidmc_windows(d, bidmc_split_seed(cfg), only=only)
     fmt, root, *splits = windows
     w = splits[2] if split == "test" else splits[1]
     sets = build_bidmc(cfg, stats=stats, windows=windows)

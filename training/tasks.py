@@ -357,6 +357,15 @@ BIDMC_FORMATS = ("auto", "wfdb", "ts")  # data.format
 BIDMC_PROTOCOLS = ("record", "shuffled")  # data.protocol
 
 
+def bidmc_split_seed(cfg: dict) -> int:
+    """The seed of a bidmc run's record split: ``data.split_seed``, or ``train.seed`` when
+    that is null (the default, and every run made before the option). Runs of different
+    training seeds that share a split seed hold out the same records, so their models can be
+    compared, or averaged (an ensemble), on records none of them trained on."""
+    s = (cfg.get("data") or {}).get("split_seed")
+    return int(cfg["train"]["seed"] if s is None else s)
+
+
 def bidmc_windows(d: dict, seed: int, only: str | None = None):
     """(format, root, train, val, test) ``Windows`` of the data section ``d``.
 
@@ -418,7 +427,7 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None):
      "channels": ["PLETH", "II"], "window": 4000, "hop": 250, "sample_rate": 125,
      "min_valid": 0.5, "sim": "classic", "sim_families": ["nk2", "param"],
      "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0, "max_train": None,
-     "crop_s": None, "crop_hop_s": 48.0, "channel_off": 0.0},
+     "crop_s": None, "crop_hop_s": 48.0, "channel_off": 0.0, "split_seed": None},
 )  # fmt: skip
 def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     """BIDMC HR / RR / SpO2 regression (loss ``mse`` at the window's last step, in units
@@ -432,7 +441,7 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     target = d["target"]
     if target not in BIDMC_TARGETS:
         raise ValueError(f"data.target must be one of {', '.join(BIDMC_TARGETS)}, got {target!r}")
-    fmt, root, train, val, test = windows or bidmc_windows(d, seed)
+    fmt, root, train, val, test = windows or bidmc_windows(d, bidmc_split_seed(cfg))
     if d["max_train"] is not None and len(train) > int(d["max_train"]):
         train = train.subset(_limit(np.arange(len(train)), d["max_train"], seed))
     if len(train) == 0:
