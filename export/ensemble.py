@@ -1,31 +1,41 @@
-"""Several trained classifiers as one streaming graph whose posteriors are their mean.
+"""Several trained models as one streaming graph whose output is their mean.
 
     liquid-stream export a/best.pt b/best.pt --onnx kws.onnx --chunk 1600 --verify
 
-Members i = 0 … K−1 (same task, labels, sample rate, input and chunk) are exported one by
-one (:func:`~.pipeline.export_model`) and placed side by side in one ONNX graph that
-takes the one input ``x`` and returns
+Members i = 0 … K−1 (same task, labels, sample rate, input and chunk; for regressors also
+the same target, units, channels and window) are exported one by one
+(:func:`~.pipeline.export_model`) and placed side by side in one ONNX graph that takes the
+one input ``x`` and returns, for classifiers (keyword spotters),
 
     y = log( max( (1/K) Σ_i softmax(y_i), 1e-30 ) )                      (batch, T, d)
 
 so that the softmax the apps take of ``y`` is the members' mean posterior
 ``p = (1/K) Σ_i softmax(y_i)`` (``softmax(log p) = p / Σp = p``; the floor keeps ``y``
 finite where every member gives a class a posterior below 1e-30 in float32, and moves
-``p`` by at most 1e-30 per class). Member i's state ``<name>`` is the graph's state
+``p`` by at most 1e-30 per class), and for regressors (vital signs, whose graphs output
+physical units)
+
+    y = (1/K) Σ_i y_i                                                     (batch, T, 1)
+
+Member i's state ``<name>`` is the graph's state
 ``m<i>.<name>`` (input ``state.m<i>.<name>``, output ``next.m<i>.<name>``); its nodes,
 values and weights are prefixed ``m<i>.``, so the members share nothing but ``x``.
 Everything downstream (``OnnxStreamer``, the batched server, ``kws``, ``kws-tune``,
-``kws-eval``) reads the graph as any other: its ``state_spec`` lists the members' states.
+``kws-eval``, ``vitals``) reads the graph as any other: its ``state_spec`` lists the
+members' states.
 
-Why: two spotters trained from different seeds make different mistakes. Three seeds of the
-main job's recipe detected 77.8–91.4 % (mean of the best detection at ≤ 2 … 10 false
+Why: two models trained from different seeds make different mistakes. Three seeds of the
+main job's spotter recipe detected 77.8–91.4 % (mean of the best detection at ≤ 2 … 10 false
 accepts per hour) on a 60-minute validation stream, and the mean posterior of any two of
-them 90.7–93.3 % (docs/benchmarks.md §4.1) — for twice the training.
+them 90.7–93.3 % (docs/benchmarks.md §4.1) — for twice the training. Two HR estimators of
+the same recipe and seed (made on different thread counts) have errors correlated 0.95 and
+gain 1 % from averaging; members of different seeds are what an ensemble needs (the record
+split then held fixed by ``data.split_seed``; docs/benchmarks.md §5.2).
 
 Exactness: each member's graph is its torch model's (verified per member, the contract of
-docs/design.md §5, when ``verify``), and the ensemble's posteriors equal the mean of the
-members' float64 torch posteriors within :data:`~.pipeline.CONTRACT_RTOL`
-(:func:`verify_ensemble`).
+docs/design.md §5, when ``verify``), and the ensemble's output (posteriors, or the mean
+estimate) equals the mean of the members' float64 torch outputs within
+:data:`~.pipeline.CONTRACT_RTOL` (:func:`verify_ensemble`).
 """
 
 from __future__ import annotations
@@ -55,6 +65,15 @@ from .pipeline import (
 FLOOR = 1e-30  # of the mean posterior before its log (module docstring)
 SAME = ("task", "labels", "sample_rate", "d_input", "d_output", "max_chunk", "chunk",
         "rate", "decoder", "input_mean", "input_std")  # fmt: skip
+COMBINE_POSTERIORS = "mean of the members' softmax posteriors; y = log of it"
+SAME_REGRESSION = ("target", "units", "channels", "window")  # also, between regressors
+
+
+def is_regressor(meta: ModelMeta | dict) -> bool:
+    """A regression graph (a vital-sign estimator: ``target`` set, outputs in physical
+    units) rather than a classifier."""
+    target = meta.get("target") if isinstance(meta, dict) else meta.target
+    return target is not None
 
 
 def member_prefix(i: int) -> str:
@@ -107,22 +126,27 @@ def _identity(src: str, dst: str) -> onnx.NodeProto:
     return helper.make_node("Identity", [src], [dst], name=f"{dst}.identity")
 
 
-def merge_classifiers(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, ModelMeta]:
-    """The ensemble graph of exported classifier graphs (module docstring) and its metadata
-    (member 0's, with the members' states and ``ensemble``). A ValueError names what the
-    members do not share, or a member that is not a classifier."""
+def merge_members(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, ModelMeta]:
+    """The ensemble graph of exported classifier graphs, or of exported regressor graphs
+    (module docstring), and its metadata (member 0's, with the members' states and
+    ``ensemble``). A ValueError names what the members do not share: a classifier with a
+    regressor, a classifier without one output per label."""
     if len(members) < 2:
         raise ValueError("an ensemble needs at least two members")
     metas = [ModelMeta.from_onnx_props({p.key: p.value for p in m.metadata_props})
              for m in members]  # fmt: skip
+    regression = is_regressor(metas[0])
     for i, m in enumerate(metas):
-        if not m.labels or m.d_output != len(m.labels) or m.target is not None:
-            raise ValueError(f"member {i} is not a classifier (labels, one output per label, "
-                             "no regression target): an ensemble averages class "
-                             "posteriors")  # fmt: skip
+        if is_regressor(m) != regression:
+            raise ValueError(f"member {i} is a {'classifier' if regression else 'regressor'} "
+                             f"and member 0 a {'regressor' if regression else 'classifier'}: "
+                             "an ensemble averages members of one kind")  # fmt: skip
+        if not regression and (not m.labels or m.d_output != len(m.labels)):
+            raise ValueError(f"member {i} is not a classifier (labels, one output per "
+                             "label): an ensemble averages class posteriors")  # fmt: skip
     first = metas[0]
     for i, m in enumerate(metas[1:], 1):
-        for key in SAME:
+        for key in SAME + (SAME_REGRESSION if regression else ()):
             if getattr(m, key) != getattr(first, key):
                 raise ValueError(f"member {i} differs from member 0 in {key!r}: "
                                  f"{getattr(m, key)!r} vs {getattr(first, key)!r}")  # fmt: skip
@@ -149,19 +173,24 @@ def merge_classifiers(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, 
             name = s["name"]
             outputs.append(_renamed(model.graph.output, f"next.{name}", f"next.{pre}{name}"))
             nodes.append(_identity(f"{pre}next.{name}", outputs[-1].name))
-        nodes.append(helper.make_node("Softmax", [pre + "y"], [pre + "p"], axis=-1,
-                                      name=pre + "softmax"))  # fmt: skip
+        if not regression:
+            nodes.append(helper.make_node("Softmax", [pre + "y"], [pre + "p"], axis=-1,
+                                          name=pre + "softmax"))  # fmt: skip
+    each = "y" if regression else "p"
     nodes += [
-        helper.make_node("Sum", [member_prefix(i) + "p" for i in range(K)], ["ens.sum"],
+        helper.make_node("Sum", [member_prefix(i) + each for i in range(K)], ["ens.sum"],
                          name="ens.sum"),
-        helper.make_node("Mul", ["ens.sum", "ens.inv_k"], ["ens.mean"], name="ens.mean"),
-        helper.make_node("Max", ["ens.mean", "ens.floor"], ["ens.floored"], name="ens.floor"),
-        helper.make_node("Log", ["ens.floored"], ["y"], name="ens.log"),
+        helper.make_node("Mul", ["ens.sum", "ens.inv_k"], ["y" if regression else "ens.mean"],
+                         name="ens.mean"),
     ]  # fmt: skip
-    inits += [
-        helper.make_tensor("ens.inv_k", onnx.TensorProto.FLOAT, [], [1.0 / K]),
-        helper.make_tensor("ens.floor", onnx.TensorProto.FLOAT, [], [FLOOR]),
-    ]
+    inits.append(helper.make_tensor("ens.inv_k", onnx.TensorProto.FLOAT, [], [1.0 / K]))
+    if not regression:
+        nodes += [
+            helper.make_node("Max", ["ens.mean", "ens.floor"], ["ens.floored"],
+                             name="ens.floor"),
+            helper.make_node("Log", ["ens.floored"], ["y"], name="ens.log"),
+        ]  # fmt: skip
+        inits.append(helper.make_tensor("ens.floor", onnx.TensorProto.FLOAT, [], [FLOOR]))
     outputs.insert(0, y_info)
     graph = helper.make_graph(nodes, "liquid_stream_ensemble", inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=list(members[0].opset_import),
@@ -172,7 +201,7 @@ def merge_classifiers(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, 
     meta.state_spec = spec
     meta.ensemble = {
         "members": K,
-        "combine": "mean of the members' softmax posteriors; y = log of it",
+        "combine": "mean of the members' outputs" if regression else COMBINE_POSTERIORS,
         "member_sha256": [hashlib.sha256(m.SerializeToString()).hexdigest() for m in members],
     }
     return model, meta
@@ -207,7 +236,7 @@ def export_ensemble(
                                        f"contract; nothing written. {rep}")  # fmt: skip
                 reports.append(rep)
             protos.append(onnx.load(str(path)))
-        model, meta = merge_classifiers(protos)
+        model, meta = merge_members(protos)
         props = meta.to_onnx_props()
         for key, value in props.items():
             model.metadata_props.add(key=key, value=value)
@@ -227,12 +256,16 @@ def export_ensemble(
 
 
 def verify_ensemble(
-    models: list, onnx_path: str | os.PathLike, length: int = 16000, meta: dict | None = None,
+    models: list,
+    onnx_path: str | os.PathLike,
+    length: int = 16000,
+    meta: dict | None = None,
     seed: int = 0,
 ) -> VerifyReport:
     """Stream random input through the ensemble graph in random chunk sizes (1 … chunk);
     compare its posteriors ``softmax(y)`` with the mean of the members' posteriors from
-    their float32 torch convolutional forwards, taken in float64 (max |Δp|, max p)."""
+    their float32 torch convolutional forwards, taken in float64 (max |Δp|, max p); for
+    regressors its ``y`` with the mean of the members' outputs (max |Δy|, max |y|)."""
     import torch
 
     from liquid_stream.onnx_streamer import OnnxStreamer
@@ -240,14 +273,18 @@ def verify_ensemble(
     streamer = OnnxStreamer(onnx_path, batch=1)
     rng = np.random.default_rng(seed)
     x, xn = random_input(dict(meta or {}), (1, length, models[0].d_input), rng)
+    regression = is_regressor(dict(meta or {}))
     with torch.no_grad():
-        ref = np.mean([torch.softmax(m.float().eval().cpu().forward_steps(xn).double(), -1)
-                       .numpy() for m in models], axis=0)  # fmt: skip
+        outs = [m.float().eval().cpu().forward_steps(xn).double() for m in models]
     y, n = stream_random_chunks(streamer, x, rng)
     y = y.astype(np.float64)
+    if regression:
+        ref = np.mean([o.numpy() for o in outs], axis=0)
+        return VerifyReport(length, n, float(np.abs(y - ref).max()), float(np.abs(ref).max()))
+    ref = np.mean([torch.softmax(o, -1).numpy() for o in outs], axis=0)
     p = np.exp(y - y.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     return VerifyReport(length, n, float(np.abs(p - ref).max()), float(np.abs(ref).max()), "p")
 
 
-__all__ = ["CONTRACT_RTOL", "export_ensemble", "merge_classifiers", "verify_ensemble"]
+__all__ = ["CONTRACT_RTOL", "export_ensemble", "is_regressor", "merge_members", "verify_ensemble"]

@@ -1,8 +1,10 @@
-"""An ensemble of classifiers as one streaming graph (export/ensemble.py): its posteriors are
-the mean of the members' — against the members' float64 torch forwards and against the
-member graphs streamed alone, in random chunks; the members' states are the graph's, so
-the batched server steps it like any graph; checkpoints that cannot be averaged are
-refused before anything is written."""
+"""An ensemble as one streaming graph (export/ensemble.py): a classifiers' ensemble's
+posteriors are the mean of the members' — against the members' float64 torch forwards and
+against the member graphs streamed alone, in random chunks; a regressors' ensemble's
+estimate is the mean of the members' estimates, in physical units, and the vitals app reads
+it as any estimator; the members' states are the graph's, so the batched server steps it
+like any graph; checkpoints that cannot be averaged are refused before anything is
+written."""
 
 from __future__ import annotations
 
@@ -112,7 +114,56 @@ def test_cli_ensemble_matches_member_graphs(ensemble, tmp_path):
     assert np.abs(p - ref).max() <= 1e-6
 
 
-@pytest.mark.parametrize("bad", ["labels", "regression", "quantize"])
+def _regressor(path, seed: int, target: str = "hr", channels=("PLETH", "II")):
+    """A small untrained HR estimator (random weights from ``seed``; the scale-norm front
+    end, so any units) saved with a vital-sign model's metadata."""
+    torch.manual_seed(seed)
+    model = LiquidS4Model(
+        len(channels), 1, d_model=8, n_layers=2, d_state=4, mode="diag", liquid="pb",
+        liquid_order=2, norm="layer", decoder="window", decoder_window=6, dt_min=1e-3,
+        dt_max=0.1, frontend={"kind": "scalenorm", "hop": 5}, output_shift=80.0,
+        output_scale=15.0,
+    ).eval()  # fmt: skip
+    meta = {"task": "bidmc", "labels": [target], "target": target, "units": "bpm",
+            "sample_rate": 125, "d_input": len(channels), "d_output": 1,
+            "channels": list(channels), "window": 30, "input_mean": [0.0] * len(channels),
+            "input_std": [1.0] * len(channels), "target_mean": 80.0,
+            "target_std": 15.0}  # fmt: skip
+    save_checkpoint(path, model, meta)
+    return model
+
+
+def test_regressors_ensemble_is_the_mean_estimate(tmp_path):
+    """Two HR estimators of different seeds: the graph's y equals the mean of the members'
+    float64 torch outputs and of the member graphs streamed alone (any chunking), in bpm;
+    its metadata keeps the target and channels; the CLI's --verify checks it."""
+    models = [_regressor(tmp_path / f"h{i}.pt", seed=i) for i in range(2)]
+    run = CliRunner().invoke(cli, ["export", str(tmp_path / "h0.pt"), str(tmp_path / "h1.pt"),
+                                   "--onnx", str(tmp_path / "e.onnx"), "--chunk", "125",
+                                   "--verify", "--verify-length", "2000"])  # fmt: skip
+    assert run.exit_code == 0, run.output
+    assert run.output.count(" OK") == 3 and "max|Δp|" not in run.output
+    for i in range(2):
+        r = CliRunner().invoke(cli, ["export", str(tmp_path / f"h{i}.pt"), "--onnx",
+                                     str(tmp_path / f"h{i}.onnx"), "--chunk", "125"])  # fmt: skip
+        assert r.exit_code == 0, r.output
+    rng = np.random.default_rng(2)
+    x = (300.0 * rng.standard_normal((1, 1500, 2)) + 1000.0).astype(np.float32)
+    chunks = [125, 1, 60, 124, 125, 3, 1062]
+    y = _stream(tmp_path / "e.onnx", x, chunks).astype(np.float64)
+    alone = [_stream(tmp_path / f"h{i}.onnx", x, chunks).astype(np.float64) for i in range(2)]
+    assert np.abs(alone[0] - alone[1]).max() > 1.0  # the members differ
+    assert np.abs(y - (alone[0] + alone[1]) / 2).max() <= 1e-4 * np.abs(y).max()
+    with torch.no_grad():
+        ref = np.mean([m.double().forward_steps(torch.from_numpy(x).double()).numpy()
+                       for m in models], 0)  # fmt: skip
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+    meta = ModelMeta.from_onnx_props(OnnxStreamer(tmp_path / "e.onnx").metadata)
+    assert meta.target == "hr" and meta.channels == ["PLETH", "II"] and meta.units == "bpm"
+    assert meta.ensemble["combine"] == "mean of the members' outputs"
+
+
+@pytest.mark.parametrize("bad", ["labels", "regression", "quantize", "channels"])
 def test_refused_before_anything_is_written(tmp_path, bad):
     _member(tmp_path / "a.pt", seed=0)
     args = []
@@ -127,6 +178,9 @@ def test_refused_before_anything_is_written(tmp_path, bad):
                 "window": 4, "input_mean": [0.0], "input_std": [1.0], "target_mean": 80.0,
                 "target_std": 10.0}  # fmt: skip
         save_checkpoint(tmp_path / "b.pt", m, meta)
+    elif bad == "channels":  # two regressors that read their channels in another order
+        _regressor(tmp_path / "a.pt", seed=0)
+        _regressor(tmp_path / "b.pt", seed=1, channels=("II", "PLETH"))
     else:
         _member(tmp_path / "b.pt", seed=1)
         args = ["--quantize", "int8"]
@@ -135,8 +189,8 @@ def test_refused_before_anything_is_written(tmp_path, bad):
                                  "--onnx", str(out), *args])  # fmt: skip
     assert r.exit_code != 0 and not out.exists()
     msg = r.output.strip().splitlines()[-1]
-    want = {"labels": "'labels'", "regression": "not a classifier",
-            "quantize": "without --quantize"}  # fmt: skip
+    want = {"labels": "'labels'", "regression": "a regressor and member 0 a classifier",
+            "quantize": "without --quantize", "channels": "'channels'"}  # fmt: skip
     assert want[bad] in msg
     assert msg.startswith("Error: ")
 
