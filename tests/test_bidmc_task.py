@@ -186,6 +186,14 @@ def test_spo2_from_the_oximeter_trains_exports_and_has_the_ratio_baseline(tmp_pa
     assert r.exit_code != 0 and "needs the oximeter's IR and RED" in r.output
 
 
+def _test_records(records, seed: int) -> list[str]:
+    from liquid_stream.training.tasks import build_bidmc
+
+    cfg = load_config("bidmc", "cpu", ["data.target=hr", "data.hop=500",
+                                       f"data.root={records}", f"train.seed={seed}"])  # fmt: skip
+    return build_bidmc(cfg)[3]["records"]["test"]
+
+
 def test_split_seed_holds_out_the_same_records_for_every_training_seed(records):
     """``data.split_seed`` fixes the record split whatever ``train.seed`` is (so models of
     different seeds can be averaged on records none of them saw); null keeps the split of
@@ -202,3 +210,44 @@ def test_split_seed_holds_out_the_same_records_for_every_training_seed(records):
     assert split(f"train.seed={other}", "data.split_seed=0") == base
     assert split("train.seed=0", f"data.split_seed={other}") == split(f"train.seed={other}")
     assert split(f"train.seed={other}", "data.split_seed=null") != base
+
+
+def test_evaluate_mean_scores_the_members_mean_estimate(tmp_path, records):
+    """``evaluate A.pt B.pt --mean``: one row whose window RMSE is that of the mean of the
+    two models' window estimates (computed here from each model alone); members that hold
+    out other records, or no --out, are refused with a one-line error."""
+    from liquid_stream.training.data.bidmc_baseline import agreement
+    from liquid_stream.training.evaluate_vitals import predict_windows
+    from liquid_stream.training.tasks import build_bidmc
+
+    outs = [_train(tmp_path, records, f"s{s}", "--target", "hr", "--max-steps", "2", "--set",
+                   f"train.seed={s}", "--set", "data.split_seed=0")[0]
+            for s in (0, 1)]  # fmt: skip
+    ev = tmp_path / "mean"
+    args = [str(o / "best.pt") for o in outs] + ["--mean", "--out", str(ev), "--device", "cpu"]
+    r = CliRunner().invoke(evaluate_cmd, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    row = json.loads((ev / "agreement_hr_record_test.json").read_text())
+    assert row["model"] == "mean of 2" and "stream" in row
+    preds = []
+    for o in outs:
+        model, meta = model_from_checkpoint(o / "best.pt")
+        cfg = load_checkpoint(o / "best.pt")["config"]
+        test = build_bidmc(cfg)[2]
+        pred, y = predict_windows(model, test, torch.device("cpu"))
+        preds.append(pred)
+    assert np.abs(preds[0] - preds[1]).max() > 0.1  # two different models
+    want = agreement((preds[0] + preds[1]) / 2, y)
+    assert abs(row["rmse"] - want["rmse"]) <= 1e-6 * want["rmse"] and row["n"] == want["n"]
+    for solo in agreement(preds[0], y)["rmse"], agreement(preds[1], y)["rmse"]:
+        assert abs(row["rmse"] - solo) > 1e-6  # not one member's score
+    # a member with its own split (train.seed 3, no split_seed), and --mean without --out
+    seed = next(s for s in range(2, 40) if _test_records(records, s) != _test_records(records, 0))
+    other = _train(tmp_path, records, "other", "--target", "hr", "--max-steps", "1", "--set",
+                   f"train.seed={seed}")[0]  # fmt: skip
+    assert split_records(other / "best.pt") != split_records(outs[0] / "best.pt")
+    r = CliRunner().invoke(evaluate_cmd, [str(outs[0] / "best.pt"), str(other / "best.pt"),
+                                          "--mean", "--out", str(tmp_path / "x")])  # fmt: skip
+    assert r.exit_code != 0 and "holds out other test records" in r.output
+    r = CliRunner().invoke(evaluate_cmd, [str(o / "best.pt") for o in outs] + ["--mean"])
+    assert r.exit_code != 0 and "--mean needs two or more checkpoints and --out" in r.output

@@ -165,13 +165,25 @@ def _run_config(task: str, preset: str | None, overrides: list[str], resume) -> 
     help="Vital signs: also run NeuroKit2's peak-detection HR / RR on the same "
     "windows and print its RMSE next to the model's.",
 )
-def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, baseline):
+@click.option(
+    "--mean",
+    is_flag=True,
+    help="Vital signs: score the mean of the CHECKPOINTS' estimates as one model (the "
+    "ensemble that `export A.pt B.pt` writes); they must hold out the same records. "
+    "Needs --out.",
+)
+def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, baseline, mean):
     """Evaluate CHECKPOINTS on their task's SPLIT. Classifiers: accuracy, per-class
     accuracy and a confusion-matrix PNG (speech: at 16 kHz and zero-shot at 8 kHz with Δ
     doubled). Vital signs (bidmc): RMSE / MAE in physical units, a scatter + Bland–Altman
     PNG, one table row per checkpoint (e.g. one per split protocol) and, with
-    --baseline, NeuroKit2's classical estimate on the same windows."""
+    --baseline, NeuroKit2's classical estimate on the same windows; with --mean one row
+    for the members' mean estimate."""
     rows = []
+    if mean:
+        rows = _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir,
+                              baseline)  # fmt: skip
+        checkpoints = ()
     for checkpoint in checkpoints:
         rows += _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir,
                               baseline) or []  # fmt: skip
@@ -179,6 +191,56 @@ def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, bas
         from .evaluate_vitals import format_table
 
         click.echo(format_table(rows))
+
+
+def _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir, baseline):
+    """``evaluate --mean``: the bidmc checkpoints' mean estimate scored as one model, on the
+    data of the first (the members must list the same ``split`` records and input
+    statistics, else a one-line error)."""
+    import copy
+
+    from liquid_stream.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint
+
+    from .evaluate_vitals import MeanOf, evaluate_vitals
+    from .rng import resolve_device
+    from .run import DATA_ERRORS, one_line
+
+    if len(checkpoints) < 2 or out_dir is None:
+        raise click.ClickException("--mean needs two or more checkpoints and --out")
+    try:
+        loaded = [load_checkpoint(c) for c in checkpoints]
+        built = [model_from_checkpoint(c) for c in loaded]
+    except CheckpointError as e:
+        raise click.ClickException(str(e)) from e
+    cfg = copy.deepcopy(loaded[0].get("config") or {})
+    meta = built[0][1]
+    for c, ck, (_, m) in zip(checkpoints, loaded, built, strict=True):
+        task = (ck.get("config") or {}).get("task")
+        if task != "bidmc":
+            raise click.ClickException(f"--mean averages vital-sign estimators; {c} is {task!r}")
+        held = (m.get("records") or {}).get(split)
+        if held != (meta.get("records") or {}).get(split):
+            raise click.ClickException(
+                f"{c} holds out other {split} records than {checkpoints[0]}: their mean has "
+                "no common held-out set (train them with one data.split_seed)"
+            )
+        for key in ("target", "channels", "window", "input_mean", "input_std"):
+            if m.get(key) != meta.get(key):
+                raise click.ClickException(f"{c} differs from {checkpoints[0]} in {key!r}: "
+                                           f"{m.get(key)!r} vs {meta.get(key)!r}")  # fmt: skip
+    if data_root is not None:
+        cfg["data"]["root"] = str(data_root)
+    stats = (meta.get("input_mean"), meta.get("input_std"))
+    stats = stats if None not in stats else None
+    dev = resolve_device(device)
+    model = MeanOf([m for m, _ in built]).to(dev)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out, baseline,
+                               name=f"mean of {len(built)}")  # fmt: skip
+    except DATA_ERRORS as e:
+        raise click.ClickException(one_line(e)) from e
 
 
 def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, baseline):

@@ -25,6 +25,18 @@ from liquid_stream.bidmc_vocab import WITHIN
 from .data.bidmc_baseline import agreement, baseline_estimates, baseline_name
 
 
+class MeanOf(torch.nn.Module):
+    """The mean of several estimators' outputs, y = (1/K) Σ_i f_i(x) (batch, L, d): what an
+    ensemble graph of regressors computes (export/ensemble.py), scored here as one model."""
+
+    def __init__(self, members: list[torch.nn.Module]):
+        super().__init__()
+        self.members = torch.nn.ModuleList(members)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([m(x) for m in self.members]).mean(0)
+
+
 def predict_windows(
     model: torch.nn.Module, dataset, device: torch.device, batch_size: int = 32
 ) -> tuple[np.ndarray, np.ndarray]:
