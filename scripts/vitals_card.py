@@ -1,14 +1,17 @@
 """Write the model card of a shipped vital-sign model from its run folder.
 
     python scripts/vitals_card.py RUN NAME "COMMAND" [--commit SHA] [--data ROOT]
-        [--made-by SCRIPT] [--hardware TEXT]
+        [--made-by SCRIPT] [--hardware TEXT] [--members RUN2 ... --scored DIR]
 
 RUN is a `liquid-stream train bidmc` output folder that `liquid-stream evaluate --baseline`
 has scored (agreement_<target>_record_test.json); NAME the shipped file's stem
 (liquid_stream/models/NAME.onnx); COMMAND the training command, quoted. ROOT: the record set
 the run trained on when it was given one (`--data`; its params.json names the simulator's
-arguments), else the config's data.sim_* are. Every number on
-the card is read from RUN, so the card says what the run measured and nothing else.
+arguments), else the config's data.sim_* are. An ensemble (the mean of RUN's and the
+``--members`` runs' estimates, one graph: export/ensemble.py) is scored by `liquid-stream
+evaluate RUN/best.pt RUN2/best.pt ... --mean --out DIR --baseline`, and ``--scored DIR``
+names that folder. Every number on the card is read from the runs and that evaluation, so
+the card says what they measured and nothing else.
 """
 
 from __future__ import annotations
@@ -43,10 +46,18 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="the run's record set (--data)")
     ap.add_argument("--made-by", default="scripts/ship-vitals.sh")
     ap.add_argument("--hardware", default="2 CPU cores shared with other jobs")
+    ap.add_argument("--members", type=Path, nargs="*", default=[],
+                    help="further runs averaged with RUN (an ensemble)")  # fmt: skip
+    ap.add_argument("--scored", type=Path, default=None,
+                    help="the ensemble's `evaluate --mean --out` folder")  # fmt: skip
     a = ap.parse_args()
+    if bool(a.members) != (a.scored is not None):
+        ap.error("--members and --scored go together")
     cfg = yaml.safe_load((a.run / "config.yaml").read_text())
     t = cfg["data"]["target"]
-    res = json.loads((a.run / f"agreement_{t}_record_test.json").read_text())
+    res = json.loads(((a.scored or a.run) / f"agreement_{t}_record_test.json").read_text())
+    runs = [a.run, *a.members]
+    seeds = [yaml.safe_load((r / "config.yaml").read_text())["train"]["seed"] for r in runs]
     rows = [line.split(",") for line in (a.run / "metrics.csv").read_text().splitlines()]
     last = dict(zip(rows[0], rows[-1], strict=True))
     commit = (
@@ -124,6 +135,17 @@ def main() -> None:
         cut0 = f" (stopped early; {planned0} planned)" if done0 < planned0 else ""
         warm += f" That run: {epochs(done0)}{cut0} ({last0['step']} steps)."
     data_arg = f" --data {a.data}" if a.data is not None else ""
+    ckpts = " ".join(f"{r}/best.pt" for r in runs)
+    mean = f" --mean --out {a.scored}" if a.members else ""
+    evaluate = f"liquid-stream evaluate {ckpts}{mean} --baseline --device cpu"
+    ensemble = (
+        f"\n\n**An ensemble:** the graph runs {len(runs)} such models side by side and outputs "
+        f"the mean of their estimates (export/ensemble.py); they were trained from seeds "
+        f"{', '.join(str(x) for x in seeds)} on the same records with the same record split "
+        "(`data.split_seed`), so every number below is the mean's, on records none of them saw."
+        if a.members
+        else ""
+    )
     if oximeter:
         units = ("with **any gain** per channel (the log scale-norm front end: ln of each "
                  "channel's ratio to its first sample, both channels over the first one's "
@@ -170,7 +192,7 @@ any chunk size; one {label} estimate ({u}) per input sample: the mean over the t
 Causal Liquid-S4: {front}, pooled by
 {fe["hop"]} to {d["sample_rate"] / fe["hop"]:g} Hz) → Linear →
 {m["n_layers"]} pre-norm blocks of S4D (H = {m["d_model"]}, N = {m["d_state"]}), PB liquid term
-p = {m["liquid_order"]}, LayerNorm → {m["decoder_window"]}-frame window decoder → {t}.
+p = {m["liquid_order"]}, LayerNorm → {m["decoder_window"]}-frame window decoder → {t}.{ensemble}
 
 ## Data
 Synthetic only: {sim["records"]} domain-randomised records of {sim["minutes"]:g} min, seed
@@ -182,8 +204,8 @@ sensor-off stretches, random gain / offset / ADC per channel), split by record 7
 ## How it was made (`{a.made_by}`)
 ```sh
 {a.command}
-liquid-stream evaluate {a.run}/best.pt --baseline --device cpu{data_arg}
-liquid-stream export {a.run}/best.pt --onnx {a.name}.onnx --chunk 125 --sub-block 1 \\
+{evaluate}{data_arg}
+liquid-stream export {ckpts} --onnx {a.name}.onnx --chunk 125 --sub-block 1 \\
   --verify --verify-length 8000
 ```
 Code: git commit {commit}; {epochs(done)}{cut} ({last["step"]} steps), {a.hardware}.{warm}
