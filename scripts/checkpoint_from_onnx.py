@@ -28,6 +28,9 @@ continuous parameters follow from the bilinear map: ΔΛ = 2(λ − 1)/(λ + 1),
 (the graph fixes only the products ΔΛ and ΔB, which are all the model and its ``rate``
 option use). The recovered model is checked against the graph it came from: the script
 streams random input through both and prints the largest difference relative to max|y|.
+An ensemble graph (export/ensemble.py: members side by side, names prefixed ``m<i>.``)
+gives one checkpoint per member (``--member I``, or every member as ``OUT-m<i>.pt``); the
+check is then of the members' mean against the ensemble graph.
 """
 
 from __future__ import annotations
@@ -51,11 +54,13 @@ from liquid_stream.meta import ModelMeta  # noqa: E402
 from liquid_stream.model import LiquidS4Model  # noqa: E402
 
 
-def tables_in_order(model: onnx.ModelProto) -> list[tuple[str, np.ndarray]]:
+def tables_in_order(model: onnx.ModelProto, prefix: str = "") -> list[tuple[str, np.ndarray]]:
     """(consumer op, value) of every float initializer of two or more dimensions (the
-    weight tables, not shapes or scalars), in first-use order (subgraphs walked depth-first, as
-    the exporter emitted them)."""
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    weight tables, not shapes or scalars) whose name starts with ``prefix`` (an ensemble
+    member's), in first-use order (subgraphs walked depth-first, as the exporter emitted
+    them)."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
+             if i.name.startswith(prefix)}  # fmt: skip
     inits = {k: v for k, v in inits.items() if v.dtype.kind == "f"}
     seen: dict[str, tuple[str, np.ndarray]] = {}
 
@@ -135,10 +140,24 @@ def _basis_and_lambda(G: np.ndarray, out: np.ndarray, S: int, M: int, block: int
     return g, o, lam
 
 
-def recover(path: Path) -> tuple[LiquidS4Model, dict]:
-    """The model and meta of the graph at ``path``."""
+def members(path: Path) -> int:
+    """How many members the graph at ``path`` averages (0: not an ensemble)."""
+    props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    ens = json.loads(props.get("ensemble") or "null")
+    return int(ens["members"]) if ens else 0
+
+
+def recover(path: Path, member: int | None = None) -> tuple[LiquidS4Model, dict]:
+    """The model and meta of the graph at ``path``; of an ensemble graph, member
+    ``member``'s (the members share the architecture of member 0's config)."""
     graph = onnx.load(str(path))
     props = {p.key: p.value for p in graph.metadata_props}
+    k = members(path)
+    if k and (member is None or not 0 <= member < k):
+        raise ValueError(f"{path} is an ensemble of {k} members: recover one (member 0 … "
+                         f"{k - 1})")  # fmt: skip
+    if not k and member is not None:
+        raise ValueError(f"{path} is not an ensemble (no member {member})")
     cfg = json.loads(props["model_config"])
     if cfg["mode"] != "diag" or cfg.get("disc") != "bilinear" or cfg.get("bidirectional"):
         raise ValueError("only causal bilinear S4D graphs are supported")
@@ -149,7 +168,7 @@ def recover(path: Path) -> tuple[LiquidS4Model, dict]:
         raise ValueError(f"sub-block {S} with {2 * M} states: not a layout this script reads")
     model = LiquidS4Model(**cfg).double().eval()
     sd = {k: v.clone() for k, v in model.state_dict().items()}
-    rd = Reader(tables_in_order(graph))
+    rd = Reader(tables_in_order(graph, f"m{member}." if k else ""))
     # front end (fixed: its tables follow from the config), then the encoder
     n_feat = model.encoder.weight.shape[1]
     while rd.tables[rd.i][0] != "MatMul" or rd.tables[rd.i][1].shape != (H, n_feat):
@@ -211,6 +230,9 @@ def recover(path: Path) -> tuple[LiquidS4Model, dict]:
     model.load_state_dict(sd)
     model = model.float().eval()
     meta = ModelMeta.from_onnx_props(props).to_dict()
+    if k:  # a member's checkpoint: the graph's joint state layout is not its own
+        meta.pop("ensemble", None)
+        meta.pop("state_spec", None)
     return model, meta
 
 
@@ -224,18 +246,38 @@ def compare(model: LiquidS4Model, path: Path, meta: dict) -> float:
     return report.rel
 
 
+def compare_members(models: list[LiquidS4Model], path: Path, meta: dict) -> float:
+    """The same for an ensemble graph: the mean of the recovered members' outputs
+    (posteriors for classifiers) against the graph's
+    (:func:`~liquid_stream.export.ensemble.verify_ensemble`)."""
+    from liquid_stream.export.ensemble import verify_ensemble
+
+    return verify_ensemble(models, path, meta=meta).rel
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("onnx", type=Path)
     ap.add_argument("out", type=Path)
+    ap.add_argument("--member", type=int, default=None, help="of an ensemble: this member only")
     args = ap.parse_args()
-    model, meta = recover(args.onnx)
-    rel = compare(model, args.onnx, meta)
+    k = members(args.onnx)
+    which = [args.member] if args.member is not None or not k else list(range(k))
+    got = [recover(args.onnx, m) for m in which]
+    if k and len(got) == k:
+        rel = compare_members([m for m, _ in got], args.onnx, got[0][1])
+    elif k:  # one member alone does not reproduce the ensemble graph: nothing to compare
+        rel = 0.0
+        print(f"member {args.member} of {k}: not compared (the graph is the members' mean)")
+    else:
+        rel = compare(got[0][0], args.onnx, got[0][1])
     print(f"recovered {args.onnx}: torch forward vs the graph, relative {rel:.2e}")
     if rel > 1e-4:
         sys.exit("the recovered model does not reproduce the graph (contract 1e-4)")
-    save_checkpoint(args.out, model, meta)
-    print(f"wrote {args.out}")
+    for m, (model, meta) in zip(which, got, strict=True):
+        out = args.out if len(got) == 1 else args.out.with_name(f"{args.out.stem}-m{m}.pt")
+        save_checkpoint(out, model, meta)
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":
