@@ -23,8 +23,8 @@ the apps read them back. Fields (None: not stored):
   ``sub_block``, ``max_chunk``, ``chunk``, ``state_spec``, and for an int8 graph
   ``quantization`` (method, the quantized and the float32 nodes, the verify tolerance, the
   checksums of the quantization parameters: :mod:`liquid_stream.quantized`), and for
-  an ensemble (classifiers or regressors) ``ensemble`` (members, how they are combined, their graphs'
-  SHA-256: export/ensemble.py);
+  an ensemble ``ensemble`` (members, how they are combined — the mean of classifiers'
+  posteriors or of regressors' estimates — their graphs' SHA-256: export/ensemble.py);
 - tuning (``kws-tune``): ``kws_threshold``, ``kws_smooth_ms``, ``kws_tuning``;
 - ``extra``: the tasks' provenance (``PROVENANCE``: data root, split records, subset, ...),
   which no reader relies on.
