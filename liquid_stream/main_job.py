@@ -21,8 +21,8 @@ repeated by hand:
    trained on crops from scratch learns too slowly for this budget; docs/benchmarks.md
    §5.1), then more passes of crops, each at half the learning rate of the one before
    (``PASSES``: two for HR, one for RR; the HR model with one channel held flat in 30 %
-   of the crops, so that it reads the ECG when the PPG falls off: ``CHANNEL_OFF``; these
-   are the shipped ``vitals-ppg-ecg-*`` models' commands),
+   of the crops, so that it reads the ECG when the PPG falls off: ``CHANNEL_OFF``; the
+   shipped ``vitals-ppg-ecg-*`` models average two seeds of these commands),
    evaluate each next to NeuroKit2's classical estimate, export them and run the
    ``vitals`` monitor on a held-out record with HR and RR alarms, checked against the
    record's reference (``alarm_check``: seconds of false alarm).
