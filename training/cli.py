@@ -183,10 +183,10 @@ def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, bas
     if mean:
         rows = _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir,
                               baseline)  # fmt: skip
-        checkpoints = ()
-    for checkpoint in checkpoints:
-        rows += _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir,
-                              baseline) or []  # fmt: skip
+    else:
+        for checkpoint in checkpoints:
+            rows += _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir,
+                                  baseline) or []  # fmt: skip
     if rows:
         from .evaluate_vitals import format_table
 
