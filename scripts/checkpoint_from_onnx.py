@@ -142,7 +142,10 @@ def _basis_and_lambda(G: np.ndarray, out: np.ndarray, S: int, M: int, block: int
 
 def members(path: Path) -> int:
     """How many members the graph at ``path`` averages (0: not an ensemble)."""
-    props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    return _members({p.key: p.value for p in onnx.load(str(path)).metadata_props})
+
+
+def _members(props: dict[str, str]) -> int:
     ens = json.loads(props.get("ensemble") or "null")
     return int(ens["members"]) if ens else 0
 
@@ -152,7 +155,7 @@ def recover(path: Path, member: int | None = None) -> tuple[LiquidS4Model, dict]
     ``member``'s (the members share the architecture of member 0's config)."""
     graph = onnx.load(str(path))
     props = {p.key: p.value for p in graph.metadata_props}
-    k = members(path)
+    k = _members(props)
     if k and (member is None or not 0 <= member < k):
         raise ValueError(f"{path} is an ensemble of {k} members: recover one (member 0 … "
                          f"{k - 1})")  # fmt: skip
