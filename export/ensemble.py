@@ -51,7 +51,7 @@ from onnx import helper
 
 from liquid_stream.atomic import atomic_write_bytes
 from liquid_stream.checkpoint import model_from_checkpoint
-from liquid_stream.meta import ModelMeta
+from liquid_stream.meta import SAME_ESTIMATE, ModelMeta
 
 from .pipeline import (
     CONTRACT_RTOL,
@@ -66,7 +66,6 @@ FLOOR = 1e-30  # of the mean posterior before its log (module docstring)
 SAME = ("task", "labels", "sample_rate", "d_input", "d_output", "max_chunk", "chunk",
         "rate", "decoder", "input_mean", "input_std")  # fmt: skip
 COMBINE_POSTERIORS = "mean of the members' softmax posteriors; y = log of it"
-SAME_REGRESSION = ("target", "units", "channels", "window")  # also, between regressors
 
 
 def is_regressor(meta: ModelMeta | dict) -> bool:
@@ -146,7 +145,7 @@ def merge_members(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, Mode
                              "label): an ensemble averages class posteriors")  # fmt: skip
     first = metas[0]
     for i, m in enumerate(metas[1:], 1):
-        for key in SAME + (SAME_REGRESSION if regression else ()):
+        for key in SAME + (SAME_ESTIMATE if regression else ()):
             if getattr(m, key) != getattr(first, key):
                 raise ValueError(f"member {i} differs from member 0 in {key!r}: "
                                  f"{getattr(m, key)!r} vs {getattr(first, key)!r}")  # fmt: skip

@@ -101,6 +101,10 @@ REQUIRED: dict[str, tuple[str, ...]] = {
               "channels", "window", "target_mean", "target_std"),
 }  # fmt: skip
 
+# What two vital-sign estimators must share for one mean estimate of them to mean anything
+# (an ensemble graph, `evaluate --mean`): the quantity, its units, what they read, how.
+SAME_ESTIMATE: tuple[str, ...] = ("target", "units", "channels", "window")
+
 
 def _kind(kind: str) -> dict:
     return {"kind": kind}

@@ -193,65 +193,13 @@ def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, bas
         click.echo(format_table(rows))
 
 
-def _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir, baseline):
-    """``evaluate --mean``: the bidmc checkpoints' mean estimate scored as one model, on the
-    data of the first (the members must list the same ``split`` records and input
-    statistics, else a one-line error)."""
+def _load_for_evaluation(checkpoint, data_root):
+    """A checkpoint, read for `evaluate`: ``(checkpoint dict, model, meta, config, stats)``,
+    the config's data root replaced by ``data_root`` when given (for a speech model without
+    one, the root it was trained on), ``stats`` the input statistics or None."""
     import copy
 
     from liquid_stream.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint
-
-    from .evaluate_vitals import MeanOf, evaluate_vitals
-    from .rng import resolve_device
-    from .run import DATA_ERRORS, one_line
-
-    if len(checkpoints) < 2 or out_dir is None:
-        raise click.ClickException("--mean needs two or more checkpoints and --out")
-    try:
-        loaded = [load_checkpoint(c) for c in checkpoints]
-        built = [model_from_checkpoint(c) for c in loaded]
-    except CheckpointError as e:
-        raise click.ClickException(str(e)) from e
-    cfg = copy.deepcopy(loaded[0].get("config") or {})
-    meta = built[0][1]
-    for c, ck, (_, m) in zip(checkpoints, loaded, built, strict=True):
-        task = (ck.get("config") or {}).get("task")
-        if task != "bidmc":
-            raise click.ClickException(f"--mean averages vital-sign estimators; {c} is {task!r}")
-        held = (m.get("records") or {}).get(split)
-        if held != (meta.get("records") or {}).get(split):
-            raise click.ClickException(
-                f"{c} holds out other {split} records than {checkpoints[0]}: their mean has "
-                "no common held-out set (train them with one data.split_seed)"
-            )
-        for key in ("target", "channels", "window", "input_mean", "input_std"):
-            if m.get(key) != meta.get(key):
-                raise click.ClickException(f"{c} differs from {checkpoints[0]} in {key!r}: "
-                                           f"{m.get(key)!r} vs {meta.get(key)!r}")  # fmt: skip
-    if data_root is not None:
-        cfg["data"]["root"] = str(data_root)
-    stats = (meta.get("input_mean"), meta.get("input_std"))
-    stats = stats if None not in stats else None
-    dev = resolve_device(device)
-    model = MeanOf([m for m, _ in built]).to(dev)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out, baseline,
-                               name=f"mean of {len(built)}")  # fmt: skip
-    except DATA_ERRORS as e:
-        raise click.ClickException(one_line(e)) from e
-
-
-def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, baseline):
-    import copy
-
-    from liquid_stream.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint
-
-    from .metrics import REGRESSION, evaluate_model
-    from .rng import resolve_device
-    from .run import DATA_ERRORS, one_line
-    from .tasks import build_task
 
     try:
         ckpt = load_checkpoint(checkpoint)
@@ -265,9 +213,58 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
         cfg["data"]["root"] = str(data_root)
     elif cfg["task"] == "speech" and not cfg["data"].get("root") and meta.get("data_root"):
         cfg["data"]["root"] = meta["data_root"]
-    loss = (ckpt.get("trainer") or {}).get("loss", "ce")
     stats = (meta.get("input_mean"), meta.get("input_std"))
-    stats = stats if None not in stats else None
+    return ckpt, model, meta, cfg, (stats if None not in stats else None)
+
+
+def _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir, baseline):
+    """``evaluate --mean``: the bidmc checkpoints' mean estimate scored as one model, on the
+    data of the first (the members must list the same ``split`` records and input
+    statistics, else a one-line error)."""
+    from liquid_stream.meta import SAME_ESTIMATE
+
+    from .evaluate_vitals import MeanOf, evaluate_vitals
+    from .rng import resolve_device
+    from .run import DATA_ERRORS, one_line
+
+    if len(checkpoints) < 2 or out_dir is None:
+        raise click.ClickException("--mean needs two or more checkpoints and --out")
+    loaded = [_load_for_evaluation(c, data_root) for c in checkpoints]
+    _, _, meta, cfg, stats = loaded[0]
+    for c, (_, _, m, member_cfg, _) in zip(checkpoints, loaded, strict=True):
+        if member_cfg["task"] != "bidmc":
+            raise click.ClickException(
+                f"--mean averages vital-sign estimators; {c} is {member_cfg['task']!r}"
+            )
+        held = (m.get("records") or {}).get(split)
+        if held != (meta.get("records") or {}).get(split):
+            raise click.ClickException(
+                f"{c} holds out other {split} records than {checkpoints[0]}: their mean has "
+                "no common held-out set (train them with one data.split_seed)"
+            )
+        for key in (*SAME_ESTIMATE, "input_mean", "input_std"):
+            if m.get(key) != meta.get(key):
+                raise click.ClickException(f"{c} differs from {checkpoints[0]} in {key!r}: "
+                                           f"{m.get(key)!r} vs {meta.get(key)!r}")  # fmt: skip
+    dev = resolve_device(device)
+    model = MeanOf([m for _, m, _, _, _ in loaded]).to(dev)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out, baseline,
+                               name=f"mean of {len(loaded)}")  # fmt: skip
+    except DATA_ERRORS as e:
+        raise click.ClickException(one_line(e)) from e
+
+
+def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, baseline):
+    from .metrics import REGRESSION, evaluate_model
+    from .rng import resolve_device
+    from .run import DATA_ERRORS, one_line
+    from .tasks import build_task
+
+    ckpt, model, meta, cfg, stats = _load_for_evaluation(checkpoint, data_root)
+    loss = (ckpt.get("trainer") or {}).get("loss", "ce")
     dev = resolve_device(device)
     model.to(dev)
     out = Path(out_dir) if out_dir else Path(checkpoint).parent
