@@ -60,7 +60,7 @@ lint: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=15
 
 demo: $(STAMP)
 	$(PY) -m liquid_stream.main_job
