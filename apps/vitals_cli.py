@@ -313,18 +313,24 @@ def vitals_cmd(
         echo("stopped at a refused sample: writing what was streamed before it", err=True)
 
     out = Path(out_dir) if out_dir else Path("runs") / "vitals" / source.name
+    _write_results(result, out, source.name, source.name, _summary(result, source, monitor, speed),
+                   echo)  # fmt: skip
+    if result.error:
+        raise click.ClickException(f"record {source.name}: {result.error}")
+
+
+def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo) -> None:
+    """``<stem>_vitals.csv``, ``_vitals.png`` and ``_summary.json`` into ``out``; prints the
+    summary and the paths. A failed write is a one-line error."""
     try:
-        csv_path = result.write_csv(out / f"{source.name}_vitals.csv")
-        png_path = result.plot(out / f"{source.name}_vitals.png", title=source.name)
-        summary = _summary(result, source, monitor, speed)
-        json_path = out / f"{source.name}_summary.json"
+        csv_path = result.write_csv(out / f"{stem}_vitals.csv")
+        png_path = result.plot(out / f"{stem}_vitals.png", title=title)
+        json_path = out / f"{stem}_summary.json"
         json_path.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
     except OSError as e:
         raise click.ClickException(f"cannot write results to {out}: {e}") from None
     _print_summary(summary, echo)
     echo(f"wrote {csv_path}, {png_path}, {json_path}")
-    if result.error:
-        raise click.ClickException(f"record {source.name}: {result.error}")
 
 
 def _describe_monitor(monitor, source_rate: str, echo) -> None:
@@ -427,22 +433,13 @@ def _vitals_lsl(
         echo("stopped at a refused sample: writing what was streamed before it", err=True)
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "stream"
     out = Path(out_dir) if out_dir else Path("runs") / "vitals" / f"lsl-{safe}"
-    stem = f"lsl-{safe}"
-    try:
-        csv_path = result.write_csv(out / f"{stem}_vitals.csv")
-        png_path = result.plot(out / f"{stem}_vitals.png", title=f"LSL {name}")
-        summary = _summary(result, source, monitor, "live")
-        summary["lsl"] = {
-            "stream": name, "channels": dict(zip(reader.channels, reader.labels, strict=True)),
-            "ignored": reader.ignored, "end": source.end, "published_as": lsl_out,
-            "published_samples": publisher.samples if publisher else 0,
-        }  # fmt: skip
-        json_path = out / f"{stem}_summary.json"
-        json_path.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
-    except OSError as e:
-        raise click.ClickException(f"cannot write results to {out}: {e}") from None
-    _print_summary(summary, echo)
-    echo(f"wrote {csv_path}, {png_path}, {json_path}")
+    summary = _summary(result, source, monitor, "live")
+    summary["lsl"] = {
+        "stream": name, "channels": dict(zip(reader.channels, reader.labels, strict=True)),
+        "ignored": reader.ignored, "end": source.end, "published_as": lsl_out,
+        "published_samples": publisher.samples if publisher else 0,
+    }  # fmt: skip
+    _write_results(result, out, f"lsl-{safe}", f"LSL {name}", summary, echo)
     if result.error:
         raise click.ClickException(f"LSL stream {name}: {result.error}")
 
