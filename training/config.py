@@ -617,6 +617,7 @@ DATA_FIELDS: dict[str, Spec] = {
     "crop_s": number(0, lo_open=True, null=True),  # bidmc: train on long crops (bidmc_crops)
     "crop_hop_s": number(0, lo_open=True),
     "channel_off": number(0, 1),  # bidmc crops: P(one channel held flat over a stretch)
+    "pulse_eq": number(0, 1),  # bidmc crops: P(each channel through a random equaliser)
     "split_seed": integer(null=True),  # bidmc: the record split's seed (null: train.seed)
     # listops
     "max_length": integer(1),

@@ -26,6 +26,12 @@ zero-input reading). The constant is ``lo + U(−0.5, 1.5)·(hi − lo)`` of tha
 crop, so the model cannot tell a sensor-off stretch by its level. Labels are unchanged: the
 patient's rate goes on, and the model must read it from the channels still attached (the
 ECG when the PPG falls off). Draws are a function of (seed, epoch, index): resumable.
+
+**Pulse-shape augmentation** (``data.pulse_eq``, train crops only): with probability ``p`` per
+crop and epoch, every channel passes through its own random equaliser of the cardiac band
+(:mod:`.pulse_eq`: another pulse morphology, the same beats and labels), before any
+channel-off stretch. Its draws come from their own generator of (seed, epoch, index), so
+turning it on changes no channel-off draw.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from .bidmc import (
     window_starts,
     window_targets,
 )
+from .pulse_eq import pulse_eq
 
 
 @dataclass
@@ -145,12 +152,15 @@ class CropDataset(WindowDataset):
     """``(x (crop, C) float32 tensor = (x − mean) / std, y (crop,) float32 with NaN)``: a
     :class:`.bidmc.WindowDataset` (same standardisation and checks) whose target is the
     crop's per-step label row. With ``channel_off > 0`` (train crops) each item may have one
-    channel held constant over a stretch (:func:`channel_off`), drawn from (seed, epoch, i)."""
+    channel held constant over a stretch (:func:`channel_off`), with ``pulse_eq > 0`` its
+    channels re-shaped by random equalisers (:func:`.pulse_eq.pulse_eq`), both drawn from
+    (seed, epoch, i)."""
 
     def __init__(self, crops: Crops, mean, std, channel_off: float = 0.0, seed: int = 0,
-                 sample_rate: float = 125.0):  # fmt: skip
+                 sample_rate: float = 125.0, pulse_eq: float = 0.0):  # fmt: skip
         super().__init__(crops, mean, std)
         self.channel_off, self.seed, self.sample_rate = channel_off, seed, sample_rate
+        self.pulse_eq = pulse_eq
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -160,6 +170,9 @@ class CropDataset(WindowDataset):
         import torch
 
         x = self.windows.x[i]
+        if self.pulse_eq > 0:
+            rng = np.random.default_rng([self.seed, self.epoch, int(i), 1])
+            x = pulse_eq(x, rng, self.pulse_eq, self.sample_rate)
         if self.channel_off > 0:
             rng = np.random.default_rng([self.seed, self.epoch, int(i)])
             x, _ = channel_off(x, rng, self.channel_off, self.sample_rate)
