@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Cross-generator test of the pulse-shape augmentation (data.pulse_eq,
+# training/data/pulse_eq.py), docs/benchmarks.md §5.2: a PPG HR model trained on one pulse
+# morphology family of the randomised simulator and scored on the other, with and without
+# the augmentation; both directions (nk2 -> param, param -> nk2). Then one more pass of the
+# shipped vitals-ppg-hr recipe (runs/s12/ppg-hr-3, both families) with and without it.
+#
+# Needs runs/v3k/records (scripts/ship-vitals.sh makes it), runs/sim/sel-s9 and
+# runs/sim/s13-120 (`liquid-stream data bidmc-sim runs/sim/sel-s9 --records 120 --minutes 4
+# --randomised --seed 9`, and --seed 13). Run 2026-11-29 on 2 cores, one thread a run, two
+# or three runs at a time (~45 min in all).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+L=".venv/bin/liquid-stream"
+X=runs/xg
+
+# One family of a randomised record folder, as links (params.json names each record's).
+subset() {  # subset SRC DST FAMILY
+  .venv/bin/python - "$@" <<'EOF'
+import json, os, sys
+from pathlib import Path
+src, dst, fam = Path(sys.argv[1]).resolve(), Path(sys.argv[2]), sys.argv[3]
+dst.mkdir(parents=True, exist_ok=True)
+p = json.loads((src / "params.json").read_text())
+names = [n for n, v in p["per_record"].items() if v["family"] == fam]
+for n in names:
+    for suffix in (".hea", ".dat", "n.hea", "n.dat"):
+        if not (dst / (n + suffix)).exists():
+            os.symlink(src / (n + suffix), dst / (n + suffix))
+p["per_record"] = {n: p["per_record"][n] for n in names}
+(dst / "params.json").write_text(json.dumps(p))
+(dst / "RECORDS").write_text("".join(f"{n}\n{n}n\n" for n in names))
+EOF
+}
+for fam in nk2 param; do
+  subset runs/v3k/records "$X/$fam" "$fam"
+  subset runs/sim/sel-s9 "$X/sel-$fam" "$fam"
+  subset runs/sim/s13-120 "$X/s13-$fam" "$fam"
+done
+
+V12=(--set model.frontend.hop=10 --set model.decoder_window=400 --set model.dt_min=0.002
+  --set model.dt_max=0.2 --set model.dropout=0)
+CROPS=(--set data.crop_s=192 --set data.crop_hop_s=24 --set optim.batch_size=8 --set optim.epochs=1)
+P=(--target hr --preset ppg "${V12[@]}" --set train.threads=1)
+
+# nk2 -> param (runs a, b) and param -> nk2 (runs p-stream-a, -b): the main job's first two
+# stages on one family; the stream stage without (a) and with (b) the augmentation.
+$L train bidmc "${P[@]}" --data "$X/nk2" --set optim.epochs=1 --set data.hop=1050 --out "$X/windows"
+$L train bidmc "${P[@]}" --data "$X/param" --set optim.epochs=1 --set data.hop=1050 --out "$X/p-windows"
+for pre in "" p-; do
+  fam=$([ -z "$pre" ] && echo nk2 || echo param)
+  w=$([ -z "$pre" ] && echo windows || echo p-windows)
+  for v in a b; do
+    eq=$([ $v = a ] && echo 0 || echo 0.5)
+    run="$X/${pre}stream-$v"
+    $L train bidmc "${P[@]}" "${CROPS[@]}" --data "$X/$fam" --set optim.lr=0.002 \
+      --set train.init="$X/$w/best.pt" --set data.pulse_eq=$eq --out "$run"
+    $L export "$run/best.pt" --onnx "$run.onnx" --chunk 125 --sub-block 1
+  done
+done
+for s in sel s13; do
+  for fam in nk2 param; do
+    .venv/bin/python bench/vitals_stream.py "$X/stream-a.onnx" "$X/stream-b.onnx" --records "$X/$s-$fam" --worst 3
+    .venv/bin/python bench/vitals_stream.py "$X/p-stream-a.onnx" "$X/p-stream-b.onnx" --records "$X/$s-$fam" --worst 3
+  done
+done
+
+# Both families: one more pass of the shipped PPG HR model (lr 0.0005), without (ppg-hr-4)
+# and with the augmentation (ppg-hr-eq), scored on the selection set.
+for run in ppg-hr-4 ppg-hr-eq; do
+  eq=$([ $run = ppg-hr-4 ] && echo 0 || echo 0.5)
+  $L train bidmc "${P[@]}" "${CROPS[@]}" --data runs/v3k/records --set optim.lr=0.0005 \
+    --set train.init=runs/s12/ppg-hr-3/best.pt --set data.pulse_eq=$eq --out "$X/$run"
+  $L export "$X/$run/best.pt" --onnx "$X/$run.onnx" --chunk 125 --sub-block 1
+done
+.venv/bin/python bench/vitals_stream.py liquid_stream/models/vitals-ppg-hr.onnx "$X/ppg-hr-4.onnx" \
+  "$X/ppg-hr-eq.onnx" --records runs/sim/sel-s9 --worst 3
