@@ -134,6 +134,14 @@ def main() -> None:
         done0, planned0 = int(float(last0["epoch"])), int(cfg0["optim"]["epochs"])
         cut0 = f" (stopped early; {planned0} planned)" if done0 < planned0 else ""
         warm += f" That run: {epochs(done0)}{cut0} ({last0['step']} steps)."
+    eq = float(cfg["data"].get("pulse_eq") or 0)
+    if eq > 0:
+        warm += (
+            f" The last run passed {eq * 100:g} % of its crops, per epoch, through a random "
+            "equaliser of the cardiac band (`data.pulse_eq`, training/data/pulse_eq.py: another "
+            "pulse morphology, the same beats), toward pulse shapes the simulator does not "
+            "draw; what it gains and costs: docs/benchmarks.md §5.2."
+        )
     data_arg = f" --data {a.data}" if a.data is not None else ""
     ckpts = " ".join(f"{r}/best.pt" for r in runs)
     mean = f" --mean --out {a.scored}" if a.members else ""
