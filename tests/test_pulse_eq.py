@@ -9,9 +9,11 @@ leaves the labels and the channel-off draws alone. Real WFDB files
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from fixtures_vitals import write_record
 
+from liquid_stream.training.config import load_config
 from liquid_stream.training.data.bidmc_crops import CropDataset, load_wfdb_crops
 from liquid_stream.training.data.pulse_eq import (
     F_HI,
@@ -114,3 +116,16 @@ def test_crops_reshaped_per_seed_and_epoch_with_labels_and_channel_off_draws_unc
         a, b = int(diff[0]), int(diff[-1]) + 1  # the flat stretch without the equaliser
         assert b - a > 4 * FS and (x_both[a:b, c] == x_both[a, c]).all()  # flat with it too
         assert not (x_both[:, 1 - c] == x_both[a, 1 - c]).all()  # and the other channel not
+
+
+def test_pulse_eq_without_crops_is_a_one_line_error(tmp_path):
+    """The equaliser acts on the train crops only: on windows it would silently do nothing."""
+    from liquid_stream.training.tasks import build_bidmc
+
+    for i in range(1, 4):
+        write_record(tmp_path, f"bidmc{i:02d}", seconds=60, seed=i)
+    over = [f"data.root={tmp_path}", "data.pulse_eq=0.5"]
+    with pytest.raises(ValueError, match="data.pulse_eq re-shapes the train crops"):
+        build_bidmc(load_config("bidmc", "ppg", over))
+    sets = build_bidmc(load_config("bidmc", "ppg", [*over, "data.crop_s=40"]))
+    assert sets[0].pulse_eq == 0.5 and sets[1].pulse_eq == 0.0  # train crops only
