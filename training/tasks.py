@@ -461,10 +461,11 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         mean, std = _saved_stats(stats)
     sets = [bd.WindowDataset(w, mean, std) for w in (train, val, test)]
     loss = "mse"
-    if float(d["pulse_eq"]) > 0 and not (d.get("crop_s") and fmt == "wfdb"):
+    crops = bool(d.get("crop_s")) and fmt == "wfdb"  # train and score as a stream
+    if float(d["pulse_eq"]) > 0 and not crops:
         raise ValueError("data.pulse_eq re-shapes the train crops: it needs data.crop_s "
                          "(and WFDB records)")  # fmt: skip
-    if d.get("crop_s") and fmt == "wfdb":  # train and score as a stream (bidmc_crops.py)
+    if crops:  # bidmc_crops.py
         bc = _import(BIDMC_CROPS_MODULE)
         fs = int(d["sample_rate"])
         crop, hop = int(round(float(d["crop_s"]) * fs)), int(round(float(d["crop_hop_s"]) * fs))

@@ -60,7 +60,7 @@ def equalise(x: np.ndarray, fs: float, gains_db: np.ndarray, phases: np.ndarray)
     x = np.asarray(x, np.float64)
     n = len(x)
     pad = min(int(round(PAD_S * fs)), n - 1)
-    xp = np.concatenate([x[pad:0:-1], x, x[-2 : -pad - 2 : -1]]) if pad > 0 else x
+    xp = np.pad(x, pad, mode="reflect")  # the mirror image, the end samples not repeated
     spec = np.fft.rfft(xp)
     f = np.fft.rfftfreq(len(xp), 1.0 / fs)
     h = response(f, gains_db, phases)
