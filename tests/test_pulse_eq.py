@@ -18,6 +18,7 @@ from liquid_stream.training.data.bidmc_crops import CropDataset, load_wfdb_crops
 from liquid_stream.training.data.pulse_eq import (
     F_HI,
     F_LO,
+    GAIN_DB,
     KNOTS,
     draw,
     equalise,
@@ -129,3 +130,21 @@ def test_pulse_eq_without_crops_is_a_one_line_error(tmp_path):
         build_bidmc(load_config("bidmc", "ppg", over))
     sets = build_bidmc(load_config("bidmc", "ppg", [*over, "data.crop_s=40"]))
     assert sets[0].pulse_eq == 0.5 and sets[1].pulse_eq == 0.0  # train crops only
+    assert sets[0].pulse_eq_db == GAIN_DB  # null: the module's bound
+    sets = build_bidmc(load_config("bidmc", "ppg", [*over, "data.crop_s=40", "data.pulse_eq_db=4"]))
+    assert sets[0].pulse_eq_db == 4.0
+
+
+def test_the_gain_bound_is_the_callers():
+    """``gain_db`` bounds every knot's gain; 0 dB leaves each harmonic's amplitude alone
+    (a pure phase equaliser: same power at every frequency of a sinusoid in the band)."""
+    for bound in (0.0, 3.0, GAIN_DB):
+        g = np.concatenate([draw(np.random.default_rng(s), bound)[0] for s in range(50)])
+        assert np.abs(g).max() <= bound and np.abs(g).max() >= 0.9 * bound
+    t = np.arange(int(60 * FS)) / FS
+    for f0 in (1.0, 2.5, 6.0):
+        x = np.sin(2 * np.pi * f0 * t)[:, None]
+        for s in range(5):
+            y = pulse_eq(x, np.random.default_rng(s), 1.0, FS, gain_db=0.0)[:, 0]
+            mid = slice(len(t) // 4, 3 * len(t) // 4)  # away from the mirror-padded ends
+            assert np.std(y[mid]) == pytest.approx(np.std(x[mid, 0]), rel=1e-3)

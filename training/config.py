@@ -618,6 +618,7 @@ DATA_FIELDS: dict[str, Spec] = {
     "crop_hop_s": number(0, lo_open=True),
     "channel_off": number(0, 1),  # bidmc crops: P(one channel held flat over a stretch)
     "pulse_eq": number(0, 1),  # bidmc crops: P(each channel through a random equaliser)
+    "pulse_eq_db": number(0, null=True),  # its knot gains within ± this, dB (null: GAIN_DB)
     "split_seed": integer(null=True),  # bidmc: the record split's seed (null: train.seed)
     # listops
     "max_length": integer(1),

@@ -428,7 +428,7 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None):
      "min_valid": 0.5, "sim": "classic", "sim_families": ["nk2", "param"],
      "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0, "max_train": None,
      "crop_s": None, "crop_hop_s": 48.0, "channel_off": 0.0, "pulse_eq": 0.0,
-     "split_seed": None},
+     "pulse_eq_db": None, "split_seed": None},
 )  # fmt: skip
 def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     """BIDMC HR / RR / SpO2 regression (loss ``mse`` at the window's last step, in units
@@ -474,7 +474,8 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
                 root, target, sorted({str(r) for r in w.record}), train.channels, crop, hop,
                 int(d["window"]), fs, float(d["min_valid"])), mean, std,
                 channel_off=float(d["channel_off"]) if w is train else 0.0, seed=seed,
-                sample_rate=fs, pulse_eq=float(d["pulse_eq"]) if w is train else 0.0)
+                sample_rate=fs, pulse_eq=float(d["pulse_eq"]) if w is train else 0.0,
+                **({} if d["pulse_eq_db"] is None else {"pulse_eq_db": float(d["pulse_eq_db"])}))
             for w in (train, val, test)
         ]  # fmt: skip
         loss = "mse_per_step"

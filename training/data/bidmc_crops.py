@@ -29,7 +29,8 @@ ECG when the PPG falls off). Draws are a function of (seed, epoch, index): resum
 
 **Pulse-shape augmentation** (``data.pulse_eq``, train crops only): with probability ``p`` per
 crop and epoch, every channel passes through its own random equaliser of the cardiac band
-(:mod:`.pulse_eq`: another pulse morphology, the same beats and labels), before any
+(:mod:`.pulse_eq`: another pulse morphology, the same beats and labels; knot gains within
+±``data.pulse_eq_db``), before any
 channel-off stretch. Its draws come from their own generator of (seed, epoch, index), so
 turning it on changes no channel-off draw.
 """
@@ -52,7 +53,7 @@ from .bidmc import (
     window_starts,
     window_targets,
 )
-from .pulse_eq import pulse_eq
+from .pulse_eq import GAIN_DB, pulse_eq
 
 
 @dataclass
@@ -157,10 +158,11 @@ class CropDataset(WindowDataset):
     (seed, epoch, i)."""
 
     def __init__(self, crops: Crops, mean, std, channel_off: float = 0.0, seed: int = 0,
-                 sample_rate: float = 125.0, pulse_eq: float = 0.0):  # fmt: skip
+                 sample_rate: float = 125.0, pulse_eq: float = 0.0,
+                 pulse_eq_db: float = GAIN_DB):  # fmt: skip
         super().__init__(crops, mean, std)
         self.channel_off, self.seed, self.sample_rate = channel_off, seed, sample_rate
-        self.pulse_eq = pulse_eq
+        self.pulse_eq, self.pulse_eq_db = pulse_eq, pulse_eq_db
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -172,7 +174,7 @@ class CropDataset(WindowDataset):
         x = self.windows.x[i]
         if self.pulse_eq > 0:
             rng = np.random.default_rng([self.seed, self.epoch, int(i), 1])
-            x = pulse_eq(x, rng, self.pulse_eq, self.sample_rate)
+            x = pulse_eq(x, rng, self.pulse_eq, self.sample_rate, self.pulse_eq_db)
         if self.channel_off > 0:
             rng = np.random.default_rng([self.seed, self.epoch, int(i)])
             x, _ = channel_off(x, rng, self.channel_off, self.sample_rate)

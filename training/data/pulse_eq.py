@@ -34,7 +34,7 @@ import numpy as np
 
 F_LO, F_HI = 0.5, 12.0  # Hz: the band whose harmonics are re-weighted (HR 30 … 240 bpm)
 KNOTS = 5  # control points, log-spaced over [F_LO, F_HI]
-GAIN_DB = 12.0  # g_k ~ U(−GAIN_DB, GAIN_DB)
+GAIN_DB = 12.0  # g_k ~ U(−G, G), G = GAIN_DB unless the caller gives another (data.pulse_eq_db)
 PHASE = np.pi / 3  # φ_k ~ U(−PHASE, PHASE)
 PAD_S = 8.0  # mirror padding at each end, seconds
 
@@ -49,9 +49,9 @@ def response(f: np.ndarray, gains_db: np.ndarray, phases: np.ndarray) -> np.ndar
     return 10.0 ** (g / 20.0) * np.exp(1j * phi)
 
 
-def draw(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """One filter's knot gains (dB) and phases (rad)."""
-    return rng.uniform(-GAIN_DB, GAIN_DB, KNOTS), rng.uniform(-PHASE, PHASE, KNOTS)
+def draw(rng: np.random.Generator, gain_db: float = GAIN_DB) -> tuple[np.ndarray, np.ndarray]:
+    """One filter's knot gains (dB, within ±``gain_db``) and phases (rad)."""
+    return rng.uniform(-gain_db, gain_db, KNOTS), rng.uniform(-PHASE, PHASE, KNOTS)
 
 
 def equalise(x: np.ndarray, fs: float, gains_db: np.ndarray, phases: np.ndarray) -> np.ndarray:
@@ -69,12 +69,15 @@ def equalise(x: np.ndarray, fs: float, gains_db: np.ndarray, phases: np.ndarray)
     return np.fft.irfft(spec * h, len(xp))[pad : pad + n]
 
 
-def pulse_eq(x: np.ndarray, rng: np.random.Generator, p: float, fs: float) -> np.ndarray:
-    """``x`` (crop, C) with, with probability ``p``, every channel through its own random H;
-    ``x`` itself is not modified (float32 out when it is float32)."""
+def pulse_eq(
+    x: np.ndarray, rng: np.random.Generator, p: float, fs: float, gain_db: float = GAIN_DB
+) -> np.ndarray:
+    """``x`` (crop, C) with, with probability ``p``, every channel through its own random H
+    (knot gains within ±``gain_db``); ``x`` itself is not modified (float32 out when it is
+    float32)."""
     if p <= 0 or rng.random() >= p:
         return x
     out = np.empty_like(x)
     for c in range(x.shape[1]):
-        out[:, c] = equalise(x[:, c], fs, *draw(rng))
+        out[:, c] = equalise(x[:, c], fs, *draw(rng, gain_db))
     return out
