@@ -3,11 +3,12 @@
 # 12.5 Hz stack (--preset ppg+ecg) trained on one morphology family of the randomised
 # simulator (ECG, pulse and respiration shapes all come from the family) and scored on
 # the other, both directions: the windows stage and one stream stage of crops, as the main
-# job's first two stages, without any augmentation.
+# job's first two stages, without any augmentation; then the nk2 -> param stream stage
+# with the pulse-shape augmentation (data.pulse_eq) at two strengths.
 #
 # Needs the family subsets of scripts/xgen-pulse-eq.sh (runs/xg/{nk2,param},
 # runs/xg/{sel,s13}-{nk2,param}: its `subset` lines). Run 2026-11-29 afternoon on 2 cores,
-# the two directions side by side, one thread each (~35 min in all).
+# the two directions side by side, one thread each (~45 min in all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 L=".venv/bin/liquid-stream"
