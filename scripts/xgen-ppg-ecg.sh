@@ -25,16 +25,19 @@ direction() {  # direction FAMILY: the two stages on that family, exported
     --set train.init="$X/pe-$fam-windows/best.pt" --out "$X/pe-$fam-stream"
   $L export "$X/pe-$fam-stream/best.pt" --onnx "$X/pe-$fam-stream.onnx" --chunk 125 --sub-block 1
 }
+score() {  # score GRAPH...: each streamed over each family's selection and seed-13 records
+  for s in sel s13; do
+    for fam in nk2 param; do
+      .venv/bin/python bench/vitals_stream.py "$@" --records "$X/$s-$fam" --worst 3
+    done
+  done
+}
 direction nk2 > "$X/pe-nk2.log" 2>&1 &
 sleep 60  # the two record loads one after the other (memory)
 direction param > "$X/pe-param.log" 2>&1
 wait
-for s in sel s13; do
-  for fam in nk2 param; do
-    .venv/bin/python bench/vitals_stream.py "$X/pe-nk2-stream.onnx" "$X/pe-param-stream.onnx" \
-      --records "$X/$s-$fam" --worst 3
-  done
-done
+# for scale, the main job's second stage on both families (scripts/ship-vitals.sh: MJ/train-hr)
+score "$X/pe-nk2-stream.onnx" "$X/pe-param-stream.onnx" runs/mj12/vitals/hr.onnx
 
 # The nk2 -> param direction again with the pulse-shape augmentation in its stream stage
 # (every channel, p = 0.5; knot gains within ±12 and ±6 dB), the two side by side.
@@ -47,9 +50,4 @@ for db in 12 6; do
   sleep 60
 done
 wait
-for s in sel s13; do
-  for fam in nk2 param; do
-    .venv/bin/python bench/vitals_stream.py "$X/pe-nk2-eq12.onnx" "$X/pe-nk2-eq6.onnx" \
-      --records "$X/$s-$fam" --worst 3
-  done
-done
+score "$X/pe-nk2-eq12.onnx" "$X/pe-nk2-eq6.onnx"
