@@ -43,57 +43,48 @@ V12=(--set model.frontend.hop=10 --set model.decoder_window=400 --set model.dt_m
 CROPS=(--set data.crop_s=192 --set data.crop_hop_s=24 --set optim.batch_size=8 --set optim.epochs=1)
 P=(--target hr --preset ppg "${V12[@]}" --set train.threads=1)
 
-# nk2 -> param (runs a, b) and param -> nk2 (runs p-stream-a, -b): the main job's first two
-# stages on one family; the stream stage without (a) and with (b) the augmentation.
+# nk2 -> param (runs a, b, c) and param -> nk2 (runs p-stream-a, -b, -c): the main job's
+# first two stages on one family; the stream stage without the augmentation (a), with it
+# (b) and with a milder one, knot gains within ±6 dB instead of ±12 (c: data.pulse_eq_db=6,
+# run 2026-11-29 afternoon, after the rest of this script).
+eq_args() {  # eq_args VARIANT: the augmentation's settings of variant a, b or c
+  case $1 in
+    a) echo "--set data.pulse_eq=0" ;;
+    b) echo "--set data.pulse_eq=0.5" ;;
+    c) echo "--set data.pulse_eq=0.5 --set data.pulse_eq_db=6" ;;
+  esac
+}
 $L train bidmc "${P[@]}" --data "$X/nk2" --set optim.epochs=1 --set data.hop=1050 --out "$X/windows"
 $L train bidmc "${P[@]}" --data "$X/param" --set optim.epochs=1 --set data.hop=1050 --out "$X/p-windows"
 for pre in "" p-; do
   fam=$([ -z "$pre" ] && echo nk2 || echo param)
   w=$([ -z "$pre" ] && echo windows || echo p-windows)
-  for v in a b; do
-    eq=$([ $v = a ] && echo 0 || echo 0.5)
+  for v in a b c; do
     run="$X/${pre}stream-$v"
+    # shellcheck disable=SC2046  # eq_args's words are separate arguments
     $L train bidmc "${P[@]}" "${CROPS[@]}" --data "$X/$fam" --set optim.lr=0.002 \
-      --set train.init="$X/$w/best.pt" --set data.pulse_eq=$eq --out "$run"
+      --set train.init="$X/$w/best.pt" $(eq_args $v) --out "$run"
     $L export "$run/best.pt" --onnx "$run.onnx" --chunk 125 --sub-block 1
   done
 done
 for s in sel s13; do
   for fam in nk2 param; do
-    .venv/bin/python bench/vitals_stream.py "$X/stream-a.onnx" "$X/stream-b.onnx" --records "$X/$s-$fam" --worst 3
-    .venv/bin/python bench/vitals_stream.py "$X/p-stream-a.onnx" "$X/p-stream-b.onnx" --records "$X/$s-$fam" --worst 3
+    for pre in "" p-; do
+      .venv/bin/python bench/vitals_stream.py "$X/${pre}stream-"{a,b,c}.onnx --records "$X/$s-$fam" \
+        --worst 3
+    done
   done
 done
 
-# Both families: one more pass of the shipped PPG HR model (lr 0.0005), without (ppg-hr-4)
-# and with the augmentation (ppg-hr-eq), scored on the selection set.
-for run in ppg-hr-4 ppg-hr-eq; do
-  eq=$([ $run = ppg-hr-4 ] && echo 0 || echo 0.5)
+# Both families: one more pass of the shipped PPG HR model (lr 0.0005), without (ppg-hr-4),
+# with the augmentation (ppg-hr-eq) and with the milder one (ppg-hr-eq6, run later),
+# scored on the selection set.
+for v in a b c; do
+  run=$X/$(case $v in a) echo ppg-hr-4 ;; b) echo ppg-hr-eq ;; c) echo ppg-hr-eq6 ;; esac)
+  # shellcheck disable=SC2046
   $L train bidmc "${P[@]}" "${CROPS[@]}" --data runs/v3k/records --set optim.lr=0.0005 \
-    --set train.init=runs/s12/ppg-hr-3/best.pt --set data.pulse_eq=$eq --out "$X/$run"
-  $L export "$X/$run/best.pt" --onnx "$X/$run.onnx" --chunk 125 --sub-block 1
+    --set train.init=runs/s12/ppg-hr-3/best.pt $(eq_args $v) --out "$run"
+  $L export "$run/best.pt" --onnx "$run.onnx" --chunk 125 --sub-block 1
 done
 .venv/bin/python bench/vitals_stream.py liquid_stream/models/vitals-ppg-hr.onnx "$X/ppg-hr-4.onnx" \
-  "$X/ppg-hr-eq.onnx" --records runs/sim/sel-s9 --worst 3
-
-# A milder equaliser, knot gains within ±6 dB instead of ±12 (data.pulse_eq_db=6;
-# 2026-11-29 afternoon): the stream stage in both directions (runs c, p-stream-c) and the pass
-# of the shipped model (ppg-hr-eq6), scored as above.
-for pre in "" p-; do
-  fam=$([ -z "$pre" ] && echo nk2 || echo param)
-  w=$([ -z "$pre" ] && echo windows || echo p-windows)
-  $L train bidmc "${P[@]}" "${CROPS[@]}" --data "$X/$fam" --set optim.lr=0.002 \
-    --set train.init="$X/$w/best.pt" --set data.pulse_eq=0.5 --set data.pulse_eq_db=6 \
-    --out "$X/${pre}stream-c"
-  $L export "$X/${pre}stream-c/best.pt" --onnx "$X/${pre}stream-c.onnx" --chunk 125 --sub-block 1
-done
-$L train bidmc "${P[@]}" "${CROPS[@]}" --data runs/v3k/records --set optim.lr=0.0005 \
-  --set train.init=runs/s12/ppg-hr-3/best.pt --set data.pulse_eq=0.5 --set data.pulse_eq_db=6 --out "$X/ppg-hr-eq6"
-$L export "$X/ppg-hr-eq6/best.pt" --onnx "$X/ppg-hr-eq6.onnx" --chunk 125 --sub-block 1
-for s in sel s13; do
-  for fam in nk2 param; do
-    .venv/bin/python bench/vitals_stream.py "$X/stream-c.onnx" "$X/p-stream-c.onnx" --records "$X/$s-$fam" \
-      --worst 3
-  done
-done
-.venv/bin/python bench/vitals_stream.py "$X/ppg-hr-eq6.onnx" --records runs/sim/sel-s9 --worst 3
+  "$X/ppg-hr-eq.onnx" "$X/ppg-hr-eq6.onnx" --records runs/sim/sel-s9 --worst 3
