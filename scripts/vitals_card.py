@@ -25,6 +25,7 @@ import yaml
 
 from liquid_stream.bidmc_vocab import WITHIN
 from liquid_stream.training.data.bidmc_baseline import baseline_name
+from liquid_stream.training.data.pulse_eq import GAIN_DB
 
 MODELS = Path(__file__).resolve().parents[1] / "liquid_stream" / "models"
 
@@ -136,11 +137,14 @@ def main() -> None:
         warm += f" That run: {epochs(done0)}{cut0} ({last0['step']} steps)."
     eq = float(cfg["data"].get("pulse_eq") or 0)
     if eq > 0:
+        db = cfg["data"].get("pulse_eq_db")
+        db = GAIN_DB if db is None else float(db)
         warm += (
             f" The last run passed {eq * 100:g} % of its crops, per epoch, through a random "
-            "equaliser of the cardiac band (`data.pulse_eq`, training/data/pulse_eq.py: another "
-            "pulse morphology, the same beats), toward pulse shapes the simulator does not "
-            "draw; what it gains and costs: docs/benchmarks.md §5.2."
+            f"equaliser of the cardiac band (`data.pulse_eq`, knot gains within ±{db:g} dB, "
+            "training/data/pulse_eq.py: another pulse morphology, the same beats), toward "
+            "pulse shapes the simulator does not draw; what it gains and costs: "
+            "docs/benchmarks.md §5.2."
         )
     data_arg = f" --data {a.data}" if a.data is not None else ""
     ckpts = " ".join(f"{r}/best.pt" for r in runs)
