@@ -54,6 +54,7 @@ modes, P = liquid_order, L̃ = liquid_len, W = decoder_window, d = d_output:
     decoder.sum, .count   (B, d), (B, 1)   same, float64          same
     decoder.history       (B, W, d) f64    (batch, W, d) float32  cast (c)
     frontend.buffer, .phase, .held         same                   same
+    frontend.cmn, .cmn_weight (cmn_s)      same                   same
 
 (a) the R axis only for R > 1. (b) none for PB with S ≥ P − 1: ``ssm.buf`` (the last S
 inputs u) holds them. (c) exact: it holds float32 logits. (d) a diagonal layer of a graph
@@ -1019,7 +1020,32 @@ class _Emitter:
         energy = g.op("MatMul", g.const(_f32(mel.T)), power)  # (B, M, F)
         z = g.op("Log", g.op("Add", energy, g.const(float(cfg.log_floor))))
         z = g.op("Div", g.op("Sub", z, g.const(_f32(mean)[:, None])), g.const(_f32(std)[:, None]))
+        if cfg.cmn_s is not None:
+            z = self.logmel_cmn(z)
         return g.op("Transpose", z, perm=[1, 0, 2])
+
+    def logmel_cmn(self, z: str) -> str:
+        """↔ :meth:`LogMelStep.cmn`: the running per-band mean taken away from the chunk's
+        frames ``z (B, M, F)`` (F ≥ 1: inside the stack's ``If``, so a chunk without a frame
+        passes m and w through), the EMA in closed form (:meth:`ema_chunk`) and
+        w_k = 1 − (1 − w_{−1})·β^{k+1}."""
+        g, cfg = self.g, self.sm.frontend.cfg
+        beta, M, R = float(cfg.cmn_beta), cfg.n_mels, cfg.hop
+        m0 = self.state("frontend.cmn", ["batch", M])
+        w0 = self.state("frontend.cmn_weight", [1])
+        zf = g.op("Transpose", z, perm=[0, 2, 1])  # (B, F, M)
+        F_ = g.dim(zf, 1)
+        max_frames = self.max_chunk // R + 1
+        k1 = np.arange(1, max_frames + 1, dtype=np.float64)
+        decay = g.slice(g.const((beta**k1)[:, None], name="cmn_decay"), 0, F_, axis=0)
+        w_seq = g.op("Sub", g.const(1.0), g.op("Mul", g.op("Sub", g.const(1.0), w0), decay))
+        tab = self.ema_tables(F_, beta, max_frames, tag="cmn")
+        m_seq, m = self.ema_chunk(zf, m0, tab, M)
+        self.set_state("frontend.cmn", m)
+        self.set_state("frontend.cmn_weight", g.op("Reshape", g.slice(w_seq, -1, END, axis=0),
+                                                   g.const([1])))  # fmt: skip
+        out = g.op("Sub", zf, g.op("Div", m_seq, w_seq))  # (B, F, M)
+        return g.op("Transpose", out, perm=[0, 2, 1])
 
     def logmel_states(self) -> dict[str, str]:
         W = self.sm.frontend.win
@@ -1044,13 +1070,18 @@ class _Emitter:
 
     SCALENORM_BLOCK = 32  # Q: samples per block of the chunk's closed-form EMA
 
-    def ema_tables(self, T: str) -> dict[str, str]:
+    def ema_tables(
+        self, T: str, beta: float | None = None, max_len: int | None = None, tag: str = "scalenorm"
+    ) -> dict[str, str]:
         """The constants and chunk-dependent slices of :meth:`ema_chunk` (built once per
         graph, shared by the running mean and variance): K, G, the powers of β, and the
-        padding of the chunk ``T`` samples to whole blocks."""
-        g, cfg = self.g, self.sm.frontend.cfg
-        beta, Q = float(cfg.beta), self.SCALENORM_BLOCK
-        nb_max = -(-self.max_chunk // Q)
+        padding of the chunk's ``T`` steps to whole blocks. β and the longest chunk default
+        to the scale normaliser's (per sample); the log-mel front end's running mean passes
+        its own (per frame)."""
+        g = self.g
+        beta = float(self.sm.frontend.cfg.beta if beta is None else beta)
+        Q = self.SCALENORM_BLOCK
+        nb_max = -(-(self.max_chunk if max_len is None else max_len) // Q)
         i = np.arange(Q, dtype=np.float64)
         lag = i[:, None] - i[None, :]
         K = np.where(lag >= 0, (1 - beta) * beta ** np.clip(lag, 0, None), 0.0)  # (Q, Q)
@@ -1061,17 +1092,19 @@ class _Emitter:
         pad = g.op("Sub", g.op("Mul", nb, g.const([Q])), T)
         zeros = g.const([0, 0, 0, 0], dtype=np.int64)
         return {
-            "K": g.const(K, name="scalenorm_K"),
-            "G": g.slice(g.slice(g.const(G, name="scalenorm_G"), 0, nb, axis=0), 0, nb, axis=1),
+            "K": g.const(K, name=f"{tag}_K"),
+            "G": g.slice(g.slice(g.const(G, name=f"{tag}_G"), 0, nb, axis=0), 0, nb, axis=1),
             "Pk": g.slice(
-                g.const((beta ** (Q * (k + 1)))[:, None], name="scalenorm_Pk"), 0, nb, axis=0
+                g.const((beta ** (Q * (k + 1)))[:, None], name=f"{tag}_Pk"), 0, nb, axis=0
             ),  # (n, 1): β^{Q(k+1)}  # fmt: skip
-            "Pq": g.const((beta ** (i + 1))[:, None], name="scalenorm_Pq"),  # (Q, 1)
+            "Pq": g.const((beta ** (i + 1))[:, None], name=f"{tag}_Pq"),  # (Q, 1)
             "pads": g.op("Concat", zeros, pad, g.const([0]), axis=0),  # (0,0,0, 0,pad,0)
             "T": T,
         }
 
-    def ema_chunk(self, u: str, s0: str, tab: dict[str, str]) -> tuple[str, str]:
+    def ema_chunk(
+        self, u: str, s0: str, tab: dict[str, str], C: int | None = None
+    ) -> tuple[str, str]:
         """↔ :func:`liquid_stream.scalenorm.ema` with a carried start: s_t = β·s_{t−1} +
         (1−β)·u_t over the chunk ``u (B, T, C)`` from ``s0 (B, C)`` → (s ``(B, T, C)``,
         s_{T−1} ``(B, C)``), in closed form without a loop over samples (``tab``:
@@ -1081,8 +1114,10 @@ class _Emitter:
         s̃_k[Q−1] with c_{−1} = s0, is the matrix product c = G·s̃[:, :, Q−1] +
         β^{Q(k+1)}·s0 with G[k, j] = β^{Q(k−j)} (k ≥ j); then s[k, i] = s̃[k, i] +
         β^{i+1}·c_{k−1}. Every coefficient is a power of β ≤ 1: no growing exponential, and
-        each sum runs over the samples it describes."""
-        g, C, Q = self.g, self.sm.frontend.cfg.channels, self.SCALENORM_BLOCK
+        each sum runs over the samples it describes. ``C``: the channels (default: the scale
+        normaliser's)."""
+        g, Q = self.g, self.SCALENORM_BLOCK
+        C = self.sm.frontend.cfg.channels if C is None else C
         ub = g.op("Reshape", g.op("Pad", u, tab["pads"]), g.const([0, -1, Q, C], dtype=np.int64))
         local = g.op("MatMul", tab["K"], ub)  # (B, n, Q, C)
         ends = g.op("Squeeze", g.slice(local, Q - 1, Q, axis=2), g.const([2]))  # (B, n, C)

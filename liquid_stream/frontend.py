@@ -17,6 +17,19 @@ frame exists as soon as its last sample has arrived):
     E_k[m]  = Σ_j M[m, j] P_k[j]                       M: triangular mel filters (HTK)
     z_k[m]  = (log(E_k[m] + ε) − μ[m]) / σ[m]          ε = log floor, μ/σ fixed per band
 
+With ``cmn_s`` = τ (off by default), each band's running mean is then taken away
+(streaming cepstral-mean normalisation, on log-mel bands), with β = exp(−(R/fs)/τ) per
+frame, the same weighted mean as the biosignal front end's (:mod:`liquid_stream.scalenorm`):
+
+    m_k = β·m_{k−1} + (1−β)·z_k,  m_{−1} = 0;   w_k = 1 − β^{k+1}
+    ẑ_k = z_k − m_k / w_k                              (ẑ_0 = 0)
+
+m_k / w_k is a mean of z_0 … z_k with weights summing to one, so a gain g on the input
+(log E → log E + 2 ln g where E ≫ ε) and any fixed per-band colouring of the channel (a
+microphone's or a room's average response: a constant per band in log E) leave ẑ
+unchanged: the spotter's input no longer depends on the level or the frequency response of
+the microphone, beyond what the training augmentation drew.
+
 A sequence of L samples gives ⌊L/R⌋ frames (the last L mod R samples wait for the next
 frame). In torch (training and the step form) the frames are cut with ``unfold`` and
 transformed by a real FFT of N points; the ONNX graph computes the same DFT as a strided
@@ -25,7 +38,9 @@ two agree to float rounding (tests: ≤ 1e-9 against a literal float64 DFT); the
 a third of the convolution (6.7 vs 17 ms for 16 × 2 s crops on one thread).
 
 Streaming (:class:`LogMelStep`): the state is the last W−1 samples (zeros at the start)
-and the phase p = samples seen mod R (shared by the batch, like ``ssm.fill``). A chunk
+and the phase p = samples seen mod R (shared by the batch, like ``ssm.fill``); with
+``cmn_s`` also m (B, n_mels) and w (1,), run frame by frame (the training forward takes m
+blockwise, :func:`~liquid_stream.ema.ema`). A chunk
 of T samples completes F = ⌊(p + T)/R⌋ frames; frame i of the chunk ends at chunk
 sample R − p − 1 + i·R.
 
@@ -43,6 +58,8 @@ from dataclasses import asdict, dataclass, field, fields
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .ema import ema
 
 
 def check_fields(cfg, ints: tuple[str, ...], numbers: tuple[str, ...]) -> None:
@@ -86,6 +103,7 @@ class LogMelConfig:
     log_floor: float = 1e-6
     mean: list[float] | None = field(default=None)  # per-band μ (None: 0)
     std: list[float] | None = field(default=None)  # per-band σ (None: 1)
+    cmn_s: float | None = None  # τ of the running per-band mean taken away (None: off)
 
     @property
     def win(self) -> int:
@@ -98,6 +116,13 @@ class LogMelConfig:
     @property
     def n_freq(self) -> int:
         return self.n_fft // 2 + 1
+
+    @property
+    def cmn_beta(self) -> float | None:
+        """The per-frame decay β = exp(−(R/fs)/τ) of the running mean (None: no ``cmn_s``)."""
+        if self.cmn_s is None:
+            return None
+        return math.exp(-self.hop / self.sample_rate / self.cmn_s)
 
     def __post_init__(self) -> None:
         check_fields(self, ("sample_rate", "n_fft", "n_mels"),
@@ -120,6 +145,12 @@ class LogMelConfig:
             )
         if self.log_floor <= 0:
             raise bad("log_floor", "must be positive")
+        if self.cmn_s is not None:
+            v = self.cmn_s
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise bad("cmn_s", "must be a finite number of seconds or null")
+            if v <= 0:
+                raise bad("cmn_s", "must be positive")
         for name in ("mean", "std"):
             v = getattr(self, name)
             if v is None:
@@ -235,14 +266,21 @@ class LogMel(nn.Module):
         if L < self.hop:
             return x.new_zeros(B, 0, self.n_mels)
         xs = F.pad(x.transpose(1, 2), (self.win - self.hop, 0))  # x[<0] = 0
-        return self.frames(xs[..., : (self.n_frames(L) - 1) * self.hop + self.win])
+        z = self.frames(xs[..., : (self.n_frames(L) - 1) * self.hop + self.win])  # (B, F, M)
+        beta = self.cfg.cmn_beta
+        if beta is None:
+            return z
+        k = torch.arange(z.shape[1], dtype=z.dtype, device=z.device)
+        w = (1 - torch.exp((k + 1) * math.log(beta)))[:, None]  # (F, 1): w_k = 1 − β^{k+1}
+        return z - ema(z, beta) / w
 
 
 class LogMelStep(nn.Module):
     """Step form of :class:`LogMel`: ``x (B, T, 1)`` any T ≥ 1 → the frames it completes.
 
     State: ``frontend.buffer`` (B, W−1) the last W−1 samples, ``frontend.phase`` (1,) int64
-    samples seen mod R (shared by the batch)."""
+    samples seen mod R (shared by the batch); with ``cmn_s`` also ``frontend.cmn`` (B, M)
+    the running sum m and ``frontend.cmn_weight`` (1,) its weight w."""
 
     def __init__(self, frontend: LogMel, dtype: torch.dtype = torch.float32):
         super().__init__()
@@ -250,10 +288,28 @@ class LogMelStep(nn.Module):
         self.cfg, self.win, self.hop = frontend.cfg, frontend.win, frontend.hop
 
     def init_state(self, batch: int, device: torch.device | None = None) -> dict[str, Tensor]:
-        return {
+        state = {
             "frontend.buffer": torch.zeros(batch, self.win - 1, dtype=self.dtype, device=device),
             "frontend.phase": torch.zeros(1, dtype=torch.int64, device=device),
         }
+        if self.cfg.cmn_s is not None:
+            state["frontend.cmn"] = torch.zeros(batch, self.cfg.n_mels, dtype=self.dtype,
+                                                device=device)  # fmt: skip
+            state["frontend.cmn_weight"] = torch.zeros(1, dtype=self.dtype, device=device)
+        return state
+
+    def cmn(self, z: Tensor, state: dict[str, Tensor], new: dict[str, Tensor]) -> Tensor:
+        """The running per-band mean taken away from the chunk's frames ``z (B, F, M)``,
+        frame by frame (the recurrence of the module docstring); m and w go into ``new``."""
+        beta = self.cfg.cmn_beta
+        m, w = state["frontend.cmn"], state["frontend.cmn_weight"]
+        out = []
+        for k in range(z.shape[1]):
+            w = beta * w + (1 - beta)
+            m = beta * m + (1 - beta) * z[:, k]
+            out.append(z[:, k] - m / w)
+        new["frontend.cmn"], new["frontend.cmn_weight"] = m, w
+        return torch.stack(out, 1)
 
     def forward(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """``x (B, T, 1)`` → frames ``(B, F, n_mels)``, F = ⌊(p + T)/R⌋, and the new state."""
@@ -264,10 +320,15 @@ class LogMelStep(nn.Module):
             "frontend.buffer": ext[:, -(W - 1) :],
             "frontend.phase": torch.full_like(state["frontend.phase"], (p + T) % R),
         }
+        cmn = self.cfg.cmn_s is not None
+        if cmn:  # unchanged unless a frame completes
+            new["frontend.cmn"] = state["frontend.cmn"]
+            new["frontend.cmn_weight"] = state["frontend.cmn_weight"]
         if n == 0:
             return x.new_zeros(x.shape[0], 0, self.cfg.n_mels), new
         start = R - p - 1  # frame i ends at chunk sample R − p − 1 + i·R
-        return self.f.frames(ext[:, None, start : start + (n - 1) * R + W]), new
+        z = self.f.frames(ext[:, None, start : start + (n - 1) * R + W])  # (B, n, M)
+        return (self.cmn(z, state, new) if cmn else z), new
 
 
 def hold(y: Tensor, held: Tensor, phase: int, length: int, hop: int) -> Tensor:

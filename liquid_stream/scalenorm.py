@@ -56,8 +56,9 @@ the AC amplitude ratio between the channels.
   layout does not change.
 
 A sequence of L samples gives ⌊L/R⌋ frames (the last L mod R samples wait for the next).
-The training forward computes m and v blockwise (:func:`ema`: a Toeplitz product within
-blocks of 64 samples, a scan across them); the step form runs the recurrence literally.
+The training forward computes m and v blockwise (:func:`~liquid_stream.ema.ema`: a
+Toeplitz product within blocks of 64 samples, a scan across them); the step form runs the
+recurrence literally.
 
 Streaming (:class:`ScaleNormStep`): state ``frontend.origin`` (B, C) x₀,
 ``frontend.mean`` (B, C) m, ``frontend.var`` (B, C) v (every channel's, also with
@@ -75,6 +76,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
+from .ema import ema
 from .frontend import check_fields, config_from_dict
 
 
@@ -147,30 +149,6 @@ def scale_var(var: Tensor, shared: bool) -> Tensor:
     """``var (..., C)`` → the variance each channel is divided by: its own, or with
     ``shared`` channel 0's ``(..., 1)`` (broadcast over the channels)."""
     return var[..., :1] if shared else var
-
-
-def ema(x: Tensor, beta: float, block: int = 64) -> Tensor:
-    """``x (B, L, C)`` → ``s (B, L, C)``, s_t = β·s_{t−1} + (1−β)·x_t, s_{−1} = 0.
-
-    Blocks of S samples: within a block, s = T·x with the Toeplitz T[i, j] = (1−β)·β^{i−j}
-    (i ≥ j); across blocks, s_{kS+i} += β^{i+1}·s_{kS−1}, a scan of ⌈L/S⌉ steps. Every sum
-    is over the samples it describes (no FFT), so small early values keep their own
-    relative precision — the step form agrees to float64 rounding."""
-    B, L, C = x.shape
-    S = min(block, L)
-    n = -(-L // S)
-    xb = torch.nn.functional.pad(x, (0, 0, 0, n * S - L)).reshape(B, n, S, C)
-    i = torch.arange(S, dtype=x.dtype, device=x.device)
-    lag = i[:, None] - i[None, :]  # (S, S)
-    T = torch.where(lag >= 0, (1 - beta) * torch.exp(lag.clamp_min(0) * math.log(beta)), 0)
-    local = torch.einsum("ij,bnjc->bnic", T, xb)  # (B, n, S, C)
-    decay = torch.exp((i + 1) * math.log(beta))[:, None]  # (S, 1): β^{i+1}
-    out, carry = [], x.new_zeros(B, C)
-    for k in range(n):
-        blk = local[:, k] + decay * carry[:, None]  # (B, S, C)
-        out.append(blk)
-        carry = blk[:, -1]
-    return torch.stack(out, 1).reshape(B, n * S, C)[:, :L]
 
 
 class ScaleNorm(nn.Module):

@@ -87,9 +87,47 @@ def test_logmel_is_causal_and_counts_frames():
     assert f(x[:, :159]).shape == (1, 0, 40)
 
 
+def literal_cmn(z: np.ndarray, beta: float) -> np.ndarray:
+    """Each frame minus the weighted mean of the frames so far, written as the weighted sum
+    it is: Σ_{j≤k} (1−β)·β^{k−j}·z_j / Σ_{j≤k} (1−β)·β^{k−j} (no recurrence)."""
+    out = np.empty_like(z)
+    for k in range(len(z)):
+        wts = np.array([(1 - beta) * beta ** (k - j) for j in range(k + 1)])
+        out[k] = z[k] - (wts[:, None] * z[: k + 1]).sum(0) / wts.sum()
+    return out
+
+
+def test_cmn_equals_literal_reference_float64():
+    cfg = LogMelConfig(cmn_s=0.05, mean=list(np.linspace(-3, 1, 40)), std=[2.0] * 40)
+    x = np.random.default_rng(4).standard_normal(4000) * 0.1
+    ref = literal_cmn(literal_logmel(x, cfg), cfg.cmn_beta)
+    got = LogMel(cfg)(torch.from_numpy(x).reshape(1, -1, 1))[0].numpy()
+    assert got.shape == ref.shape == (25, 40)
+    assert np.abs(got - ref).max() <= 1e-9 * np.abs(ref).max()
+    assert np.abs(got[0]).max() < 1e-12  # the first frame is its own mean
+    assert cfg.cmn_beta == pytest.approx(np.exp(-0.01 / 0.05))
+
+
+def test_cmn_removes_the_input_gain_and_is_causal():
+    """A gain g moves every log band by 2·ln g (where the energy is far above the floor);
+    the running mean moves with it, so the frames do not change. Without the running
+    mean they move by 2·ln g / σ."""
+    x = torch.randn(1, 8000, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    x = x * 0.3
+    on, off = LogMel(LogMelConfig(cmn_s=1.0)), LogMel(LogMelConfig())
+    for g in (0.1, 10.0):
+        # 1e-4 of the 2·ln g = 4.6 shift: the log floor ε = 1e-6 (measured 1e-4 at g = 0.1)
+        assert (on(g * x) - on(x)).abs().max() < 5e-4
+        assert (off(g * x) - off(x) - 2 * np.log(g)).abs().max() < 5e-4
+    x2 = x.clone()
+    x2[:, 4000:] *= 7.0
+    assert torch.equal(on(x)[:, :24], on(x2)[:, :24])  # frame 24 ends at sample 3999
+
+
+@pytest.mark.parametrize("cmn_s", [None, 0.3])
 @pytest.mark.parametrize("chunks", [[1], [7], [160], [1600], [159, 161, 3, 1000], "random"])
-def test_logmel_step_equals_forward(chunks):
-    f = LogMel(LogMelConfig())
+def test_logmel_step_equals_forward(chunks, cmn_s):
+    f = LogMel(LogMelConfig(cmn_s=cmn_s))
     x = torch.randn(2, 5000, 1, dtype=torch.float64) * 0.2
     ref = f(x)
     step = LogMelStep(f, torch.float64)
@@ -104,6 +142,7 @@ def test_logmel_step_equals_forward(chunks):
     assert y.shape == ref.shape
     assert (y - ref).abs().max() <= 1e-12 * ref.abs().max()
     assert int(state["frontend.phase"][0]) == 5000 % 160
+    assert ("frontend.cmn" in state) == (cmn_s is not None)
 
 
 def test_hold_gives_each_sample_the_last_complete_frame():
@@ -126,12 +165,17 @@ def _model(liquid: str, mode: str, decoder: str, **kw) -> LiquidS4Model:
     return m.eval()
 
 
-CASES = [("pb", "dplr", "window"), ("kb", "diag", "last"), ("ltc", "diag", "pool")]
+CASES = [
+    ("pb", "dplr", "window", {}),
+    ("kb", "diag", "last", {}),
+    ("ltc", "diag", "pool", {}),
+    ("pb", "diag", "window", {"cmn_s": 0.2}),  # the running per-band mean in the state
+]
 
 
-@pytest.mark.parametrize("liquid,mode,decoder", CASES)
-def test_model_step_equals_forward_float64(liquid, mode, decoder):
-    m = _model(liquid, mode, decoder).double()
+@pytest.mark.parametrize("liquid,mode,decoder,kw", CASES)
+def test_model_step_equals_forward_float64(liquid, mode, decoder, kw):
+    m = _model(liquid, mode, decoder, **kw).double()
     x = torch.randn(2, 4000, 1, dtype=torch.float64) * 0.1
     with torch.no_grad():
         ref = m.forward_steps(x)
@@ -160,9 +204,9 @@ def test_frame_outputs_and_training_gradients():
     assert not any("frontend" in k for k in m.state_dict())  # tables come from the config
 
 
-@pytest.mark.parametrize("liquid,mode,decoder", CASES)
-def test_onnx_takes_raw_samples_and_keeps_the_contract(tmp_path, liquid, mode, decoder):
-    m = _model(liquid, mode, decoder)
+@pytest.mark.parametrize("liquid,mode,decoder,kw", CASES)
+def test_onnx_takes_raw_samples_and_keeps_the_contract(tmp_path, liquid, mode, decoder, kw):
+    m = _model(liquid, mode, decoder, **kw)
     meta = {"input_mean": 0.01, "input_std": 0.2, "sample_rate": SR}
     path = tmp_path / "m.onnx"
     export_model(m, path, chunk=1600, meta=meta)
@@ -173,6 +217,7 @@ def test_onnx_takes_raw_samples_and_keeps_the_contract(tmp_path, liquid, mode, d
     s = OnnxStreamer(path)
     names = {sp["name"] for sp in s.state_spec}
     assert {"frontend.buffer", "frontend.phase", "frontend.held"} <= names
+    assert ({"frontend.cmn", "frontend.cmn_weight"} <= names) == ("cmn_s" in kw)
     rng = np.random.default_rng(1)
     raw = (0.01 + 0.2 * 0.3 * rng.standard_normal((1, 16000, 1))).astype(np.float32)
     with torch.no_grad():
@@ -207,6 +252,9 @@ def test_frontend_config_errors():
         LogMelConfig(fmax=9000)
     with pytest.raises(ValueError, match="frontend.std"):
         LogMelConfig(std=[1.0] * 39 + [0.0])
+    for bad in (0, -1.0, float("inf"), "1", True):
+        with pytest.raises(ValueError, match="frontend.cmn_s"):
+            LogMelConfig(cmn_s=bad)
     m = LiquidS4Model(1, 2, d_model=8, n_layers=1, d_state=4, decoder="last",
                       frontend={"kind": "logmel"})  # fmt: skip
     with pytest.raises(ValueError, match="rate 1"):

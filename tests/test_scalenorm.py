@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from liquid_stream.scalenorm import ScaleNorm, ScaleNormConfig, ScaleNormStep, ema
+from liquid_stream.ema import ema
+from liquid_stream.scalenorm import ScaleNorm, ScaleNormConfig, ScaleNormStep
 
 
 def oracle(x: np.ndarray, cfg: ScaleNormConfig) -> np.ndarray:
