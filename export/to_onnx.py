@@ -1027,25 +1027,22 @@ class _Emitter:
     def logmel_cmn(self, z: str) -> str:
         """↔ :meth:`LogMelStep.cmn`: the running per-band mean taken away from the chunk's
         frames ``z (B, M, F)`` (F ≥ 1: inside the stack's ``If``, so a chunk without a frame
-        passes m and w through), the EMA in closed form (:meth:`ema_chunk`) and
-        w_k = 1 − (1 − w_{−1})·β^{k+1}."""
+        passes m and w through), the EMA along the frames in closed form
+        (:meth:`ema_chunk`) and w_k = 1 − (1 − w_{−1})·β^{k+1}."""
         g, cfg = self.g, self.sm.frontend.cfg
-        beta, M, R = float(cfg.cmn_beta), cfg.n_mels, cfg.hop
-        m0 = self.state("frontend.cmn", ["batch", M])
+        beta = float(cfg.cmn_beta)
+        m0 = self.state("frontend.cmn", ["batch", cfg.n_mels])
         w0 = self.state("frontend.cmn_weight", [1])
-        zf = g.op("Transpose", z, perm=[0, 2, 1])  # (B, F, M)
-        F_ = g.dim(zf, 1)
-        max_frames = self.max_chunk // R + 1
+        F_ = g.dim(z, 2)
+        max_frames = self.max_chunk // cfg.hop + 1
         k1 = np.arange(1, max_frames + 1, dtype=np.float64)
-        decay = g.slice(g.const((beta**k1)[:, None], name="cmn_decay"), 0, F_, axis=0)
+        decay = g.slice(g.const((beta**k1)[None, :], name="cmn_decay"), 0, F_, axis=1)
         w_seq = g.op("Sub", g.const(1.0), g.op("Mul", g.op("Sub", g.const(1.0), w0), decay))
-        tab = self.ema_tables(F_, beta, max_frames, tag="cmn")
-        m_seq, m = self.ema_chunk(zf, m0, tab, M)
+        m_seq, m = self.ema_chunk(z, m0, self.ema_tables(F_, beta, max_frames, tag="cmn"))
         self.set_state("frontend.cmn", m)
-        self.set_state("frontend.cmn_weight", g.op("Reshape", g.slice(w_seq, -1, END, axis=0),
+        self.set_state("frontend.cmn_weight", g.op("Reshape", g.slice(w_seq, -1, END, axis=1),
                                                    g.const([1])))  # fmt: skip
-        out = g.op("Sub", zf, g.op("Div", m_seq, w_seq))  # (B, F, M)
-        return g.op("Transpose", out, perm=[0, 2, 1])
+        return g.op("Sub", z, g.op("Div", m_seq, w_seq))  # (B, M, F)
 
     def logmel_states(self) -> dict[str, str]:
         W = self.sm.frontend.win
@@ -1074,7 +1071,7 @@ class _Emitter:
         self, T: str, beta: float | None = None, max_len: int | None = None, tag: str = "scalenorm"
     ) -> dict[str, str]:
         """The constants and chunk-dependent slices of :meth:`ema_chunk` (built once per
-        graph, shared by the running mean and variance): K, G, the powers of β, and the
+        graph, shared by the running mean and variance): Kᵀ, Gᵀ, the powers of β, and the
         padding of the chunk's ``T`` steps to whole blocks. β and the longest chunk default
         to the scale normaliser's (per sample); the log-mel front end's running mean passes
         its own (per frame)."""
@@ -1090,53 +1087,54 @@ class _Emitter:
         G = np.where(lagk >= 0, beta ** (Q * np.clip(lagk, 0, None)), 0.0)  # (nb, nb)
         nb = g.op("Div", g.op("Add", T, g.const([Q - 1])), g.const([Q]))  # (1,) int64
         pad = g.op("Sub", g.op("Mul", nb, g.const([Q])), T)
-        zeros = g.const([0, 0, 0, 0], dtype=np.int64)
+        zeros = g.const([0, 0, 0, 0, 0], dtype=np.int64)
+        Gt = g.const(G.T.copy(), name=f"{tag}_Gt")
         return {
-            "K": g.const(K, name=f"{tag}_K"),
-            "G": g.slice(g.slice(g.const(G, name=f"{tag}_G"), 0, nb, axis=0), 0, nb, axis=1),
+            "Kt": g.const(K.T.copy(), name=f"{tag}_Kt"),
+            "Gt": g.slice(g.slice(Gt, 0, nb, axis=0), 0, nb, axis=1),  # (n, n)
             "Pk": g.slice(
-                g.const((beta ** (Q * (k + 1)))[:, None], name=f"{tag}_Pk"), 0, nb, axis=0
-            ),  # (n, 1): β^{Q(k+1)}  # fmt: skip
-            "Pq": g.const((beta ** (i + 1))[:, None], name=f"{tag}_Pq"),  # (Q, 1)
-            "pads": g.op("Concat", zeros, pad, g.const([0]), axis=0),  # (0,0,0, 0,pad,0)
+                g.const((beta ** (Q * (k + 1)))[None, :], name=f"{tag}_Pk"), 0, nb, axis=1
+            ),  # (1, n): β^{Q(k+1)}  # fmt: skip
+            "Pq": g.const(beta ** (i + 1), name=f"{tag}_Pq"),  # (Q,)
+            "pads": g.op("Concat", zeros, pad, axis=0),  # (0,0,0, 0,0,pad): the last axis
             "T": T,
         }
 
-    def ema_chunk(
-        self, u: str, s0: str, tab: dict[str, str], C: int | None = None
-    ) -> tuple[str, str]:
-        """↔ :func:`liquid_stream.scalenorm.ema` with a carried start: s_t = β·s_{t−1} +
-        (1−β)·u_t over the chunk ``u (B, T, C)`` from ``s0 (B, C)`` → (s ``(B, T, C)``,
-        s_{T−1} ``(B, C)``), in closed form without a loop over samples (``tab``:
-        :meth:`ema_tables`). The chunk is cut into n = ⌈T/Q⌉ blocks of Q samples (zeros
-        after the end: causal, they change nothing before them). Within a block s̃ = K·u,
-        K[i, j] = (1−β)·β^{i−j} (i ≥ j); the state after block k, c_k = β^Q·c_{k−1} +
-        s̃_k[Q−1] with c_{−1} = s0, is the matrix product c = G·s̃[:, :, Q−1] +
-        β^{Q(k+1)}·s0 with G[k, j] = β^{Q(k−j)} (k ≥ j); then s[k, i] = s̃[k, i] +
-        β^{i+1}·c_{k−1}. Every coefficient is a power of β ≤ 1: no growing exponential, and
-        each sum runs over the samples it describes. ``C``: the channels (default: the scale
-        normaliser's)."""
+    def ema_chunk(self, u: str, s0: str, tab: dict[str, str]) -> tuple[str, str]:
+        """↔ :func:`liquid_stream.ema.ema` with a carried start, along the last axis:
+        s_t = β·s_{t−1} + (1−β)·u_t over the chunk ``u (B, C, T)`` from ``s0 (B, C)`` →
+        (s ``(B, C, T)``, s_{T−1} ``(B, C)``), in closed form without a loop over steps
+        (``tab``: :meth:`ema_tables`). The chunk is cut into n = ⌈T/Q⌉ blocks of Q steps
+        (zeros after the end: causal, they change nothing before them). Within a block
+        s̃ = u·Kᵀ, K[i, j] = (1−β)·β^{i−j} (i ≥ j); the state after block k,
+        c_k = β^Q·c_{k−1} + s̃_k[Q−1] with c_{−1} = s0, is c = s̃[…, Q−1]·Gᵀ + β^{Q(k+1)}·s0
+        with G[k, j] = β^{Q(k−j)} (k ≥ j); then s[k, i] = s̃[k, i] + β^{i+1}·c_{k−1}. Every
+        coefficient is a power of β ≤ 1: no growing exponential, and each sum runs over the
+        steps it describes. Time is the last axis, so each product is one GEMM over all
+        rows (B·C·n), and every broadcast runs along T or Q, not along C (measured: a
+        (B, T, C) layout with C = 2 innermost spent most of the scale-norm front end's
+        time in 4000 tiny batched products and 2-float broadcast spans)."""
         g, Q = self.g, self.SCALENORM_BLOCK
-        C = self.sm.frontend.cfg.channels if C is None else C
-        ub = g.op("Reshape", g.op("Pad", u, tab["pads"]), g.const([0, -1, Q, C], dtype=np.int64))
-        local = g.op("MatMul", tab["K"], ub)  # (B, n, Q, C)
-        ends = g.op("Squeeze", g.slice(local, Q - 1, Q, axis=2), g.const([2]))  # (B, n, C)
-        s0u = g.op("Unsqueeze", s0, g.const([1]))  # (B, 1, C)
-        c = g.op("Add", g.op("MatMul", tab["G"], ends), g.op("Mul", tab["Pk"], s0u))  # (B, n, C)
-        c_in = g.op("Concat", s0u, g.slice(c, 0, -1, axis=1), axis=1)  # entering each block
-        full = g.op("Add", local, g.op("Mul", tab["Pq"], g.op("Unsqueeze", c_in, g.const([2]))))
-        seq = g.slice(g.op("Reshape", full, g.const([0, -1, C], dtype=np.int64)), 0, tab["T"],
-                      axis=1)  # fmt: skip
-        last = g.op("Squeeze", g.slice(seq, -1, END, axis=1), g.const([1]))
+        ub = g.op("Pad", u, tab["pads"])  # (B, C, n·Q)
+        ub = g.op("Reshape", ub, g.const([0, 0, -1, Q], dtype=np.int64))  # (B, C, n, Q)
+        local = g.op("MatMul", ub, tab["Kt"])  # (B, C, n, Q)
+        ends = g.op("Squeeze", g.slice(local, Q - 1, Q, axis=3), g.const([3]))  # (B, C, n)
+        s0u = g.op("Unsqueeze", s0, g.const([2]))  # (B, C, 1)
+        c = g.op("Add", g.op("MatMul", ends, tab["Gt"]), g.op("Mul", s0u, tab["Pk"]))
+        c_in = g.op("Concat", s0u, g.slice(c, 0, -1, axis=2), axis=2)  # entering each block
+        full = g.op("Add", local, g.op("Mul", g.op("Unsqueeze", c_in, g.const([3])), tab["Pq"]))
+        seq = g.slice(g.op("Reshape", full, g.const([0, 0, -1], dtype=np.int64)), 0, tab["T"],
+                      axis=2)  # fmt: skip
+        last = g.op("Squeeze", g.slice(seq, -1, END, axis=2), g.const([2]))
         return seq, last
 
     def scalenorm_centred(self, x: str, origin: str) -> str:
-        """↔ :func:`liquid_stream.scalenorm.centred`: ``x (B, T, C)``, ``origin (B, C)`` →
+        """↔ :func:`liquid_stream.scalenorm.centred`: ``x (B, C, T)``, ``origin (B, C)`` →
         u = x − x₀, or with ``log`` u = Log(Min(Max(Max(x, φ)/Max(x₀, φ), 1e−30), 1e30))
         (the ratio first, then the log: precision for x ≈ x₀ in float32; an overflow of the
         ratio to inf, or its underflow to 0, lands on the clamp)."""
         g = self.g
-        o = g.op("Unsqueeze", origin, g.const([1]))  # (B, 1, C)
+        o = g.op("Unsqueeze", origin, g.const([2]))  # (B, C, 1)
         if not self.sm.frontend.cfg.log:
             return g.op("Sub", x, o)
         phi = g.const(float(LOG_FLOOR))
@@ -1150,45 +1148,47 @@ class _Emitter:
         in closed form (:meth:`ema_chunk`: two small matrix products per EMA instead of a
         loop over samples), the weight w_t = 1 − (1 − w_{−1})·β^{t+1}, each channel divided
         by its own running RMS or (``shared_scale``) by channel 0's, then the frames' means
-        from a cumulative sum → channel-first features ``(C, B, F)``."""
+        from a cumulative sum → channel-first features ``(C, B, F)``. Computed channel-first,
+        ``(B, C, T)``: time innermost (:meth:`ema_chunk`)."""
         g, fe = self.g, self.sm.frontend
         c, R = fe.cfg, fe.hop
         beta = float(c.beta)
-        first = g.op("Squeeze", g.slice(x, 0, 1, axis=1), g.const([1]))  # (B, C)
+        x = g.op("Transpose", x, perm=[0, 2, 1])  # (B, C, T)
+        first = g.op("Squeeze", g.slice(x, 0, 1, axis=2), g.const([2]))  # (B, C)
         started = g.op("Greater", own["weight"], g.const([0.0]))  # (1,)
         origin = g.op("Where", started, own["origin"], first)  # the stream's first sample
         self.set_state("frontend.origin", origin)
-        u = self.scalenorm_centred(x, origin)  # (B, T, C)
-        T = g.dim(x, 1)
+        u = self.scalenorm_centred(x, origin)  # (B, C, T)
+        T = g.dim(x, 2)
         t1 = np.arange(1, self.max_chunk + 1, dtype=np.float64)
-        decay = g.slice(g.const((beta**t1)[:, None], name="scalenorm_decay"), 0, T, axis=0)
+        decay = g.slice(g.const((beta**t1)[None, :], name="scalenorm_decay"), 0, T, axis=1)
         w_seq = g.op("Sub", g.const(1.0), g.op("Mul", g.op("Sub", g.const(1.0), own["weight"]),
-                                                decay))  # (T, 1)  # fmt: skip
+                                                decay))  # (1, T)  # fmt: skip
         tab = self.ema_tables(T)
         m_seq, m = self.ema_chunk(u, own["mean"], tab)
         d = g.op("Sub", u, g.op("Div", m_seq, w_seq))
         v_seq, v = self.ema_chunk(g.op("Mul", d, d), own["var"], tab)
-        if c.shared_scale:  # channel 0's variance for every channel: (B, T, 1)
-            v_seq = g.slice(v_seq, 0, 1, axis=2)
+        if c.shared_scale:  # channel 0's variance for every channel: (B, 1, T)
+            v_seq = g.slice(v_seq, 0, 1, axis=1)
         sd = g.op("Sqrt", g.op("Add", g.op("Div", v_seq, w_seq), g.const(float(c.eps))))
         zs = g.op("Clip", g.op("Div", d, sd), g.const(-float(c.clip)), g.const(float(c.clip)))
-        w = g.op("Reshape", g.slice(w_seq, -1, END, axis=0), g.const([1]))
+        w = g.op("Reshape", g.slice(w_seq, -1, END, axis=1), g.const([1]))
         self.set_state("frontend.mean", m)
         self.set_state("frontend.var", v)
         self.set_state("frontend.weight", w)
         # frame i ends at chunk sample e_i = R − p − 1 + i·R; S_t = acc + Σ_{s≤t} z_s
-        cum = g.op("CumSum", zs, g.const(np.int64(1)))  # (B, T, C)
-        S = g.op("Add", cum, g.op("Unsqueeze", own["acc"], g.const([1])))
+        cum = g.op("CumSum", zs, g.const(np.int64(2)))  # (B, C, T)
+        S = g.op("Add", cum, g.op("Unsqueeze", own["acc"], g.const([2])))
         e0 = g.op("Squeeze", g.op("Sub", g.const([R - 1]), phase), g.const([0]))
         e_end = g.op("Add", e0, g.op("Squeeze", g.op("Mul", n, g.const([R])), g.const([0])))
         ends = g.op("Range", e0, e_end, g.const(np.int64(R)))  # (F,)
-        S_e = g.op("Gather", S, ends, axis=1)  # (B, F, C)
-        zero = g.op("Mul", g.slice(S, 0, 1, axis=1), g.const(0.0))  # (B, 1, C)
-        prev = g.op("Concat", zero, S_e, axis=1)  # (B, F+1, C): S before each frame
-        frames = g.op("Div", g.op("Sub", S_e, g.slice(prev, 0, -1, axis=1)), g.const(float(R)))
-        acc = g.op("Sub", g.slice(S, -1, END, axis=1), g.slice(prev, -1, END, axis=1))
-        self.set_state("frontend.acc", g.op("Squeeze", acc, g.const([1])))
-        return g.op("Transpose", frames, perm=[2, 0, 1])
+        S_e = g.op("Gather", S, ends, axis=2)  # (B, C, F)
+        zero = g.op("Mul", g.slice(S, 0, 1, axis=2), g.const(0.0))  # (B, C, 1)
+        prev = g.op("Concat", zero, S_e, axis=2)  # (B, C, F+1): S before each frame
+        frames = g.op("Div", g.op("Sub", S_e, g.slice(prev, 0, -1, axis=2)), g.const(float(R)))
+        acc = g.op("Sub", g.slice(S, -1, END, axis=2), g.slice(prev, -1, END, axis=2))
+        self.set_state("frontend.acc", g.op("Squeeze", acc, g.const([2])))
+        return g.op("Transpose", frames, perm=[1, 0, 2])
 
     def frontend_stack(self, x: str, B: str, T: str) -> str:
         """↔ :meth:`StreamingModel._step` with a front end: raw samples ``x (B, T, 1)`` →
