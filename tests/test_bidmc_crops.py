@@ -106,10 +106,13 @@ def test_mse_per_step_scores_the_labelled_steps_at_their_frames():
 
 
 def test_a_crop_run_trains_and_evaluate_scores_the_stream(tmp_path):
+    """With the train crops' augmentations on (``pulse_eq``, ``channel_off``): evaluate
+    scores windows and whole records, which they do not touch (it refused such a run)."""
     for i in range(1, 7):
         write_record(tmp_path / "rec", f"bidmc{i:02d}", seconds=100, seed=i)
     cfg = load_config("bidmc", "ppg", [
         f"data.root={tmp_path / 'rec'}", "data.crop_s=64", "data.crop_hop_s=18",
+        "data.pulse_eq=0.5", "data.channel_off=0.3",
         "optim.batch_size=2", "train.max_steps=2", "train.threads=1", "train.progress=false",
         "model.d_model=8", "model.n_layers=1",
     ])  # fmt: skip
