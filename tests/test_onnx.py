@@ -203,10 +203,11 @@ def _mapped_model(kind: str) -> LiquidS4Model:
     if kind == "ltc":
         return model("diag", "ltc", 2, "batch")
     torch.manual_seed(0)
-    if kind == "logmel":  # frontend.buffer / phase / held, decoder.history
-        return LiquidS4Model(
+    if kind.startswith("logmel"):  # frontend.buffer / phase / held, decoder.history
+        fe = {"kind": "logmel", **({"cmn_s": 0.3} if kind == "logmel-cmn" else {})}
+        return LiquidS4Model(  # logmel-cmn: frontend.cmn / cmn_weight too
             1, 5, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb", liquid_order=2,
-            norm="layer", decoder="window", decoder_window=7, frontend={"kind": "logmel"},
+            norm="layer", decoder="window", decoder_window=7, frontend=fe,
         ).eval()  # fmt: skip
     hop = 10 if kind == "scalenorm-10" else 5  # 10: the main job's 12.5 Hz stack
     return LiquidS4Model(  # scalenorm: frontend.origin / mean / var / weight / acc / ...
@@ -215,7 +216,9 @@ def _mapped_model(kind: str) -> LiquidS4Model:
     ).eval()  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", ["diag-pb", "dplr-kb", "dense-kb", "ltc", "logmel", "scalenorm"])
+@pytest.mark.parametrize(
+    "kind", ["diag-pb", "dplr-kb", "dense-kb", "ltc", "logmel", "logmel-cmn", "scalenorm"]
+)
 def test_torch_state_continues_in_onnx(tmp_path, kind):
     """export/to_onnx.py's state table as code (onnx_state_from_torch): a stream begun in
     torch (model.streaming(), two chunks) continues in onnxruntime from the converted state
@@ -224,7 +227,7 @@ def test_torch_state_continues_in_onnx(tmp_path, kind):
 
     m = _mapped_model(kind)
     path = tmp_path / "m.onnx"
-    info = export_model(m, path, chunk=3200 if kind == "logmel" else 160)
+    info = export_model(m, path, chunk=3200 if kind.startswith("logmel") else 160)
     assert info["sub_block"] > 1  # a partly filled sub-block carried over (ssm.fill > 0)
     L, first = (8000, [1234, 1001]) if m.hop > 1 else (600, [37, 50])
     x = np.random.default_rng(3).standard_normal((2, L, m.d_input)).astype(np.float32)
