@@ -1,6 +1,7 @@
 """The causal exponential moving average of the streaming front ends, blockwise.
 
     s_t = β·s_{t−1} + (1−β)·x_t,   s_{−1} = 0                         x (B, L, C)
+    w_t = 1 − β^{t+1},   μ_t = s_t / w_t     (the mean of x_0 … x_t, weights summing to one)
 
 Used by the scale normaliser of biosignals (:mod:`liquid_stream.scalenorm`: running mean
 and variance per sample) and by the log-mel front end's running per-band mean
@@ -38,3 +39,11 @@ def ema(x: Tensor, beta: float, block: int = 64) -> Tensor:
         out.append(blk)
         carry = blk[:, -1]
     return torch.stack(out, 1).reshape(B, n * S, C)[:, :L]
+
+
+def ema_mean(x: Tensor, beta: float, block: int = 64) -> Tensor:
+    """``x (B, L, C)`` → μ ``(B, L, C)``, μ_t = s_t / w_t with s = :func:`ema` and
+    w_t = 1 − β^{t+1}: the exponentially weighted mean of x_0 … x_t (μ_0 = x_0)."""
+    t = torch.arange(x.shape[1], dtype=x.dtype, device=x.device)
+    w = (1 - torch.exp((t + 1) * math.log(beta)))[:, None]  # (L, 1)
+    return ema(x, beta, block) / w

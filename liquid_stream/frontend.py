@@ -42,7 +42,7 @@ a third of the convolution (6.7 vs 17 ms for 16 × 2 s crops on one thread).
 Streaming (:class:`LogMelStep`): the state is the last W−1 samples (zeros at the start)
 and the phase p = samples seen mod R (shared by the batch, like ``ssm.fill``); with
 ``cmn_s`` also m (B, n_mels) and w (1,), run frame by frame (the training forward takes m
-blockwise, :func:`~liquid_stream.ema.ema`). A chunk
+blockwise, :func:`~liquid_stream.ema.ema_mean`). A chunk
 of T samples completes F = ⌊(p + T)/R⌋ frames; frame i of the chunk ends at chunk
 sample R − p − 1 + i·R.
 
@@ -61,7 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .ema import ema
+from .ema import ema_mean
 
 
 def check_fields(cfg, ints: tuple[str, ...], numbers: tuple[str, ...]) -> None:
@@ -270,11 +270,7 @@ class LogMel(nn.Module):
         xs = F.pad(x.transpose(1, 2), (self.win - self.hop, 0))  # x[<0] = 0
         z = self.frames(xs[..., : (self.n_frames(L) - 1) * self.hop + self.win])  # (B, F, M)
         beta = self.cfg.cmn_beta
-        if beta is None:
-            return z
-        k = torch.arange(z.shape[1], dtype=z.dtype, device=z.device)
-        w = (1 - torch.exp((k + 1) * math.log(beta)))[:, None]  # (F, 1): w_k = 1 − β^{k+1}
-        return z - ema(z, beta) / w
+        return z if beta is None else z - ema_mean(z, beta)
 
 
 class LogMelStep(nn.Module):

@@ -56,7 +56,7 @@ the AC amplitude ratio between the channels.
   layout does not change.
 
 A sequence of L samples gives ⌊L/R⌋ frames (the last L mod R samples wait for the next).
-The training forward computes m and v blockwise (:func:`~liquid_stream.ema.ema`: a
+The training forward computes m and v blockwise (:func:`~liquid_stream.ema.ema_mean`: a
 Toeplitz product within blocks of 64 samples, a scan across them); the step form runs the
 recurrence literally.
 
@@ -76,7 +76,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from .ema import ema
+from .ema import ema_mean
 from .frontend import check_fields, config_from_dict
 
 
@@ -165,13 +165,10 @@ class ScaleNorm(nn.Module):
     def normalise(self, x: Tensor) -> Tensor:
         """Per-sample ``z (B, L, C)`` before pooling."""
         c = self.cfg
-        L = x.shape[1]
-        t = torch.arange(L, dtype=x.dtype, device=x.device)
-        w = (1 - torch.exp((t + 1) * math.log(c.beta)))[:, None]  # (L, 1)
         origin = x[:, :1]  # (B, 1, C)
         u = centred(x, origin, c.log)  # (B, L, C); offsets cost no precision: u₀ = 0
-        d = u - ema(u, c.beta) / w
-        var = scale_var(ema(d * d, c.beta) / w, c.shared_scale)  # (B, L, C) or (B, L, 1)
+        d = u - ema_mean(u, c.beta)
+        var = scale_var(ema_mean(d * d, c.beta), c.shared_scale)  # (B, L, C) or (B, L, 1)
         return torch.clamp(d / torch.sqrt(var + c.eps), -c.clip, c.clip)
 
     def forward(self, x: Tensor) -> Tensor:
