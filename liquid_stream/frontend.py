@@ -147,11 +147,9 @@ class LogMelConfig:
             )
         if self.log_floor <= 0:
             raise bad("log_floor", "must be positive")
-        if self.cmn_s is not None:
-            v = self.cmn_s
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise bad("cmn_s", "must be a finite number of seconds or null")
-            if v <= 0:
+        if self.cmn_s is not None:  # optional: the shared number check, then its sign
+            check_fields(self, (), ("cmn_s",))
+            if self.cmn_s <= 0:
                 raise bad("cmn_s", "must be positive")
         for name in ("mean", "std"):
             v = getattr(self, name)
