@@ -467,6 +467,8 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
                          "(and WFDB records)")  # fmt: skip
     if crops:  # bidmc_crops.py
         bc = _import(BIDMC_CROPS_MODULE)
+        from .data import pulse_eq
+
         fs = int(d["sample_rate"])
         crop, hop = int(round(float(d["crop_s"]) * fs)), int(round(float(d["crop_hop_s"]) * fs))
         sets = [
@@ -475,7 +477,7 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
                 int(d["window"]), fs, float(d["min_valid"])), mean, std,
                 channel_off=float(d["channel_off"]) if w is train else 0.0, seed=seed,
                 sample_rate=fs, pulse_eq=float(d["pulse_eq"]) if w is train else 0.0,
-                pulse_eq_db=bc.GAIN_DB if d["pulse_eq_db"] is None else float(d["pulse_eq_db"]))
+                pulse_eq_db=pulse_eq.gain_db(d["pulse_eq_db"]))
             for w in (train, val, test)
         ]  # fmt: skip
         loss = "mse_per_step"

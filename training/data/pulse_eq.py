@@ -49,6 +49,11 @@ def response(f: np.ndarray, gains_db: np.ndarray, phases: np.ndarray) -> np.ndar
     return 10.0 ** (g / 20.0) * np.exp(1j * phi)
 
 
+def gain_db(value: float | None) -> float:
+    """The knot-gain bound (dB) of a ``data.pulse_eq_db`` value: null means :data:`GAIN_DB`."""
+    return GAIN_DB if value is None else float(value)
+
+
 def draw(rng: np.random.Generator, gain_db: float = GAIN_DB) -> tuple[np.ndarray, np.ndarray]:
     """One filter's knot gains (dB, within ±``gain_db``) and phases (rad)."""
     return rng.uniform(-gain_db, gain_db, KNOTS), rng.uniform(-PHASE, PHASE, KNOTS)
