@@ -120,13 +120,20 @@ def main() -> None:
             lines.append(f"| {k} | {r['n']} | {fmt(r['rmse'])} | {fmt(r['within'], True)} | {nk} |")
         conditions = "\n".join(lines) + "\n"
     init = cfg["train"].get("init")
-    warm = (
-        f"\nThe last run is a warm start (`train.init`) from `{init}`, the run of the command "
-        "before it (its records: that run's config), keeping that checkpoint's data constants; "
-        "the test records of both runs' sets were never trained on."
-        if init
-        else ""
-    )
+    warm = ""
+    if init and (Path(init).parent / "config.yaml").is_file():
+        warm = (
+            f"\nThe last run is a warm start (`train.init`) from `{init}`, the run of the command "
+            "before it (its records: that run's config), keeping that checkpoint's data "
+            "constants; the test records of both runs' sets were never trained on."
+        )
+    elif init:  # not a run folder's checkpoint: e.g. weights recovered from a shipped graph
+        warm = (
+            f"\nThe last run is a warm start (`train.init`) from `{init}`, the checkpoint the "
+            "command before it wrote (the weights of the graph shipped before, "
+            "scripts/checkpoint_from_onnx.py), keeping that checkpoint's data constants; the "
+            "test records of the last run's set were never trained on."
+        )
     before = a.run.parent / Path(init or ".").parent.name / "metrics.csv"  # a sibling run
     if init and before.is_file():
         rows0 = [line.split(",") for line in before.read_text().splitlines()]
