@@ -25,6 +25,10 @@
 # each RR member has a fourth pass with the pulse-shape equaliser at ±6 dB (pe-rr-eq6), rerun
 # from its first stage on a new machine (the chain is not bit-identical across machines:
 # the pair read the selection set at 1.680 breaths/min here, 1.692 in the first run).
+# Since 2026-12-01 every shipped model but vitals-oximeter-spo2 has one more pass of crops,
+# trained from the weights of the graph shipped at de964f7 (`recover`: the run folders of the
+# stages before were not on that machine; scripts/checkpoint_from_onnx.py rebuilds a
+# checkpoint from a graph), each chosen on the selection set (docs/benchmarks.md §5.2).
 set -euo pipefail
 GPU=${1:-runs/gv}
 L=${LIQUID_STREAM:-.venv/bin/liquid-stream}
