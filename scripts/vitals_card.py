@@ -121,18 +121,17 @@ def main() -> None:
         conditions = "\n".join(lines) + "\n"
     init = cfg["train"].get("init")
     warm = ""
-    if init and (Path(init).parent / "config.yaml").is_file():
+    if init:  # a run folder's checkpoint, or e.g. weights recovered from a shipped graph
+        run_init = (Path(init).parent / "config.yaml").is_file()
+        what = (
+            "the run of the command before it (its records: that run's config)" if run_init
+            else "the checkpoint the command before it wrote (the weights of the graph shipped "
+            "before, scripts/checkpoint_from_onnx.py)"
+        )  # fmt: skip
+        whose = "both runs' sets" if run_init else "the last run's set"
         warm = (
-            f"\nThe last run is a warm start (`train.init`) from `{init}`, the run of the command "
-            "before it (its records: that run's config), keeping that checkpoint's data "
-            "constants; the test records of both runs' sets were never trained on."
-        )
-    elif init:  # not a run folder's checkpoint: e.g. weights recovered from a shipped graph
-        warm = (
-            f"\nThe last run is a warm start (`train.init`) from `{init}`, the checkpoint the "
-            "command before it wrote (the weights of the graph shipped before, "
-            "scripts/checkpoint_from_onnx.py), keeping that checkpoint's data constants; the "
-            "test records of the last run's set were never trained on."
+            f"\nThe last run is a warm start (`train.init`) from `{init}`, {what}, keeping that "
+            f"checkpoint's data constants; the test records of {whose} were never trained on."
         )
     before = a.run.parent / Path(init or ".").parent.name / "metrics.csv"  # a sibling run
     if init and before.is_file():
