@@ -159,29 +159,24 @@ for t in hr rr; do
     train runs/s1/pe-rr-eq6 "${S1[@]}" "${CROPS[@]}" --set train.init=runs/s1/pe-rr-2/best.pt "${EQ6[@]}"
     second=runs/s1/pe-rr-eq6
   fi
-  if [ $t = hr ]; then  # since 2026-12-01: a fifth pass of each member, lr 0.00025, from the
-    # members of the pair shipped before (recovered from its graph: the pe-hr-3 runs were not
-    # on that machine); selection set 1.537 -> 1.480 bpm, then seed 13 1.789 -> 1.685, seed 7
-    # 3.470 -> 3.282, own test 2.09 -> 1.98 (docs/benchmarks.md §5.2)
-    recover de964f7 vitals-ppg-ecg-hr runs/prr/pe-hr.pt
-    THREADS=1
-    train runs/prr/pe-hr-4-m0 --target hr --preset ppg+ecg "${V12[@]}" "${CROPS[@]}" --data "$R12" \
-      --set train.progress=false --set train.init=runs/prr/pe-hr-m0.pt --set optim.lr=0.00025 "${off[@]}"
-    train runs/prr/pe-hr-4-m1 "${S1[@]}" "${CROPS[@]}" --set train.progress=false \
-      --set train.init=runs/prr/pe-hr-m1.pt --set optim.lr=0.00025 "${off[@]}"
-    last=runs/prr/pe-hr-4-m0 second=runs/prr/pe-hr-4-m1
-  else  # since 2026-12-01: a fifth pass of each RR member, its fourth's equaliser at half its
-    # lr, from the pair shipped before (recovered); selection set 1.679 -> 1.664 breaths/min,
-    # then seed 13 1.869 -> 1.824, seed 7 2.292 -> 2.291, own test 2.20 -> 2.20
-    recover de964f7 vitals-ppg-ecg-rr runs/prr/pe-rr.pt
-    THREADS=1
-    EQ6B=(--set optim.lr=0.00025 --set data.pulse_eq=0.5 --set data.pulse_eq_db=6)
-    train runs/prr/pe-rr-eq6b-m0 --target rr --preset ppg+ecg "${V12[@]}" "${CROPS[@]}" --data "$R12" \
-      --set train.progress=false --set train.init=runs/prr/pe-rr-m0.pt "${EQ6B[@]}"
-    train runs/prr/pe-rr-eq6b-m1 "${S1[@]}" "${CROPS[@]}" --set train.progress=false \
-      --set train.init=runs/prr/pe-rr-m1.pt "${EQ6B[@]}"
-    last=runs/prr/pe-rr-eq6b-m0 second=runs/prr/pe-rr-eq6b-m1
+  # Since 2026-12-01: a fifth pass of each member, from the pair shipped before (recovered from
+  # its graph: the runs above were not on that machine), at half the last pass's lr: HR its
+  # channel-off crops (selection set 1.537 -> 1.480 bpm, then seed 13 1.789 -> 1.685, seed 7
+  # 3.470 -> 3.282, own test 2.09 -> 1.98), RR its ±6 dB equaliser (1.679 -> 1.664
+  # breaths/min, then 1.869 -> 1.824, 2.292 -> 2.291, own test 2.20 -> 2.20);
+  # docs/benchmarks.md §5.2
+  recover de964f7 "vitals-ppg-ecg-$t" "runs/prr/pe-$t.pt"
+  THREADS=1
+  if [ $t = hr ]; then
+    P5=(--set optim.lr=0.00025 "${off[@]}") out=runs/prr/pe-hr-4
+  else
+    P5=(--set optim.lr=0.00025 --set data.pulse_eq=0.5 --set data.pulse_eq_db=6) out=runs/prr/pe-rr-eq6b
   fi
+  train "$out-m0" --target $t --preset ppg+ecg "${V12[@]}" "${CROPS[@]}" --data "$R12" \
+    --set train.progress=false --set train.init="runs/prr/pe-$t-m0.pt" "${P5[@]}"
+  train "$out-m1" "${S1[@]}" "${CROPS[@]}" --set train.progress=false \
+    --set train.init="runs/prr/pe-$t-m1.pt" "${P5[@]}"
+  last=$out-m0 second=$out-m1
   ship_mean "vitals-ppg-ecg-$t" "$R12" "2 CPU cores shared with other runs" "$last" "$second"
 done
 # vitals-ppg-hr: the same stages with --preset ppg (PLETH only), one thread each
