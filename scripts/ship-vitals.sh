@@ -69,6 +69,14 @@ ship_mean() {  # ship_mean NAME DATA HARDWARE RUN RUN2...: the mean of the runs'
     --made-by scripts/ship-vitals.sh --hardware "$hw" --members "${@:2}" --scored "$out"
   CMDS=()
 }
+recover() {  # recover COMMIT NAME OUT.pt: the weights of liquid_stream/models/NAME.onnx as of
+  # COMMIT as a checkpoint (an ensemble's members as OUT-m<i>.pt)
+  local src="${3%.pt}-$1.onnx"
+  CMDS+=("git show $1:liquid_stream/models/$2.onnx > $src"
+    "python scripts/checkpoint_from_onnx.py $src $3")
+  [ -f "$src" ] || { mkdir -p "$(dirname "$3")"; git show "$1:liquid_stream/models/$2.onnx" > "$src"; }
+  ls "$3" "${3%.pt}"-m*.pt > /dev/null 2>&1 || $PY scripts/checkpoint_from_onnx.py "$src" "$3"
+}
 gpu() {  # gpu NAME PRESET TARGET [BOTH-STAGE ARGS] [STAGE-2 ARGS]: a gpu-vitals.sh run's commands
   local r=/tmp/gv/$1 both=${4:+ $4}
   CMDS=("liquid-stream data bidmc-sim /tmp/gv/sim999 --records 999 --minutes 4 --seed 3 --randomised --workers 16"
@@ -86,14 +94,6 @@ gpu ppg-rr-big ppg rr "--set model.d_model=128 --set model.n_layers=6"
 # shipped until then (recovered from that graph: the GPU run's checkpoint was not on the
 # machine); chosen on the selection set, 2.136 -> 2.057 breaths/min (the same pass at ±12 dB:
 # 2.188; docs/benchmarks.md §5.2).
-recover() {  # recover COMMIT NAME OUT.pt: the weights of liquid_stream/models/NAME.onnx as of
-  # COMMIT as a checkpoint (an ensemble's members as OUT-m<i>.pt)
-  local src="${3%.pt}-$1.onnx"
-  CMDS+=("git show $1:liquid_stream/models/$2.onnx > $src"
-    "python scripts/checkpoint_from_onnx.py $src $3")
-  [ -f "$src" ] || { mkdir -p "$(dirname "$3")"; git show "$1:liquid_stream/models/$2.onnx" > "$src"; }
-  ls "$3" "${3%.pt}"-m*.pt > /dev/null 2>&1 || $PY scripts/checkpoint_from_onnx.py "$src" "$3"
-}
 recover de964f7 vitals-ppg-rr runs/prr/shipped.pt
 THREADS=1
 train runs/prr/eq6 --target rr --preset ppg --data "$SIM" --set model.d_model=128 \

@@ -25,7 +25,7 @@ import yaml
 
 from liquid_stream.bidmc_vocab import WITHIN
 from liquid_stream.training.data.bidmc_baseline import baseline_name
-from liquid_stream.training.data.pulse_eq import gain_db
+from liquid_stream.training.data.pulse_eq import gain_bound_db
 
 MODELS = Path(__file__).resolve().parents[1] / "liquid_stream" / "models"
 
@@ -143,7 +143,7 @@ def main() -> None:
         warm += f" That run: {epochs(done0)}{cut0} ({last0['step']} steps)."
     eq = float(cfg["data"].get("pulse_eq") or 0)
     if eq > 0:
-        db = gain_db(cfg["data"].get("pulse_eq_db"))
+        db = gain_bound_db(cfg["data"].get("pulse_eq_db"))
         warm += (
             f" The last run passed {eq * 100:g} % of its crops, per epoch, through a random "
             f"equaliser of the cardiac band (`data.pulse_eq`, knot gains within ±{db:g} dB, "

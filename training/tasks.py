@@ -477,7 +477,7 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
                 int(d["window"]), fs, float(d["min_valid"])), mean, std,
                 channel_off=float(d["channel_off"]) if w is train else 0.0, seed=seed,
                 sample_rate=fs, pulse_eq=float(d["pulse_eq"]) if w is train else 0.0,
-                pulse_eq_db=pulse_eq.gain_db(d["pulse_eq_db"]))
+                pulse_eq_db=pulse_eq.gain_bound_db(d["pulse_eq_db"]))
             for w in (train, val, test)
         ]  # fmt: skip
         loss = "mse_per_step"

@@ -49,7 +49,7 @@ def response(f: np.ndarray, gains_db: np.ndarray, phases: np.ndarray) -> np.ndar
     return 10.0 ** (g / 20.0) * np.exp(1j * phi)
 
 
-def gain_db(value: float | None) -> float:
+def gain_bound_db(value: float | None) -> float:
     """The knot-gain bound (dB) of a ``data.pulse_eq_db`` value: null means :data:`GAIN_DB`."""
     return GAIN_DB if value is None else float(value)
 
