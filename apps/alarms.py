@@ -151,3 +151,50 @@ def parse_alarms(spec: str | list[str] | tuple[str, ...] | None, hold_s: int | N
     if dup:
         raise AlarmSyntaxError(f"duplicate alarm {sorted(dup)[0]!r}")
     return rules
+
+
+def check_alarm(rule: AlarmRule, on: list[bool], refs: list[float]) -> dict[str, int]:
+    """One rule's per-second alarm states ``on`` against the per-second references ``refs``
+    (the true value over the model's window; NaN: none that second), three ways:
+
+    - *seconds*: ``active_s`` seconds on; of them ``true_s`` / ``false_s`` with a reference
+      that breaches / does not breach the threshold; ``missed_s`` seconds the reference
+      breaches it while the alarm is off (``breach_s`` = true + missed). These charge the
+      rule's own hold and hysteresis to the alarm: an alarm that rightly came on stays on
+      while the value sits between threshold − margin and the threshold, and every such
+      second counts as false (on a record that hovers just under the threshold, most of
+      them).
+    - *the reference's alarm*: the same rule (hold, margin) driven by the references
+      (:class:`Alarm`; a NaN reference is an invalid second), on ``ref_active_s`` seconds;
+      ``false_vs_ref_s`` seconds the alarm is on while the reference's is off,
+      ``missed_vs_ref_s`` the reverse. An estimate equal to the reference scores 0 on
+      both, which the per-second counts do not give it.
+    - *episodes*: maximal runs of alarm-on seconds; ``false_episodes`` those during which
+      no reference breached the rule and the reference's alarm was never on: alarms that
+      should not have been raised at all (one raised late, in the hysteresis band of a
+      true one, is not).
+    """
+    if len(on) != len(refs):
+        raise ValueError(f"{len(on)} alarm states but {len(refs)} references")
+    keys = ("active_s", "true_s", "false_s", "missed_s", "breach_s", "episodes",
+            "false_episodes", "ref_active_s", "false_vs_ref_s", "missed_vs_ref_s")  # fmt: skip
+    c = dict.fromkeys(keys, 0)
+    ref_alarm = Alarm(rule)
+    breached_in_episode = False
+    for i, (a, ref) in enumerate(zip(on, refs, strict=True)):
+        known = ref is not None and math.isfinite(ref)
+        hit = known and rule.breached(ref)
+        ref_alarm.update(ref, known, float(i))
+        c["active_s"] += a
+        c["true_s"] += a and hit
+        c["false_s"] += a and known and not hit
+        c["missed_s"] += hit and not a
+        c["ref_active_s"] += ref_alarm.active
+        c["false_vs_ref_s"] += a and not ref_alarm.active
+        c["missed_vs_ref_s"] += ref_alarm.active and not a
+        breached_in_episode = a and (breached_in_episode or hit or ref_alarm.active)
+        if a and (i + 1 == len(on) or not on[i + 1]):  # an episode ends here
+            c["episodes"] += 1
+            c["false_episodes"] += not breached_in_episode
+    c["breach_s"] = c["true_s"] + c["missed_s"]
+    return c

@@ -547,7 +547,9 @@ def _print_summary(s: dict, echo) -> None:
         echo(
             f"  alarm {name}: {a['episodes']} episode(s), active {a['active_s']} s"
             + (f"; vs the reference: {c['true_s']} s true, {c['false_s']} s false, "
-               f"{c['missed_s']} s missed" if c else "")
+               f"{c['missed_s']} s missed, {c['false_episodes']} false episode(s); vs the "
+               f"same rule on the reference: {c['false_vs_ref_s']} s false, "
+               f"{c['missed_vs_ref_s']} s missed" if c else "")
         )  # fmt: skip
     rtf = s["real_time_factor"]
     echo(

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.alarms import Alarm
+from liquid_stream.apps.alarms import Alarm, check_alarm
 from liquid_stream.apps.vitals_monitor import (
     DEFAULT_MAX_GAP_S,
     Estimate,
@@ -84,23 +84,17 @@ class RunResult:
         return out
 
     def alarm_check(self) -> dict[str, dict[str, int]]:
-        """Per alarm rule, against the record's reference (the numerics over the model's
-        window): ``active_s`` seconds the alarm was on, ``false_s`` of them with a finite
-        reference that does not breach the rule, ``true_s`` with one that does, and
-        ``missed_s`` seconds the reference breached it while the alarm was off."""
-        out = {}
-        for a in self.alarms:
-            r, counts = a.rule, {"active_s": 0, "false_s": 0, "true_s": 0, "missed_s": 0}
-            for e in self.estimates:
-                ref = e.ref.get(r.vital, math.nan)
-                on = bool(e.alarms.get(r.name, False))
-                counts["active_s"] += on
-                if math.isfinite(ref):
-                    counts["false_s"] += on and not r.breached(ref)
-                    counts["true_s"] += on and r.breached(ref)
-                    counts["missed_s"] += (not on) and r.breached(ref)
-            out[r.name] = counts
-        return out
+        """Per alarm rule, its states against the record's reference (the numerics over
+        the model's window): seconds, episodes and the same rule driven by the reference
+        (:func:`~liquid_stream.apps.alarms.check_alarm`)."""
+        return {
+            a.rule.name: check_alarm(
+                a.rule,
+                [bool(e.alarms.get(a.rule.name, False)) for e in self.estimates],
+                [e.ref.get(a.rule.vital, math.nan) for e in self.estimates],
+            )
+            for a in self.alarms
+        }
 
     def columns(self) -> list[str]:
         cols = ["time_s"]

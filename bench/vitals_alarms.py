@@ -8,18 +8,22 @@ The records are the ``--split`` records of ``--checkpoint``'s record split (the 
 training never saw, for ``test``), read from the data root it recorded. Each record is
 streamed from its start through ``liquid-stream vitals``' own code path (``open_record`` +
 ``run_record``, unpaced), and every emitted second is checked against the record's
-reference (the numerics over the model's window: ``RunResult.alarm_check``):
+reference (the numerics over the model's window:
+:func:`liquid_stream.apps.alarms.check_alarm`, as ``RunResult.alarm_check``):
 
   active   seconds the alarm was on
   true     of those, seconds whose reference breaches the rule
   false    of those, seconds whose reference does not (includes the hysteresis: an alarm
-           clears only below threshold − margin, so it can stay on a few seconds after the
-           reference has come back)
+           clears only below threshold − margin, so it stays on while the value sits
+           between the two, as long as that lasts)
   missed   seconds the reference breaches the rule while the alarm is off (includes the
            warm-up: no estimate before the window fills, plus the rule's hold time)
 
-A false *episode* is an alarm episode during which the reference never breached the rule:
-an alarm that should not have been raised at all.
+Against *the reference's alarm* (the same rule, hold and hysteresis, driven by the
+reference): seconds on while it is off and off while it is on, which an exact estimate
+scores 0 on. A false *episode* is an alarm episode during which the reference never
+breached the rule and the reference's alarm was never on: an alarm that should not have
+been raised at all.
 
 ``--baseline`` drives the same rules (:class:`liquid_stream.apps.alarms.Alarm`: the same
 hold and hysteresis) with NeuroKit2's estimates instead, on the same seconds against the
@@ -44,35 +48,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from liquid_stream.apps.alarms import check_alarm  # noqa: E402
 from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
 from liquid_stream.checkpoint import split_records  # noqa: E402
-
-
-def score(on: list[bool], refs: list[float], rule) -> dict[str, int]:
-    """Per-second alarm states ``on`` against references ``refs`` (NaN: none): active /
-    true / false / missed seconds (as ``RunResult.alarm_check``), and the episodes (maximal
-    runs of alarm-on seconds), of which false: no second of the run has a finite reference
-    that breaches the rule."""
-    c = {"active_s": 0, "true_s": 0, "false_s": 0, "missed_s": 0, "episodes": 0,
-         "false_episodes": 0}  # fmt: skip
-    on_before, breached = False, False
-    for a, ref in [*zip(on, refs, strict=True), (False, math.nan)]:
-        hit = ref == ref and rule.breached(ref)
-        if a:
-            c["active_s"] += 1
-            c["true_s"] += hit
-            c["false_s"] += ref == ref and not hit
-            breached |= hit
-        else:
-            c["missed_s"] += hit
-        if on_before and not a:  # an episode ended
-            c["episodes"] += 1
-            c["false_episodes"] += not breached
-        if not a:
-            breached = False
-        on_before = a
-    c["breach_s"] = c["true_s"] + c["missed_s"]
-    return c
 
 
 def baseline_alarms(record: Path, monitor, estimates, spec: str) -> dict[str, list[bool]]:
@@ -107,14 +85,16 @@ def baseline_alarms(record: Path, monitor, estimates, spec: str) -> dict[str, li
 def table(total: dict, n_records: int) -> list[str]:
     lines = [
         "| rule | seconds breached (ref.) | alarm on | true | false | missed | episodes | "
-        "false episodes | records with a false second |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "false episodes | records with a false second | reference's alarm on | on while "
+        "it is off | off while it is on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, t in total.items():
         lines.append(
             f"| `{name}` | {t['breach_s']} | {t['active_s']} | {t['true_s']} | {t['false_s']} "
             f"| {t['missed_s']} | {t['episodes']} | {t['false_episodes']} | "
-            f"{t['records_false']} / {n_records} |"
+            f"{t['records_false']} / {n_records} | {t['ref_active_s']} | "
+            f"{t['false_vs_ref_s']} | {t['missed_vs_ref_s']} |"
         )
     return lines
 
@@ -136,7 +116,7 @@ def main() -> None:
     command = "python " + shlex.join(["bench/vitals_alarms.py", *sys.argv[1:]])
     records = split_records(args.checkpoint, args.split)
     rules = open_record(args.models, records[0], alarms=args.alarm)[0].alarms
-    keys = ("active_s", "true_s", "false_s", "missed_s", "breach_s", "episodes", "false_episodes")
+    keys = tuple(check_alarm(rules[0].rule, [], []))  # the counts of one rule
     drivers = ["model", "NeuroKit2"] if args.baseline else ["model"]
     total = {d: {a.rule.name: {**dict.fromkeys(keys, 0), "records_breached": 0,
                                "records_false": 0} for a in rules} for d in drivers}  # fmt: skip
@@ -144,7 +124,6 @@ def main() -> None:
     for i, rec in enumerate(records, 1):
         monitor, source = open_record(args.models, rec, alarms=args.alarm)
         result = run_record(monitor, source, speed=None)
-        check = result.alarm_check()
         ests = result.estimates
         states = {"model": {r.rule.name: [bool(e.alarms.get(r.rule.name, False)) for e in ests]
                             for r in monitor.alarms}}  # fmt: skip
@@ -156,9 +135,7 @@ def main() -> None:
             for r in monitor.alarms:
                 rule = r.rule
                 refs = [e.ref.get(rule.vital, math.nan) for e in ests]
-                c = score(states[d][rule.name], refs, rule)
-                if d == "model":  # the same counts as the app's own check
-                    assert all(c[k] == check[rule.name][k] for k in check[rule.name]), rule
+                c = check_alarm(rule, states[d][rule.name], refs)
                 t = total[d][rule.name]
                 for k in keys:
                     t[k] += c[k]

@@ -18,7 +18,13 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from fixtures_vitals import STATS, export_vital_model, truncate_record, write_record  # noqa: E402
 
-from liquid_stream.apps.alarms import Alarm, AlarmRule, AlarmSyntaxError, parse_alarms  # noqa: E402
+from liquid_stream.apps.alarms import (  # noqa: E402
+    Alarm,
+    AlarmRule,
+    AlarmSyntaxError,
+    check_alarm,
+    parse_alarms,
+)
 from liquid_stream.apps.vitals_model import VitalsError  # noqa: E402
 from liquid_stream.apps.vitals_monitor import VitalsMonitor  # noqa: E402
 from liquid_stream.apps.vitals_record import RecordSource  # noqa: E402
@@ -115,6 +121,33 @@ def test_alarm_hysteresis():
     assert a.episodes == 2 and a.active_s == 6
     low = Alarm(AlarmRule("spo2", "<", 90, hold_s=1, margin=2))
     assert [low.update(v, True) for v in (89, 91, 92.5)] == ["on", None, "off"]
+
+
+def test_alarm_check_seconds_episodes_and_the_reference_alarm():
+    rule = AlarmRule("hr", ">", 120, hold_s=2, margin=5)
+    # a value that crosses 120 for 3 s, then hovers in the hysteresis band 115..120
+    refs = [110, 121, 122, 123, 118, 117, math.nan, 119, 116, 114, 110, 110]
+    oracle, exact = Alarm(rule), []  # the rule driven by the reference: an exact estimate
+    for v in refs:
+        oracle.update(v, math.isfinite(v))
+        exact.append(oracle.active)
+    assert exact == [False, False, True, True, True, True, True, True, True, False, False, False]
+    c = check_alarm(rule, exact, refs)
+    # per second, the exact estimate is charged its hysteresis seconds as false ...
+    assert (c["active_s"], c["true_s"], c["false_s"], c["missed_s"]) == (7, 2, 4, 1)
+    assert c["breach_s"] == 3 and (c["episodes"], c["false_episodes"]) == (1, 0)
+    # ... and against the same rule on the reference it is exact
+    assert (c["ref_active_s"], c["false_vs_ref_s"], c["missed_vs_ref_s"]) == (7, 0, 0)
+    # an alarm raised where the reference neither breached nor alarmed: a false episode
+    c2 = check_alarm(rule, [True] + [False] * 9 + [True, True], refs)
+    assert (c2["episodes"], c2["false_episodes"], c2["false_vs_ref_s"]) == (2, 2, 3)
+    # one raised late, in the hysteresis band of the reference's alarm, is not
+    c3 = check_alarm(rule, [False] * 4 + [True] * 5 + [False] * 3, refs)
+    assert (c3["false_episodes"], c3["false_vs_ref_s"], c3["missed_vs_ref_s"]) == (0, 0, 2)
+    assert (c3["true_s"], c3["false_s"]) == (0, 4)  # every second of it "false" per second
+    assert check_alarm(rule, [], []) == dict.fromkeys(c, 0)
+    with pytest.raises(ValueError, match="3 alarm states but 2 references"):
+        check_alarm(rule, [True] * 3, [1.0, 2.0])
 
 
 # ----------------------------------------------------------------------------- runs
