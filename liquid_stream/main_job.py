@@ -25,7 +25,8 @@ repeated by hand:
    shipped ``vitals-ppg-ecg-*`` models average two seeds of these commands),
    evaluate each next to NeuroKit2's classical estimate, export them and run the
    ``vitals`` monitor on a held-out record with HR and RR alarms, checked against the
-   record's reference (``alarm_check``: seconds of false alarm).
+   record's reference (``alarm_check``: false episodes and seconds, per second and against
+   the same rule run on the reference).
    SpO2 is not trained here (one PPG channel does not carry SpO2 under randomised pulse
    morphology, ``bench/spo2_cue.py``; it needs the oximeter's raw IR and red channels,
    which the records carry): the monitor adds the shipped ``vitals-oximeter-spo2`` model
