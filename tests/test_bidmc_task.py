@@ -251,3 +251,29 @@ def test_evaluate_mean_scores_the_members_mean_estimate(tmp_path, records):
     assert r.exit_code != 0 and "holds out other test records" in r.output
     r = CliRunner().invoke(evaluate_cmd, [str(o / "best.pt") for o in outs] + ["--mean"])
     assert r.exit_code != 0 and "--mean needs two or more checkpoints and --out" in r.output
+
+
+def test_mean_of_members_with_different_hops_is_taken_per_sample():
+    """Members pooling by 5 and by 10 samples: ``MeanOf`` averages what each one's graph
+    emits per input sample (the last frame it completed), so its last row is the mean of
+    the members' last frames and row t is the ensemble graph's output at sample t."""
+    from liquid_stream.model import LiquidS4Model
+    from liquid_stream.training.evaluate_vitals import MeanOf
+
+    torch.manual_seed(0)
+    members = [LiquidS4Model(d_input=2, d_output=1, d_model=8, n_layers=1, d_state=4,
+                             mode="diag", decoder="window", decoder_window=20,
+                             frontend={"kind": "scalenorm", "tau_s": 8.0, "hop": h}).eval()
+               for h in (5, 10)]  # fmt: skip
+    x = torch.randn(2, 400, 2)  # (B, L, d)
+    with torch.no_grad():
+        y = MeanOf(members)(x)
+        steps = [m.forward_steps(x) for m in members]  # (B, L, 1) each
+        frames = [m(x) for m in members]  # (B, 80, 1), (B, 40, 1)
+    assert y.shape == (2, 400, 1) and torch.equal(y, (steps[0] + steps[1]) / 2)
+    assert torch.allclose(y[:, -1], (frames[0][:, -1] + frames[1][:, -1]) / 2)
+    t = 123  # the member with hop 10 holds its frame 11 (samples 110-119) at sample 123
+    assert torch.equal(steps[1][:, t], frames[1][:, (t + 1) // 10 - 1])
+    same = MeanOf([members[0], members[0]])
+    with torch.no_grad():
+        assert torch.equal(same(x), frames[0])  # equal hops: per frame, as before
