@@ -3,7 +3,8 @@
     liquid-stream export a/best.pt b/best.pt --onnx kws.onnx --chunk 1600 --verify
 
 Members i = 0 … K−1 (same task, labels, sample rate, input and chunk; for regressors also
-the same target, units, channels and window) are exported one by one
+the same target, units, channels and window; the front ends may differ, and the graph's
+longest call is the shortest of the members') are exported one by one
 (:func:`~.pipeline.export_model`) and placed side by side in one ONNX graph that takes the
 one input ``x`` and returns, for classifiers (keyword spotters),
 
@@ -63,8 +64,8 @@ from .pipeline import (
 )
 
 FLOOR = 1e-30  # of the mean posterior before its log (module docstring)
-SAME = ("task", "labels", "sample_rate", "d_input", "d_output", "max_chunk", "chunk",
-        "rate", "decoder", "input_mean", "input_std")  # fmt: skip
+SAME = ("task", "labels", "sample_rate", "d_input", "d_output", "chunk", "rate", "decoder",
+        "input_mean", "input_std")  # fmt: skip
 COMBINE_POSTERIORS = "mean of the members' softmax posteriors; y = log of it"
 
 
@@ -198,6 +199,11 @@ def merge_members(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, Mode
     onnx.checker.check_model(model)
     meta = ModelMeta.from_dict(first.to_dict())
     meta.state_spec = spec
+    # members exported for one chunk may accept different longest calls (a front end
+    # rounds the chunk up to its hop: 125 samples → 130 with hop 10, 125 with hop 5); the
+    # ensemble takes what every member takes
+    limits = [m.max_chunk for m in metas if m.max_chunk is not None]
+    meta.max_chunk = min(limits) if limits else None
     meta.ensemble = {
         "members": K,
         "combine": "mean of the members' outputs" if regression else COMBINE_POSTERIORS,

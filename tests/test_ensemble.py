@@ -114,14 +114,14 @@ def test_cli_ensemble_matches_member_graphs(ensemble, tmp_path):
     assert np.abs(p - ref).max() <= 1e-6
 
 
-def _regressor(path, seed: int, target: str = "hr", channels=("PLETH", "II")):
+def _regressor(path, seed: int, target: str = "hr", channels=("PLETH", "II"), hop: int = 5):
     """A small untrained HR estimator (random weights from ``seed``; the scale-norm front
     end, so any units) saved with a vital-sign model's metadata."""
     torch.manual_seed(seed)
     model = LiquidS4Model(
         len(channels), 1, d_model=8, n_layers=2, d_state=4, mode="diag", liquid="pb",
         liquid_order=2, norm="layer", decoder="window", decoder_window=6, dt_min=1e-3,
-        dt_max=0.1, frontend={"kind": "scalenorm", "hop": 5}, output_shift=80.0,
+        dt_max=0.1, frontend={"kind": "scalenorm", "hop": hop}, output_shift=80.0,
         output_scale=15.0,
     ).eval()  # fmt: skip
     meta = {"task": "bidmc", "labels": [target], "target": target, "units": "bpm",
@@ -161,6 +161,25 @@ def test_regressors_ensemble_is_the_mean_estimate(tmp_path):
     meta = ModelMeta.from_onnx_props(OnnxStreamer(tmp_path / "e.onnx").metadata)
     assert meta.target == "hr" and meta.channels == ["PLETH", "II"] and meta.units == "bpm"
     assert meta.ensemble["combine"] == "mean of the members' outputs"
+
+
+def test_members_of_different_hops_share_the_shorter_longest_call(tmp_path):
+    """Pooled by 5 and by 10 samples and exported for 125-sample chunks, the members accept
+    calls of up to 125 and 130 samples (the hop rounds the chunk up); the ensemble takes
+    up to 125, and its output is the mean of the members' per-sample outputs."""
+    models = [_regressor(tmp_path / f"h{h}.pt", seed=h, hop=h) for h in (5, 10)]
+    info, reports = export_ensemble([tmp_path / "h5.pt", tmp_path / "h10.pt"],
+                                    tmp_path / "e.onnx", chunk=125, verify=True,
+                                    verify_length=2000)  # fmt: skip
+    assert info["max_chunk"] == 125 and all(r.ok for r in reports) and len(reports) == 3
+    meta = ModelMeta.from_onnx_props(OnnxStreamer(tmp_path / "e.onnx").metadata)
+    assert meta.max_chunk == 125 and meta.chunk == 125
+    x = (30.0 * np.random.default_rng(3).standard_normal((1, 1000, 2)) + 7.0).astype(np.float32)
+    y = _stream(tmp_path / "e.onnx", x, [125, 1, 124, 7, 118, 125, 500]).astype(np.float64)
+    with torch.no_grad():
+        ref = np.mean([m.double().forward_steps(torch.from_numpy(x).double()).numpy()
+                       for m in models], 0)  # fmt: skip
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("bad", ["labels", "regression", "quantize", "channels"])
