@@ -34,6 +34,15 @@ def epochs(n: int) -> str:
     return f"{n} epoch{'s' * (n != 1)}"
 
 
+def stack(m: dict) -> str:
+    """The layers of a model config after its front end, in words."""
+    return (
+        f"{m['n_layers']} pre-norm blocks of S4D (H = {m['d_model']}, N = {m['d_state']}), PB "
+        f"liquid term\np = {m['liquid_order']}, LayerNorm → {m['decoder_window']}-frame window "
+        "decoder"
+    )
+
+
 def fmt(v: float, pct: bool = False) -> str:
     return f"{100 * v:.1f} %" if pct else f"{v:.2f}"
 
@@ -155,8 +164,20 @@ def main() -> None:
     ckpts = " ".join(f"{r}/best.pt" for r in runs)
     mean = f" --mean --out {a.scored}" if a.members else ""
     evaluate = f"liquid-stream evaluate {ckpts}{mean} --baseline --device cpu"
+    cfgs = [yaml.safe_load((r / "config.yaml").read_text()) for r in runs]
+    archs = [(c["model"]["frontend"]["hop"], stack(c["model"])) for c in cfgs]
+    kinds = (
+        "such models"
+        if len(set(archs)) == 1
+        else "models ("
+        + "; ".join(f"member {i + 1}, `{r}`: front end pooled by {hop} to "
+                    f"{d['sample_rate'] / hop:g} Hz, {x}"
+                    for i, (r, (hop, x)) in enumerate(zip(runs, archs, strict=True))
+                    if (hop, x) != archs[0])
+        + "; the others as above)"
+    )  # fmt: skip
     ensemble = (
-        f"\n\n**An ensemble:** the graph runs {len(runs)} such models side by side and outputs "
+        f"\n\n**An ensemble:** the graph runs {len(runs)} {kinds} side by side and outputs "
         f"the mean of their estimates (export/ensemble.py); they were trained from seeds "
         f"{', '.join(str(x) for x in seeds)} on the same records with the same record split "
         "(`data.split_seed`), so every number below is the mean's, on records none of them saw."
@@ -208,8 +229,7 @@ any chunk size; one {label} estimate ({u}) per input sample: the mean over the t
 ## Model
 Causal Liquid-S4: {front}, pooled by
 {fe["hop"]} to {d["sample_rate"] / fe["hop"]:g} Hz) → Linear →
-{m["n_layers"]} pre-norm blocks of S4D (H = {m["d_model"]}, N = {m["d_state"]}), PB liquid term
-p = {m["liquid_order"]}, LayerNorm → {m["decoder_window"]}-frame window decoder → {t}.{ensemble}
+{archs[0][1]} → {t}.{ensemble}
 
 ## Data
 Synthetic only: {sim["records"]} domain-randomised records of {sim["minutes"]:g} min, seed
