@@ -10,7 +10,8 @@ Workloads (each a separate phase against one server subprocess, or ``--servers K
 them, the streams spread round-robin as a client with stream affinity does):
 
 - **beds**: vital-sign beds at 125 Hz, PLETH + II, 1-s blocks, 3 models per bed: the
-  shipped ``vitals-ppg-ecg-hr`` and ``vitals-ppg-ecg-rr`` and, as the third, an
+  shipped ``vitals-ppg-ecg-hr`` and ``vitals-ppg-ecg-rr`` (``--bed-models``: e.g. the
+  lighter ``vitals-ppg-ecg-rr-lite``, a quarter of the RR cost) and, as the third, an
   *untrained* SpO2 model exported here with the HR model's architecture (the shipped
   ``vitals-oximeter-spo2``, 4 × 64 as well, reads IR and red channels, which these beds
   do not carry; weights do not change the cost). The server hosts them as one
@@ -405,6 +406,9 @@ def main() -> None:
     ap.add_argument("--kws-model", default=None, metavar="ONNX",
                     help="the spotter to host (default: the shipped kws-sc10), e.g. one "
                          "exported --chunk 1600 --sub-block 1 for 100 ms calls")  # fmt: skip
+    ap.add_argument("--bed-models", nargs=2, default=BED_MODELS, metavar="NAME",
+                    help="the shipped HR and RR models of a bed (default: %(default)s; "
+                         "e.g. vitals-ppg-ecg-hr vitals-ppg-ecg-rr-lite)")  # fmt: skip
     ap.add_argument("--seconds", type=float, default=12.0, help="measured seconds per point")
     ap.add_argument("--warmup", type=float, default=4.0, help="seconds before measuring")
     ap.add_argument("--budget-ms", type=float, default=20.0)
@@ -421,7 +425,7 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     spo2 = export_spo2(tmp / "vitals-untrained-spo2.onnx")
-    bed_paths = [shipped(m) for m in BED_MODELS] + [spo2]
+    bed_paths = [shipped(m) for m in args.bed_models] + [spo2]
     kws_path = Path(args.kws_model) if args.kws_model else shipped("kws-sc10")
     server_args = [
         "--kws",

@@ -66,7 +66,8 @@ ship_mean() {  # ship_mean NAME DATA HARDWARE RUN RUN2...: the mean of the runs'
   $L export "${ck[@]}" --onnx "liquid_stream/models/$name.onnx" --chunk 125 --sub-block 1 --verify \
     --verify-length 8000
   $PY scripts/vitals_card.py "$1" "$name" "$(printf '%s\n' "${CMDS[@]}")" --data "$data" \
-    --made-by scripts/ship-vitals.sh --hardware "$hw" --members "${@:2}" --scored "$out"
+    --made-by scripts/ship-vitals.sh --hardware "$hw" --members "${@:2}" --scored "$out" \
+    ${LIGHTER:+--lighter-than "$LIGHTER"}
   CMDS=()
 }
 recover() {  # recover COMMIT NAME OUT.pt: the weights of liquid_stream/models/NAME.onnx as of
@@ -178,6 +179,12 @@ for t in hr rr; do
     --set train.init="runs/prr/pe-$t-m1.pt" "${P5[@]}"
   last=$out-m0 members=("$out-m1")
   if [ $t = rr ]; then
+    # the pair alone, shipped as the lighter alternative (what vitals-ppg-ecg-rr was until
+    # 2026-12-02: a quarter of the three's cost per bed, docs/serving.md §8)
+    pair_cmds=("${CMDS[@]}")
+    LIGHTER=vitals-ppg-ecg-rr ship_mean vitals-ppg-ecg-rr-lite "$R12" \
+      "2 CPU cores shared with other runs" "$last" "${members[@]}"
+    CMDS=("${pair_cmds[@]}")
     # Since 2026-12-02: a third member, the 6 x 128 PPG RR model (vitals-ppg-rr, runs/prr/eq6,
     # made above) widened to PLETH + II (II's encoder column zero, so it starts as the PPG
     # model: scripts/widen_channels.py), then one pass of crops with the ±6 dB equaliser on

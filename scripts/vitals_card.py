@@ -56,6 +56,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="the run's record set (--data)")
     ap.add_argument("--made-by", default="scripts/ship-vitals.sh")
     ap.add_argument("--hardware", default="2 CPU cores shared with other jobs")
+    ap.add_argument("--lighter-than", default=None, metavar="NAME",
+                    help="this model is a cheaper alternative to the shipped NAME")  # fmt: skip
     ap.add_argument("--members", type=Path, nargs="*", default=[],
                     help="further runs averaged with RUN (an ensemble)")  # fmt: skip
     ap.add_argument("--scored", type=Path, default=None,
@@ -219,10 +221,17 @@ def main() -> None:
         else "- SpO2 is not estimated from a single PPG: it needs the oximeter's IR and red\n"
         "  channels (the `vitals-oximeter-spo2` model)."
     )
+    role = (
+        f"A lighter alternative to `{a.lighter_than}`, which `liquid-stream vitals --record R`\n"
+        f"uses when no MODEL is given: it costs less per stream (for a server that hosts many\n"
+        f"beds, docs/serving.md) and is less accurate (compare the cards); pass it as MODEL.\n"
+        if a.lighter_than
+        else "`liquid-stream vitals --record R` uses this model when no MODEL is given and the "
+        f"record has\n{' and '.join(d['channels'])}. "
+    )
     text = f"""# {a.name} — streaming {label} estimator ({" + ".join(d["channels"])})
 
-`liquid-stream vitals --record R` uses this model when no MODEL is given and the record has
-{" and ".join(d["channels"])}. ONNX, raw samples at {d["sample_rate"]} Hz {units},
+{role}ONNX, raw samples at {d["sample_rate"]} Hz {units},
 any chunk size; one {label} estimate ({u}) per input sample: the mean over the trailing
 {d["window"] / d["sample_rate"]:g} s window.
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from liquid_stream.models import ShippedModelMissing, card, shipped, vitals_for
+from liquid_stream.models import ShippedModelMissing, available, card, shipped, vitals_for
 from liquid_stream.onnx_streamer import OnnxStreamer
 from liquid_stream.training.data.bidmc_sim import SIG_NAMES, write_record
 from liquid_stream.training.data.vitals_sim import IR, RED, simulate_randomised
@@ -49,7 +49,8 @@ def window_truth(x: np.ndarray, n: int) -> np.ndarray:
 @pytest.mark.parametrize("name, cols", [("vitals-ppg-hr", [PLETH]),
                                         ("vitals-ppg-ecg-hr", [PLETH, II]),
                                         ("vitals-ppg-rr", [PLETH]),
-                                        ("vitals-ppg-ecg-rr", [PLETH, II])])  # fmt: skip
+                                        ("vitals-ppg-ecg-rr", [PLETH, II]),
+                                        ("vitals-ppg-ecg-rr-lite", [PLETH, II])])  # fmt: skip
 def test_estimate_does_not_depend_on_the_signal_units(name, cols):
     """Gain 0.01-100 and offsets of +-1000 units change no estimate by 1 bpm / breath per
     minute (measured: at most 0.07, the RR model of PLETH alone)."""
@@ -177,8 +178,10 @@ def test_spo2_model_follows_a_desaturation():
     assert (est < 90).any() and 0 <= lag <= 10
 
 
-@pytest.mark.parametrize("name", ["vitals-ppg-hr", "vitals-ppg-rr", "vitals-ppg-ecg-hr",
-                                  "vitals-ppg-ecg-rr", "vitals-oximeter-spo2"])  # fmt: skip
+VITALS_SHIPPED = [n for n in available() if n.startswith("vitals-")]
+
+
+@pytest.mark.parametrize("name", VITALS_SHIPPED)
 def test_every_shipped_vitals_model_has_a_card_with_its_command(name):
     text = card(name)
     baseline = "ratio of ratios" if name.endswith("spo2") else "NeuroKit2"
