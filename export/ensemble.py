@@ -209,6 +209,8 @@ def merge_members(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, Mode
         "combine": "mean of the members' outputs" if regression else COMBINE_POSTERIORS,
         "member_sha256": [hashlib.sha256(m.SerializeToString()).hexdigest() for m in members],
     }
+    if any(m.model_config != first.model_config for m in metas):  # members of other sizes
+        meta.ensemble["member_model_configs"] = [m.model_config for m in metas]
     return model, meta
 
 

@@ -152,7 +152,8 @@ def _members(props: dict[str, str]) -> int:
 
 def recover(path: Path, member: int | None = None) -> tuple[LiquidS4Model, dict]:
     """The model and meta of the graph at ``path``; of an ensemble graph, member
-    ``member``'s (the members share the architecture of member 0's config)."""
+    ``member``'s (its config from ``ensemble.member_model_configs`` when the members differ,
+    else member 0's, the graph's ``model_config``)."""
     graph = onnx.load(str(path))
     props = {p.key: p.value for p in graph.metadata_props}
     k = _members(props)
@@ -162,6 +163,9 @@ def recover(path: Path, member: int | None = None) -> tuple[LiquidS4Model, dict]
     if not k and member is not None:
         raise ValueError(f"{path} is not an ensemble (no member {member})")
     cfg = json.loads(props["model_config"])
+    own = (json.loads(props.get("ensemble") or "null") or {}).get("member_model_configs")
+    if k and own:
+        cfg = own[member]
     if cfg["mode"] != "diag" or cfg.get("disc") != "bilinear" or cfg.get("bidirectional"):
         raise ValueError("only causal bilinear S4D graphs are supported")
     if cfg.get("liquid") not in (None, "pb") or cfg.get("liquid_len", 1) != 1:
@@ -236,6 +240,7 @@ def recover(path: Path, member: int | None = None) -> tuple[LiquidS4Model, dict]
     if k:  # a member's checkpoint: the graph's joint state layout is not its own
         meta.pop("ensemble", None)
         meta.pop("state_spec", None)
+        meta["model_config"] = cfg
     return model, meta
 
 
