@@ -65,11 +65,12 @@ def main() -> None:
     a = ap.parse_args()
     if bool(a.members) != (a.scored is not None):
         ap.error("--members and --scored go together")
-    cfg = yaml.safe_load((a.run / "config.yaml").read_text())
+    runs = [a.run, *a.members]
+    cfgs = [yaml.safe_load((r / "config.yaml").read_text()) for r in runs]
+    cfg = cfgs[0]
     t = cfg["data"]["target"]
     res = json.loads(((a.scored or a.run) / f"agreement_{t}_record_test.json").read_text())
-    runs = [a.run, *a.members]
-    seeds = [yaml.safe_load((r / "config.yaml").read_text())["train"]["seed"] for r in runs]
+    seeds = [c["train"]["seed"] for c in cfgs]
     rows = [line.split(",") for line in (a.run / "metrics.csv").read_text().splitlines()]
     last = dict(zip(rows[0], rows[-1], strict=True))
     commit = (
@@ -166,7 +167,6 @@ def main() -> None:
     ckpts = " ".join(f"{r}/best.pt" for r in runs)
     mean = f" --mean --out {a.scored}" if a.members else ""
     evaluate = f"liquid-stream evaluate {ckpts}{mean} --baseline --device cpu"
-    cfgs = [yaml.safe_load((r / "config.yaml").read_text()) for r in runs]
     archs = [(c["model"]["frontend"]["hop"], stack(c["model"])) for c in cfgs]
     kinds = (
         "such models"
