@@ -43,9 +43,11 @@ def test_training_reduces_loss(tmp_path):
     assert summary["train_acc"] > 0.5
 
 
-@pytest.mark.parametrize("accum,k,ema", [(1, 6, 0), (2, 4, 0), (1, 5, 0.9)])
-def test_resume_is_bit_exact(tmp_path, accum, k, ema):
-    over = [f"optim.grad_accum={accum}", f"optim.ema={ema}"]
+@pytest.mark.parametrize(
+    "accum,k,ema,amp", [(1, 6, 0, False), (2, 4, 0, False), (1, 5, 0.9, False), (1, 4, 0, True)]
+)
+def test_resume_is_bit_exact(tmp_path, accum, k, ema, amp):
+    over = [f"optim.grad_accum={accum}", f"optim.ema={ema}", f"train.amp={str(amp).lower()}"]
     full = make(tmp_path / "full", over)
     full.fit()
     # Interrupted run: stops after k steps (mid-epoch for accum=1), then a fresh process
@@ -70,6 +72,28 @@ def test_resume_is_bit_exact(tmp_path, accum, k, ema):
         assert all(torch.equal(v, b_cut["model"][n]) for n, v in b_full["model"].items())
     with open(tmp_path / "full" / "steps.csv") as f1, open(tmp_path / "cut" / "steps.csv") as f2:
         assert [r["loss"] for r in csv.DictReader(f1)] == [r["loss"] for r in csv.DictReader(f2)]
+
+
+def test_cpu_amp_autocasts_to_bf16_and_refuses_fp16(tmp_path):
+    """train.amp on the CPU: the forward's matmuls run in bf16 (the encoder's output is bf16
+    inside the trainer's autocast, float32 outside), training still lowers the loss; fp16
+    on the CPU is a clear error."""
+    tr = make(tmp_path / "bf", ["train.amp=true", "optim.epochs=3", "model.d_model=16",
+                                "optim.lr=0.02", "data.n_train=32", "data.length=512",
+                                "model.dropout=0"])  # fmt: skip
+    assert tr.amp_dtype == torch.bfloat16 and tr.scaler is None
+    seen = []
+    tr.model.encoder.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    x = torch.randn(2, 64, tr.model.encoder.in_features)
+    with tr.autocast():
+        tr.model(x)
+    tr.model(x)
+    assert seen == [torch.bfloat16, torch.float32]
+    tr.fit()
+    losses = tr.step_losses
+    assert sum(losses[-4:]) / 4 < 0.85 * sum(losses[:4]) / 4, losses
+    with pytest.raises(ValueError, match="bf16 only"):
+        make(tmp_path / "fp16", ["train.amp=true", "train.amp_dtype=fp16"])
 
 
 def test_weight_average_is_the_literal_recurrence(tmp_path):
@@ -201,6 +225,10 @@ def test_cli_train_and_evaluate(tmp_path):
     assert (out / "confusion_test_8000.png").stat().st_size > 0
     r = CliRunner().invoke(train_cmd, ["toy", "--set", "optim.bogus=1", "--out", str(out)])
     assert r.exit_code != 0 and "optim.bogus" in r.output
+    fp16 = ["--set", "train.amp=true", "--set", "train.amp_dtype=fp16"]
+    r = CliRunner().invoke(train_cmd, ["toy", "--device", "cpu", *fp16, "--out", str(out)])
+    assert r.exit_code == 1 and "Error: train.amp on the CPU autocasts to bf16 only" in r.output
+    assert "Traceback" not in r.output
 
 
 def test_cli_speech_cpu_preset_end_to_end(tmp_path):

@@ -71,8 +71,8 @@ class TrainConfig:
 
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
-    amp: bool = False  # autocast on CUDA only (ignored on CPU)
-    amp_dtype: str = "bf16"  # bf16 | fp16 (fp16 uses a GradScaler)
+    amp: bool = False  # autocast: CUDA bf16 / fp16, CPU bf16 (see amp_dtype)
+    amp_dtype: str = "bf16"  # bf16 | fp16 (CUDA only; fp16 uses a GradScaler)
     eval_every: int = 1  # epochs between validations (the last epoch is always validated)
     max_steps: int | None = None  # cap on optimizer steps (CI); the schedule still spans `epochs`
     num_workers: int = 0

@@ -96,8 +96,11 @@ def make_trainer(config: dict, out: Path, resume=None) -> tuple[Trainer, Dataset
     if int(os.environ.get("RANK", "0")) == 0:  # data parallel: rank 0 writes
         out.mkdir(parents=True, exist_ok=True)
         dump_config(config, out / "config.yaml")
-    trainer = Trainer(model, train_set, val_set, optim_cfg, train_cfg, out, meta, loss,
-                      config=config)  # fmt: skip
+    try:
+        trainer = Trainer(model, train_set, val_set, optim_cfg, train_cfg, out, meta, loss,
+                          config=config)  # fmt: skip
+    except ValueError as e:  # settings the trainer refuses (e.g. fp16 autocast on the CPU)
+        raise RunError(one_line(e)) from e
     if trainer.dist.is_main:
         _say(_header(trainer, config, meta, out))
     if resume:

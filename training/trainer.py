@@ -50,6 +50,7 @@ import math
 import os
 import signal
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -116,6 +117,13 @@ def _cpu_copy(obj):
     if isinstance(obj, list | tuple):
         return type(obj)(_cpu_copy(v) for v in obj)
     return obj
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX tiles): where torch's
+    CPU autocast pays."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, p, lambda: False)() for p in probes)
 
 
 class Trainer:
@@ -217,9 +225,21 @@ class Trainer:
         return model, DistributedDataParallel(model, device_ids=ids)
 
     def _amp_dtype(self) -> torch.dtype | None:
-        """Autocast's dtype (CUDA with train.amp only): bf16 where supported, else fp16."""
-        if not (self.train_cfg.amp and self.device.type == "cuda"):
+        """Autocast's dtype with ``train.amp``: on CUDA bf16 where supported, else fp16; on
+        the CPU bf16 only, which pays only where the CPU has bf16 instructions (the cpu KWS
+        preset on an AVX512-BF16 Zen 5: 1.15-1.57x faster a step, but its spotters detected
+        less; docs/benchmarks.md §4.1, so no preset uses it)."""
+        if not self.train_cfg.amp:
             return None
+        if self.device.type == "cpu":
+            if self.train_cfg.amp_dtype != "bf16":
+                raise ValueError("train.amp on the CPU autocasts to bf16 only; set "
+                                 "train.amp_dtype=bf16 (fp16 needs CUDA)")  # fmt: skip
+            if not cpu_has_bf16():
+                warnings.warn("train.amp: this CPU has no bf16 instructions (AVX512-BF16 or "
+                              "AMX); autocast to bf16 is emulated here and may be slower than "
+                              "float32", stacklevel=2)  # fmt: skip
+            return torch.bfloat16
         bf16 = self.train_cfg.amp_dtype == "bf16" and torch.cuda.is_bf16_supported()
         return torch.bfloat16 if bf16 else torch.float16
 
@@ -238,7 +258,7 @@ class Trainer:
     def autocast(self):
         if self.amp_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast("cuda", dtype=self.amp_dtype)
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def _loader(self) -> DataLoader:
         return DataLoader(
