@@ -142,12 +142,13 @@ def _basis_and_lambda(G: np.ndarray, out: np.ndarray, S: int, M: int, block: int
 
 def members(path: Path) -> int:
     """How many members the graph at ``path`` averages (0: not an ensemble)."""
-    return _members({p.key: p.value for p in onnx.load(str(path)).metadata_props})
-
-
-def _members(props: dict[str, str]) -> int:
-    ens = json.loads(props.get("ensemble") or "null")
+    ens = _ensemble({p.key: p.value for p in onnx.load(str(path)).metadata_props})
     return int(ens["members"]) if ens else 0
+
+
+def _ensemble(props: dict[str, str]) -> dict:
+    """The graph's ``ensemble`` metadata ({} when it is not an ensemble)."""
+    return json.loads(props.get("ensemble") or "null") or {}
 
 
 def recover(path: Path, member: int | None = None) -> tuple[LiquidS4Model, dict]:
@@ -156,14 +157,15 @@ def recover(path: Path, member: int | None = None) -> tuple[LiquidS4Model, dict]
     else member 0's, the graph's ``model_config``)."""
     graph = onnx.load(str(path))
     props = {p.key: p.value for p in graph.metadata_props}
-    k = _members(props)
+    ens = _ensemble(props)
+    k = int(ens["members"]) if ens else 0
     if k and (member is None or not 0 <= member < k):
         raise ValueError(f"{path} is an ensemble of {k} members: recover one (member 0 … "
                          f"{k - 1})")  # fmt: skip
     if not k and member is not None:
         raise ValueError(f"{path} is not an ensemble (no member {member})")
     cfg = json.loads(props["model_config"])
-    own = (json.loads(props.get("ensemble") or "null") or {}).get("member_model_configs")
+    own = ens.get("member_model_configs")
     if k and own:
         cfg = own[member]
     if cfg["mode"] != "diag" or cfg.get("disc") != "bilinear" or cfg.get("bidirectional"):

@@ -70,6 +70,11 @@ ship_mean() {  # ship_mean NAME DATA HARDWARE RUN RUN2...: the mean of the runs'
     ${LIGHTER:+--lighter-than "$LIGHTER"}
   CMDS=()
 }
+py_once() {  # py_once OUT SCRIPT ARGS...: `python SCRIPT ARGS` for the card, run unless OUT exists
+  local out=$1; shift
+  CMDS+=("python $*")
+  [ -e "$out" ] || $PY "$@"
+}
 recover() {  # recover COMMIT NAME OUT.pt: the weights of liquid_stream/models/NAME.onnx as of
   # COMMIT as a checkpoint (an ensemble's members as OUT-m<i>.pt)
   local src="${3%.pt}-$1.onnx"
@@ -191,9 +196,8 @@ for t in hr rr; do
     # these records (lr 0.0005; 0.001 beside it: 1.728 alone on the selection set against
     # 1.684). The three: selection set 1.664 -> 1.549 breaths/min, then seed 13 1.824 -> 1.605,
     # seed 7 2.291 -> 2.049, own test 2.20 -> 2.03 (docs/benchmarks.md §5.2)
-    CMDS+=("python scripts/widen_channels.py runs/prr/eq6/best.pt runs/prr/ppg-rr-ii.pt --channels PLETH,II")
-    [ -f runs/prr/ppg-rr-ii.pt ] ||
-      $PY scripts/widen_channels.py runs/prr/eq6/best.pt runs/prr/ppg-rr-ii.pt --channels PLETH,II
+    py_once runs/prr/ppg-rr-ii.pt scripts/widen_channels.py runs/prr/eq6/best.pt \
+      runs/prr/ppg-rr-ii.pt --channels PLETH,II
     W=(--target rr --preset ppg+ecg --data "$R12" --set model.d_model=128 --set model.n_layers=6
       "${CROPS[@]}" --set data.pulse_eq=0.5 --set data.pulse_eq_db=6)
     train runs/wrr/B "${W[@]}" --set train.init=runs/prr/ppg-rr-ii.pt --set optim.lr=0.0005
