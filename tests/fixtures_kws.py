@@ -10,6 +10,7 @@ writes a WAV with tone "keywords" at known times.
 from __future__ import annotations
 
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -134,3 +135,10 @@ def parse_detections(out: str, with_score: bool = True) -> list[tuple]:
             t = 3600 * h + 60 * mi + s + ms / 1000
             dets.append((t, m.group(5), float(m.group(6))) if with_score else (t, m.group(5)))
     return dets
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` of an app run as a child that a test stops with Ctrl-C (SIGINT): the
+    tests may run as a background job of a non-interactive shell, which starts them with
+    SIGINT ignored, and an ignored signal stays ignored across exec."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

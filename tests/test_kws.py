@@ -28,6 +28,7 @@ from fixtures_kws import (
     EVENTS,
     export_regression_model,
     parse_detections,
+    sigint_default,
     train_tone_spotter,
     write_labels_csv,
     write_tone_wav,
@@ -319,6 +320,7 @@ def test_virtual_microphone_end_to_end(tone_model, tmp_path):
             [sys.executable, "-m", "liquid_stream.cli", "kws", str(tone_model), "--device",
              device, "--no-ui"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+            preexec_fn=sigint_default,
         )  # fmt: skip
         err_lines: list[str] = []
         ready = threading.Event()

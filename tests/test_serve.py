@@ -41,7 +41,14 @@ os.environ[lsl.CONFIG_ENV] = str(lsl.write_config(lsl.local_config_path()))  # b
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from click.testing import CliRunner
-from fixtures_kws import EVENTS, SR, tone_signal, train_tone_spotter, write_tone_wav
+from fixtures_kws import (
+    EVENTS,
+    SR,
+    sigint_default,
+    tone_signal,
+    train_tone_spotter,
+    write_tone_wav,
+)
 from fixtures_vitals import signals, write_record
 
 from liquid_stream.apps.audio import stream_resampler
@@ -891,6 +898,7 @@ def test_stream_to_device_streams_a_microphone(srv, tmp_path):
              device, "--model", "tone", "--id", "mic-1"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
+            preexec_fn=sigint_default,
         )  # fmt: skip
         opened = threading.Event()
 
@@ -906,8 +914,8 @@ def test_stream_to_device_streams_a_microphone(srv, tmp_path):
         subprocess.run([script, "play", str(wav)], check=True, timeout=60)
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
-        out = proc.stdout.read()  # a few lines: the pipe cannot fill
-        proc.wait(30)
+        proc.wait(30)  # a few lines of output: the pipe cannot fill
+        out = proc.stdout.read()
         reader.join(10)  # the reader thread owns stderr to its end
     finally:
         if proc is not None and proc.poll() is None:
