@@ -142,8 +142,8 @@ def _basis_and_lambda(G: np.ndarray, out: np.ndarray, S: int, M: int, block: int
 
 def members(path: Path) -> int:
     """How many members the graph at ``path`` averages (0: not an ensemble)."""
-    ens = _ensemble({p.key: p.value for p in onnx.load(str(path)).metadata_props})
-    return int(ens["members"]) if ens else 0
+    return int(_ensemble({p.key: p.value for p in onnx.load(str(path)).metadata_props})
+               .get("members", 0))  # fmt: skip
 
 
 def _ensemble(props: dict[str, str]) -> dict:
@@ -158,16 +158,15 @@ def recover(path: Path, member: int | None = None) -> tuple[LiquidS4Model, dict]
     graph = onnx.load(str(path))
     props = {p.key: p.value for p in graph.metadata_props}
     ens = _ensemble(props)
-    k = int(ens["members"]) if ens else 0
+    k = int(ens.get("members", 0))
     if k and (member is None or not 0 <= member < k):
         raise ValueError(f"{path} is an ensemble of {k} members: recover one (member 0 … "
                          f"{k - 1})")  # fmt: skip
     if not k and member is not None:
         raise ValueError(f"{path} is not an ensemble (no member {member})")
     cfg = json.loads(props["model_config"])
-    own = ens.get("member_model_configs")
-    if k and own:
-        cfg = own[member]
+    if "member_model_configs" in ens:  # members of different architectures
+        cfg = ens["member_model_configs"][member]
     if cfg["mode"] != "diag" or cfg.get("disc") != "bilinear" or cfg.get("bidirectional"):
         raise ValueError("only causal bilinear S4D graphs are supported")
     if cfg.get("liquid") not in (None, "pb") or cfg.get("liquid_len", 1) != 1:

@@ -70,6 +70,13 @@ ship_mean() {  # ship_mean NAME DATA HARDWARE RUN RUN2...: the mean of the runs'
     ${LIGHTER:+--lighter-than "$LIGHTER"}
   CMDS=()
 }
+pair_pass() {  # pair_pass OUT INIT0 INIT1 ARGS...: one pass of crops for each seed of a
+  # PPG + ECG pair (target $t, seed 1's settings S1), OUT-m0 from INIT0 and OUT-m1 from INIT1
+  local out=$1 i0=$2 i1=$3; shift 3
+  train "$out-m0" --target $t --preset ppg+ecg "${V12[@]}" "${CROPS[@]}" --data "$R12" \
+    --set train.progress=false --set train.init="$i0" "$@"
+  train "$out-m1" "${S1[@]}" "${CROPS[@]}" --set train.progress=false --set train.init="$i1" "$@"
+}
 py_once() {  # py_once OUT SCRIPT ARGS...: `python SCRIPT ARGS` for the card, run unless OUT exists
   local out=$1; shift
   CMDS+=("python $*")
@@ -178,10 +185,7 @@ for t in hr rr; do
   else
     P5=(--set optim.lr=0.00025 --set data.pulse_eq=0.5 --set data.pulse_eq_db=6) out=runs/prr/pe-rr-eq6b
   fi
-  train "$out-m0" --target $t --preset ppg+ecg "${V12[@]}" "${CROPS[@]}" --data "$R12" \
-    --set train.progress=false --set train.init="runs/prr/pe-$t-m0.pt" "${P5[@]}"
-  train "$out-m1" "${S1[@]}" "${CROPS[@]}" --set train.progress=false \
-    --set train.init="runs/prr/pe-$t-m1.pt" "${P5[@]}"
+  pair_pass "$out" "runs/prr/pe-$t-m0.pt" "runs/prr/pe-$t-m1.pt" "${P5[@]}"
   last=$out-m0 members=("$out-m1")
   if [ $t = rr ]; then
     # the pair alone, shipped as the lighter alternative (what vitals-ppg-ecg-rr was until
@@ -194,10 +198,7 @@ for t in hr rr; do
     # (0.000125, the ±6 dB equaliser); with the third member's fourth pass below, the three:
     # selection set 1.521 -> 1.468 (docs/benchmarks.md §5.2)
     P6=(--set optim.lr=0.000125 --set data.pulse_eq=0.5 --set data.pulse_eq_db=6)
-    train runs/prr/pe-rr-eq6c-m0 --target rr --preset ppg+ecg "${V12[@]}" "${CROPS[@]}" \
-      --data "$R12" --set train.progress=false --set train.init=$out-m0/best.pt "${P6[@]}"
-    train runs/prr/pe-rr-eq6c-m1 "${S1[@]}" "${CROPS[@]}" --set train.progress=false \
-      --set train.init=$out-m1/best.pt "${P6[@]}"
+    pair_pass runs/prr/pe-rr-eq6c "$out-m0/best.pt" "$out-m1/best.pt" "${P6[@]}"
     last=runs/prr/pe-rr-eq6c-m0 members=(runs/prr/pe-rr-eq6c-m1)
     # Since 2026-12-02: a third member, the 6 x 128 PPG RR model (vitals-ppg-rr, runs/prr/eq6,
     # made above) widened to PLETH + II (II's encoder column zero, so it starts as the PPG

@@ -83,11 +83,12 @@ def test_cpu_amp_autocasts_to_bf16_and_refuses_fp16(tmp_path):
                                 "model.dropout=0"])  # fmt: skip
     assert tr.amp_dtype == torch.bfloat16 and tr.scaler is None
     seen = []
-    tr.model.encoder.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    hook = tr.model.encoder.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
     x = torch.randn(2, 64, tr.model.encoder.in_features)
     with tr.autocast():
         tr.model(x)
     tr.model(x)
+    hook.remove()
     assert seen == [torch.bfloat16, torch.float32]
     tr.fit()
     losses = tr.step_losses
