@@ -4,6 +4,7 @@
     liquid-stream export runs/speech/best.pt --onnx kws-int8.onnx --quantize int8 --verify
     liquid-stream export kws.onnx --onnx kws-int8.onnx --quantize int8 --verify
     liquid-stream export a/best.pt b/best.pt --onnx kws.onnx --verify   # an ensemble
+    liquid-stream export a/best.pt b/best.pt c/best.pt --onnx rr.onnx --weights 1,1,3
 
 Heavy imports (torch, onnx, the pipeline) stay inside the function so ``--help`` is fast.
 """
@@ -36,14 +37,18 @@ import click
                    "the state path, the SSM tables and the front end stay float32. "
                    "--verify then also checks the int8 graph against the float32 one "
                    "(looser tolerance, in the metadata).")  # fmt: skip
-def export_cmd(checkpoints, onnx_path, chunk, opset, sub_block, verify, verify_length, quantize):
+@click.option("--weights", default=None, metavar="W0,W1,...",
+              help="An ensemble's weights, one positive number per checkpoint (divided "
+                   "by their sum): the graph outputs the weighted mean.")  # fmt: skip
+def export_cmd(checkpoints, onnx_path, chunk, opset, sub_block, verify, verify_length, quantize,
+               weights):  # fmt: skip
     """Convert a trained CHECKPOINT to its exact step-wise form and write it as ONNX.
 
     With --quantize, CHECKPOINT may also be an exported float32 .onnx graph: it is
     quantized as it is (--chunk, --opset and --sub-block are then the graph's own).
     Several checkpoints of one classifier task: one graph whose posteriors are the mean
-    of theirs (an ensemble, export/ensemble.py; --verify checks each member and the
-    mean)."""
+    of theirs, or with --weights their weighted mean (an ensemble, export/ensemble.py;
+    --verify checks each member and the mean)."""
     from liquid_stream.checkpoint import CheckpointError
 
     from .ensemble import export_ensemble
@@ -52,12 +57,22 @@ def export_cmd(checkpoints, onnx_path, chunk, opset, sub_block, verify, verify_l
 
     checkpoint = checkpoints[0]
     try:
+        if weights is not None and len(checkpoints) < 2:
+            raise ValueError("--weights weigh the members of an ensemble: give two or more "
+                             "checkpoints")  # fmt: skip
         if len(checkpoints) > 1:
             if quantize is not None or any(c.endswith(".onnx") for c in checkpoints):
                 raise ValueError("an ensemble is exported from checkpoints (.pt), without "
                                  "--quantize")  # fmt: skip
             info, reports = export_ensemble(
-                list(checkpoints), onnx_path, chunk, opset, sub_block, verify, verify_length
+                list(checkpoints),
+                onnx_path,
+                chunk,
+                opset,
+                sub_block,
+                verify,
+                verify_length,
+                weights,
             )
         elif checkpoint.endswith(".onnx"):
             if quantize is None:

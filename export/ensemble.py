@@ -18,6 +18,13 @@ physical units)
 
     y = (1/K) Σ_i y_i                                                     (batch, T, 1)
 
+With weights w_i (``--weights``: positive, divided by their sum, recorded in the metadata's
+``ensemble.weights``) the 1/K becomes w_i in both: p = Σ_i w_i softmax(y_i), y = Σ_i w_i y_i.
+Members of different recipes need not be equally good: the vital-sign RR ensemble of two
+4 × 64 models and one 6 × 128 model streamed 1.468 breaths/min RMSE on its selection set
+with 1/3 each and 1.419 with the 6 × 128 model at 0.6 (docs/benchmarks.md §5.2;
+``python bench/ensemble_weights.py`` chooses them on held-out records).
+
 Member i's state ``<name>`` is the graph's state
 ``m<i>.<name>`` (input ``state.m<i>.<name>``, output ``next.m<i>.<name>``); its nodes,
 values and weights are prefixed ``m<i>.``, so the members share nothing but ``x``.
@@ -52,7 +59,7 @@ from onnx import helper
 
 from liquid_stream.atomic import atomic_write_bytes
 from liquid_stream.checkpoint import model_from_checkpoint
-from liquid_stream.meta import SAME_ESTIMATE, ModelMeta
+from liquid_stream.meta import SAME_ESTIMATE, ModelMeta, ensemble_weights
 
 from .pipeline import (
     CONTRACT_RTOL,
@@ -126,13 +133,17 @@ def _identity(src: str, dst: str) -> onnx.NodeProto:
     return helper.make_node("Identity", [src], [dst], name=f"{dst}.identity")
 
 
-def merge_members(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, ModelMeta]:
+def merge_members(
+    members: list[onnx.ModelProto], weights: list[float] | None = None
+) -> tuple[onnx.ModelProto, ModelMeta]:
     """The ensemble graph of exported classifier graphs, or of exported regressor graphs
     (module docstring), and its metadata (member 0's, with the members' states and
-    ``ensemble``). A ValueError names what the members do not share: a classifier with a
-    regressor, a classifier without one output per label."""
+    ``ensemble``). ``weights``: one positive number per member (normalised here), or None
+    for the plain mean. A ValueError names what the members do not share: a classifier
+    with a regressor, a classifier without one output per label."""
     if len(members) < 2:
         raise ValueError("an ensemble needs at least two members")
+    weights = ensemble_weights(weights, len(members))
     metas = [ModelMeta.from_onnx_props({p.key: p.value for p in m.metadata_props})
              for m in members]  # fmt: skip
     regression = is_regressor(metas[0])
@@ -177,13 +188,22 @@ def merge_members(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, Mode
             nodes.append(helper.make_node("Softmax", [pre + "y"], [pre + "p"], axis=-1,
                                           name=pre + "softmax"))  # fmt: skip
     each = "y" if regression else "p"
-    nodes += [
-        helper.make_node("Sum", [member_prefix(i) + each for i in range(K)], ["ens.sum"],
-                         name="ens.sum"),
-        helper.make_node("Mul", ["ens.sum", "ens.inv_k"], ["y" if regression else "ens.mean"],
-                         name="ens.mean"),
-    ]  # fmt: skip
-    inits.append(helper.make_tensor("ens.inv_k", onnx.TensorProto.FLOAT, [], [1.0 / K]))
+    mean = "y" if regression else "ens.mean"
+    if weights is None:  # (1/K) Σ_i: the graph of every equal-weight ensemble shipped
+        nodes += [
+            helper.make_node("Sum", [member_prefix(i) + each for i in range(K)], ["ens.sum"],
+                             name="ens.sum"),
+            helper.make_node("Mul", ["ens.sum", "ens.inv_k"], [mean], name="ens.mean"),
+        ]  # fmt: skip
+        inits.append(helper.make_tensor("ens.inv_k", onnx.TensorProto.FLOAT, [], [1.0 / K]))
+    else:  # Σ_i w_i ·
+        for i, w in enumerate(weights):
+            pre = member_prefix(i)
+            nodes.append(helper.make_node("Mul", [pre + each, pre + "w"], [pre + "weighted"],
+                                          name=pre + "weight"))  # fmt: skip
+            inits.append(helper.make_tensor(pre + "w", onnx.TensorProto.FLOAT, [], [w]))
+        nodes.append(helper.make_node("Sum", [member_prefix(i) + "weighted" for i in range(K)],
+                                      [mean], name="ens.mean"))  # fmt: skip
     if not regression:
         nodes += [
             helper.make_node("Max", ["ens.mean", "ens.floor"], ["ens.floored"],
@@ -204,11 +224,14 @@ def merge_members(members: list[onnx.ModelProto]) -> tuple[onnx.ModelProto, Mode
     # ensemble takes what every member takes
     limits = [m.max_chunk for m in metas if m.max_chunk is not None]
     meta.max_chunk = min(limits) if limits else None
+    combine = "mean of the members' outputs" if regression else COMBINE_POSTERIORS
     meta.ensemble = {
         "members": K,
-        "combine": "mean of the members' outputs" if regression else COMBINE_POSTERIORS,
+        "combine": combine if weights is None else f"weighted {combine}",
         "member_sha256": [hashlib.sha256(m.SerializeToString()).hexdigest() for m in members],
     }
+    if weights is not None:
+        meta.ensemble["weights"] = weights
     if any(m.model_config != first.model_config for m in metas):  # members of other sizes
         meta.ensemble["member_model_configs"] = [m.model_config for m in metas]
     return model, meta
@@ -222,11 +245,14 @@ def export_ensemble(
     sub_block: int | None = None,
     verify: bool = False,
     verify_length: int = 16000,
+    weights: list[float] | None = None,
 ) -> tuple[dict, list[VerifyReport]]:
-    """``liquid-stream export A.pt B.pt …``: export each checkpoint, merge (module
-    docstring), write ``out`` atomically. With ``verify``: each member graph against its
-    torch model, then the ensemble against the members' torch posteriors; a failure removes
-    nothing but raises before ``out`` is written (RuntimeError)."""
+    """``liquid-stream export A.pt B.pt … [--weights w0,w1,…]``: export each checkpoint,
+    merge (module docstring), write ``out`` atomically. With ``verify``: each member graph
+    against its torch model, then the ensemble against the members' (weighted) mean torch
+    posteriors; a failure removes nothing but raises before ``out`` is written
+    (RuntimeError)."""
+    weights = ensemble_weights(weights, len(checkpoints))
     loaded = [model_from_checkpoint(c) for c in checkpoints]
     for _, meta in loaded:
         ModelMeta.from_dict(meta).check_complete()
@@ -243,14 +269,15 @@ def export_ensemble(
                                        f"contract; nothing written. {rep}")  # fmt: skip
                 reports.append(rep)
             protos.append(onnx.load(str(path)))
-        model, meta = merge_members(protos)
+        model, meta = merge_members(protos, weights)
         props = meta.to_onnx_props()
         for key, value in props.items():
             model.metadata_props.add(key=key, value=value)
         path = Path(tmp) / "ensemble.onnx"
         path.write_bytes(model.SerializeToString())
         if verify:
-            rep = verify_ensemble([m for m, _ in loaded], path, verify_length, loaded[0][1])
+            rep = verify_ensemble([m for m, _ in loaded], path, verify_length, loaded[0][1],
+                                  weights=weights)  # fmt: skip
             if not rep.ok:
                 raise RuntimeError(f"the ensemble graph breaks the exactness contract; nothing "
                                    f"written. {rep}")  # fmt: skip
@@ -268,11 +295,13 @@ def verify_ensemble(
     length: int = 16000,
     meta: dict | None = None,
     seed: int = 0,
+    weights: list[float] | None = None,
 ) -> VerifyReport:
     """Stream random input through the ensemble graph in random chunk sizes (1 … chunk);
-    compare its posteriors ``softmax(y)`` with the mean of the members' posteriors from
-    their float32 torch convolutional forwards, taken in float64 (max |Δp|, max p); for
-    regressors its ``y`` with the mean of the members' outputs (max |Δy|, max |y|)."""
+    compare its posteriors ``softmax(y)`` with the mean (``weights``: the weighted mean) of
+    the members' posteriors from their float32 torch convolutional forwards, taken in
+    float64 (max |Δp|, max p); for regressors its ``y`` with the (weighted) mean of the
+    members' outputs (max |Δy|, max |y|)."""
     import torch
 
     from liquid_stream.onnx_streamer import OnnxStreamer
@@ -285,10 +314,11 @@ def verify_ensemble(
         outs = [m.float().eval().cpu().forward_steps(xn).double() for m in models]
     y, n = stream_random_chunks(streamer, x, rng)
     y = y.astype(np.float64)
+    w = np.asarray(ensemble_weights(weights, len(models)) or [1.0 / len(models)] * len(models))
     if regression:
-        ref = np.mean([o.numpy() for o in outs], axis=0)
+        ref = np.tensordot(w, np.stack([o.numpy() for o in outs]), axes=1)
         return VerifyReport(length, n, float(np.abs(y - ref).max()), float(np.abs(ref).max()))
-    ref = np.mean([torch.softmax(o, -1).numpy() for o in outs], axis=0)
+    ref = np.tensordot(w, np.stack([torch.softmax(o, -1).numpy() for o in outs]), axes=1)
     p = np.exp(y - y.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     return VerifyReport(length, n, float(np.abs(p - ref).max()), float(np.abs(ref).max()), "p")

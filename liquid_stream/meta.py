@@ -23,8 +23,9 @@ the apps read them back. Fields (None: not stored):
   ``sub_block``, ``max_chunk``, ``chunk``, ``state_spec``, and for an int8 graph
   ``quantization`` (method, the quantized and the float32 nodes, the verify tolerance, the
   checksums of the quantization parameters: :mod:`liquid_stream.quantized`), and for
-  an ensemble ``ensemble`` (members, how they are combined — the mean of classifiers'
-  posteriors or of regressors' estimates — their graphs' SHA-256: export/ensemble.py);
+  an ensemble ``ensemble`` (members, how they are combined — the mean, or the weighted
+  mean with ``weights`` summing to 1 (:func:`ensemble_weights`), of classifiers' posteriors
+  or of regressors' estimates — their graphs' SHA-256: export/ensemble.py);
 - tuning (``kws-tune``): ``kws_threshold``, ``kws_smooth_ms``, ``kws_tuning``;
 - ``extra``: the tasks' provenance (``PROVENANCE``: data root, split records, subset, ...),
   which no reader relies on.
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -104,6 +105,27 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 # What two vital-sign estimators must share for one mean estimate of them to mean anything
 # (an ensemble graph, `evaluate --mean`): the quantity, its units, what they read, how.
 SAME_ESTIMATE: tuple[str, ...] = ("target", "units", "channels", "window")
+
+
+def ensemble_weights(weights: str | Sequence[float] | None, k: int) -> list[float] | None:
+    """The weights w_i of a K-member ensemble's mean Σ_i w_i f_i (export/ensemble.py,
+    ``evaluate --mean``), from ``"1,1,3"`` or a sequence: K finite positive numbers,
+    returned divided by their sum (so Σ_i w_i = 1); None stays None (the plain mean, 1/K
+    each). A MetaError says what is wrong in one line."""
+    if weights is None:
+        return None
+    if isinstance(weights, str):
+        try:
+            weights = [float(v) for v in weights.split(",")]
+        except ValueError:
+            raise MetaError(f"ensemble weights {weights!r}: not comma-separated numbers") from None
+    w = [float(v) for v in weights]
+    if len(w) != k:
+        raise MetaError(f"{len(w)} ensemble weights for {k} members")
+    if not all(math.isfinite(v) and v > 0 for v in w):
+        raise MetaError(f"ensemble weights must be finite and positive, got {w}")
+    total = math.fsum(w)
+    return [v / total for v in w]
 
 
 def _kind(kind: str) -> dict:

@@ -30,7 +30,8 @@ option use). The recovered model is checked against the graph it came from: the 
 streams random input through both and prints the largest difference relative to max|y|.
 An ensemble graph (export/ensemble.py: members side by side, names prefixed ``m<i>.``)
 gives one checkpoint per member (``--member I``, or every member as ``OUT-m<i>.pt``); the
-check is then of the members' mean against the ensemble graph.
+check is then of the members' mean (weighted by the graph's ``ensemble.weights`` when it
+has them) against the ensemble graph.
 """
 
 from __future__ import annotations
@@ -257,11 +258,13 @@ def compare(model: LiquidS4Model, path: Path, meta: dict) -> float:
 
 def compare_members(models: list[LiquidS4Model], path: Path, meta: dict) -> float:
     """The same for an ensemble graph: the mean of the recovered members' outputs
-    (posteriors for classifiers) against the graph's
-    (:func:`~liquid_stream.export.ensemble.verify_ensemble`)."""
+    (posteriors for classifiers; weighted by the graph's ``ensemble.weights`` when it has
+    them) against the graph's (:func:`~liquid_stream.export.ensemble.verify_ensemble`)."""
     from liquid_stream.export.ensemble import verify_ensemble
 
-    return verify_ensemble(models, path, meta=meta).rel
+    props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    weights = _ensemble(props).get("weights")
+    return verify_ensemble(models, path, meta=meta, weights=weights).rel
 
 
 def main() -> None:

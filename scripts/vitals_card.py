@@ -1,7 +1,8 @@
 """Write the model card of a shipped vital-sign model from its run folder.
 
     python scripts/vitals_card.py RUN NAME "COMMAND" [--commit SHA] [--data ROOT]
-        [--made-by SCRIPT] [--hardware TEXT] [--members RUN2 ... --scored DIR]
+        [--made-by SCRIPT] [--hardware TEXT] [--members RUN2 ... --scored DIR
+        [--weights W0,W1,... --weights-by "COMMAND"]]
 
 RUN is a `liquid-stream train bidmc` output folder that `liquid-stream evaluate --baseline`
 has scored (agreement_<target>_record_test.json); NAME the shipped file's stem
@@ -10,8 +11,10 @@ the run trained on when it was given one (`--data`; its params.json names the si
 arguments), else the config's data.sim_* are. An ensemble (the mean of RUN's and the
 ``--members`` runs' estimates, one graph: export/ensemble.py) is scored by `liquid-stream
 evaluate RUN/best.pt RUN2/best.pt ... --mean --out DIR --baseline`, and ``--scored DIR``
-names that folder. Every number on the card is read from the runs and that evaluation, so
-the card says what they measured and nothing else.
+names that folder; with ``--weights`` (and the command that chose them, ``--weights-by``)
+the graph and the evaluation take the members' weighted mean. Every number on the card is
+read from the runs and that evaluation, so the card says what they measured and nothing
+else.
 """
 
 from __future__ import annotations
@@ -62,9 +65,13 @@ def main() -> None:
                     help="further runs averaged with RUN (an ensemble)")  # fmt: skip
     ap.add_argument("--scored", type=Path, default=None,
                     help="the ensemble's `evaluate --mean --out` folder")  # fmt: skip
+    ap.add_argument("--weights", default=None, help="the ensemble's weights (W0,W1,...)")
+    ap.add_argument("--weights-by", default=None, help="the command that chose the weights")
     a = ap.parse_args()
     if bool(a.members) != (a.scored is not None):
         ap.error("--members and --scored go together")
+    if (a.weights is None) != (a.weights_by is None) or (a.weights and not a.members):
+        ap.error("--weights and --weights-by go together, with --members")
     runs = [a.run, *a.members]
     cfgs = [yaml.safe_load((r / "config.yaml").read_text()) for r in runs]
     cfg = cfgs[0]
@@ -165,7 +172,8 @@ def main() -> None:
         )
     data_arg = f" --data {a.data}" if a.data is not None else ""
     ckpts = " ".join(f"{r}/best.pt" for r in runs)
-    mean = f" --mean --out {a.scored}" if a.members else ""
+    weights = f" --weights {a.weights}" if a.weights else ""
+    mean = f" --mean{weights} --out {a.scored}" if a.members else ""
     evaluate = f"liquid-stream evaluate {ckpts}{mean} --baseline --device cpu"
     archs = [(c["model"]["frontend"]["hop"], stack(c["model"])) for c in cfgs]
     kinds = (
@@ -180,7 +188,14 @@ def main() -> None:
     )  # fmt: skip
     ensemble = (
         f"\n\n**An ensemble:** the graph runs {len(runs)} {kinds} side by side and outputs "
-        f"the mean of their estimates (export/ensemble.py); they were trained from seeds "
+        + (
+            f"the weighted mean of their estimates (weights {a.weights.replace(',', ', ')}, "
+            f"chosen on held-out records of another simulator seed by `{a.weights_by}`; "
+            "export/ensemble.py)"
+            if a.weights
+            else "the mean of their estimates (export/ensemble.py)"
+        )
+        + "; they were trained from seeds "
         f"{', '.join(str(x) for x in seeds)} on the same records with the same record split "
         "(`data.split_seed`), so every number below is the mean's, on records none of them saw."
         if a.members
@@ -252,7 +267,7 @@ sensor-off stretches, random gain / offset / ADC per channel), split by record 7
 {a.command}
 {evaluate}{data_arg}
 liquid-stream export {ckpts} --onnx {a.name}.onnx --chunk 125 --sub-block 1 \\
-  --verify --verify-length 8000
+  --verify --verify-length 8000{weights}
 ```
 Code: git commit {commit}; {epochs(done)}{cut} ({last["step"]} steps), {a.hardware}.{warm}
 

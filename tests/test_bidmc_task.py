@@ -241,6 +241,19 @@ def test_evaluate_mean_scores_the_members_mean_estimate(tmp_path, records):
     assert abs(row["rmse"] - want["rmse"]) <= 1e-6 * want["rmse"] and row["n"] == want["n"]
     for solo in agreement(preds[0], y)["rmse"], agreement(preds[1], y)["rmse"]:
         assert abs(row["rmse"] - solo) > 1e-6  # not one member's score
+    # --weights 1,3: the weighted mean 0.25 f0 + 0.75 f1, as `export --weights` computes it
+    r = CliRunner().invoke(evaluate_cmd, [*args[:2], "--mean", "--weights", "1,3", "--out",
+                                          str(tmp_path / "w"), "--device", "cpu"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    row = json.loads((tmp_path / "w" / "agreement_hr_record_test.json").read_text())
+    want = agreement(0.25 * preds[0] + 0.75 * preds[1], y)
+    assert row["model"] == "weighted mean of 2"
+    assert abs(row["rmse"] - want["rmse"]) <= 1e-6 * want["rmse"]
+    for bad, msg in [(["--weights", "1,3"], "--weights weigh the members of --mean"),
+                     (["--mean", "--weights", "1,2,3", "--out", str(tmp_path / "x")],
+                      "3 ensemble weights for 2 members")]:  # fmt: skip
+        r = CliRunner().invoke(evaluate_cmd, [*args[:2], *bad])
+        assert r.exit_code != 0 and msg in r.output, r.output
     # a member with its own split (train.seed 3, no split_seed), and --mean without --out
     seed = next(s for s in range(2, 40) if _test_records(records, s) != _test_records(records, 0))
     other = _train(tmp_path, records, "other", "--target", "hr", "--max-steps", "1", "--set",

@@ -182,6 +182,83 @@ def test_members_of_different_hops_share_the_shorter_longest_call(tmp_path):
     assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
 
 
+def test_weighted_regressors_ensemble(tmp_path):
+    """``export A B C --weights 1,1,3``: y = Σ w_i y_i with w = (0.2, 0.2, 0.6), against the
+    members' float64 torch outputs and the member graphs streamed alone (any chunking);
+    the weights are in the metadata, summing to 1; `evaluate --mean --weights` and the
+    weights-free graph differ as they must."""
+    models = [_regressor(tmp_path / f"h{i}.pt", seed=i) for i in range(3)]
+    ck = [str(tmp_path / f"h{i}.pt") for i in range(3)]
+    run = CliRunner().invoke(cli, ["export", *ck, "--onnx", str(tmp_path / "w.onnx"),
+                                   "--chunk", "125", "--weights", "1,1,3", "--verify",
+                                   "--verify-length", "2000"])  # fmt: skip
+    assert run.exit_code == 0, run.output
+    assert run.output.count(" OK") == 4
+    for i in range(3):
+        r = CliRunner().invoke(cli, ["export", ck[i], "--onnx", str(tmp_path / f"h{i}.onnx"),
+                                     "--chunk", "125"])  # fmt: skip
+        assert r.exit_code == 0, r.output
+    rng = np.random.default_rng(4)
+    x = (300.0 * rng.standard_normal((1, 1500, 2)) - 500.0).astype(np.float32)
+    chunks = [7, 125, 1, 124, 243, 1000]
+    y = _stream(tmp_path / "w.onnx", x, chunks).astype(np.float64)
+    alone = np.stack([_stream(tmp_path / f"h{i}.onnx", x, chunks).astype(np.float64)
+                      for i in range(3)])  # fmt: skip
+    w = np.array([0.2, 0.2, 0.6])
+    assert np.abs(y - np.tensordot(w, alone, axes=1)).max() <= 1e-5 * np.abs(y).max()
+    assert np.abs(y - alone.mean(0)).max() > 1e-2 * np.abs(y).max()  # not the plain mean
+    with torch.no_grad():
+        ref = np.tensordot(w, np.stack([m.double().forward_steps(torch.from_numpy(x).double())
+                                        .numpy() for m in models]), axes=1)  # fmt: skip
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+    meta = ModelMeta.from_onnx_props(OnnxStreamer(tmp_path / "w.onnx").metadata)
+    assert meta.ensemble["weights"] == pytest.approx([0.2, 0.2, 0.6], abs=1e-15)
+    assert meta.ensemble["combine"] == "weighted mean of the members' outputs"
+    # a weighted torch mean (what `evaluate --mean --weights` scores) is the graph's y at
+    # the frames' last samples (hop 5)
+    from liquid_stream.training.evaluate_vitals import MeanOf
+
+    with torch.no_grad():
+        mean = MeanOf([m.double() for m in models], [1, 1, 3])(torch.from_numpy(x).double())
+    assert np.abs(mean.numpy() - ref[:, 4::5]).max() <= 1e-12 * np.abs(ref).max()
+
+
+def test_weighted_classifiers_ensemble_is_the_weighted_posterior(tmp_path):
+    """Weights on a spotter's ensemble: its posteriors are Σ w_i softmax(y_i) (float64
+    torch reference), the --verify of export_ensemble checks the same."""
+    models = [_member(tmp_path / f"m{i}.pt", seed=i) for i in range(2)]
+    info, reports = export_ensemble([tmp_path / "m0.pt", tmp_path / "m1.pt"], tmp_path / "w.onnx",
+                                    chunk=480, verify=True, verify_length=2000,
+                                    weights=[3, 1])  # fmt: skip
+    assert all(r.ok for r in reports) and [r.quantity for r in reports] == ["y", "y", "p"]
+    x = (0.1 * np.random.default_rng(6).standard_normal((1, 3000, 1))).astype(np.float32)
+    p = _posteriors(_stream(tmp_path / "w.onnx", x, [480, 1, 7, 160, 2352]).astype(np.float64))
+    with torch.no_grad():
+        post = [torch.softmax(m.double().forward_steps(torch.from_numpy(x).double()), -1)
+                .numpy() for m in models]  # fmt: skip
+    assert np.abs(p - (0.75 * post[0] + 0.25 * post[1])).max() <= 1e-4
+    assert np.abs(p - (post[0] + post[1]) / 2).max() > 1e-3
+    meta = ModelMeta.from_onnx_props(OnnxStreamer(tmp_path / "w.onnx").metadata)
+    assert meta.ensemble["weights"] == [0.75, 0.25]
+
+
+@pytest.mark.parametrize(
+    ("weights", "n", "want"),
+    [("1,2", 3, "2 ensemble weights for 3 members"), ("1,0,1", 3, "finite and positive"),
+     ("1,-1", 2, "finite and positive"), ("1,nan", 2, "finite and positive"),
+     ("a,b", 2, "not comma-separated numbers"), ("1", 1, "two or more checkpoints")],
+)  # fmt: skip
+def test_bad_weights_are_refused_before_anything_is_written(tmp_path, weights, n, want):
+    ck = [str(tmp_path / f"h{i}.pt") for i in range(n)]
+    for i in range(n):
+        _regressor(ck[i], seed=i)
+    out = tmp_path / "w.onnx"
+    r = CliRunner().invoke(cli, ["export", *ck, "--onnx", str(out), "--weights", weights])
+    assert r.exit_code != 0 and not out.exists()
+    msg = r.output.strip().splitlines()[-1]
+    assert msg.startswith("Error: ") and want in msg, msg
+
+
 @pytest.mark.parametrize("bad", ["labels", "regression", "quantize", "channels"])
 def test_refused_before_anything_is_written(tmp_path, bad):
     _member(tmp_path / "a.pt", seed=0)

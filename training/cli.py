@@ -172,17 +172,27 @@ def _run_config(task: str, preset: str | None, overrides: list[str], resume) -> 
     "ensemble that `export A.pt B.pt` writes); they must hold out the same records. "
     "Needs --out.",
 )
-def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, baseline, mean):
+@click.option(
+    "--weights",
+    default=None,
+    metavar="W0,W1,...",
+    help="With --mean: the members' weights (one positive number per checkpoint, divided "
+    "by their sum), as `export --weights` writes them into the graph.",
+)
+def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, baseline, mean,
+                 weights):  # fmt: skip
     """Evaluate CHECKPOINTS on their task's SPLIT. Classifiers: accuracy, per-class
     accuracy and a confusion-matrix PNG (speech: at 16 kHz and zero-shot at 8 kHz with Δ
     doubled). Vital signs (bidmc): RMSE / MAE in physical units, a scatter + Bland–Altman
     PNG, one table row per checkpoint (e.g. one per split protocol) and, with
     --baseline, NeuroKit2's classical estimate on the same windows; with --mean one row
-    for the members' mean estimate."""
+    for the members' mean estimate (--weights: their weighted mean)."""
     rows = []
+    if weights is not None and not mean:
+        raise click.ClickException("--weights weigh the members of --mean")
     if mean:
         rows = _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir,
-                              baseline)  # fmt: skip
+                              baseline, weights)  # fmt: skip
     else:
         for checkpoint in checkpoints:
             rows += _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir,
@@ -217,11 +227,12 @@ def _load_for_evaluation(checkpoint, data_root):
     return ckpt, model, meta, cfg, (stats if None not in stats else None)
 
 
-def _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir, baseline):
-    """``evaluate --mean``: the bidmc checkpoints' mean estimate scored as one model, on the
-    data of the first (the members must list the same ``split`` records and input
-    statistics, else a one-line error)."""
-    from liquid_stream.meta import SAME_ESTIMATE
+def _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir, baseline,
+                   weights=None):  # fmt: skip
+    """``evaluate --mean``: the bidmc checkpoints' mean (or ``weights``-weighted mean)
+    estimate scored as one model, on the data of the first (the members must list the same
+    ``split`` records and input statistics, else a one-line error)."""
+    from liquid_stream.meta import SAME_ESTIMATE, MetaError, ensemble_weights
 
     from .evaluate_vitals import MeanOf, evaluate_vitals
     from .rng import resolve_device
@@ -229,6 +240,10 @@ def _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir, b
 
     if len(checkpoints) < 2 or out_dir is None:
         raise click.ClickException("--mean needs two or more checkpoints and --out")
+    try:
+        weights = ensemble_weights(weights, len(checkpoints))
+    except MetaError as e:
+        raise click.ClickException(str(e)) from e
     loaded = [_load_for_evaluation(c, data_root) for c in checkpoints]
     _, _, meta, cfg, stats = loaded[0]
     for c, (_, _, m, member_cfg, _) in zip(checkpoints, loaded, strict=True):
@@ -247,12 +262,13 @@ def _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir, b
                 raise click.ClickException(f"{c} differs from {checkpoints[0]} in {key!r}: "
                                            f"{m.get(key)!r} vs {meta.get(key)!r}")  # fmt: skip
     dev = resolve_device(device)
-    model = MeanOf([m for _, m, _, _, _ in loaded]).to(dev)
+    model = MeanOf([m for _, m, _, _, _ in loaded], weights).to(dev)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    name = f"{'weighted ' if weights else ''}mean of {len(loaded)}"
     try:
         return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out, baseline,
-                               name=f"mean of {len(loaded)}")  # fmt: skip
+                               name=name)  # fmt: skip
     except DATA_ERRORS as e:
         raise click.ClickException(one_line(e)) from e
 

@@ -21,27 +21,34 @@ import numpy as np
 import torch
 
 from liquid_stream.bidmc_vocab import WITHIN
+from liquid_stream.meta import ensemble_weights
 
 from .data.bidmc_baseline import agreement, baseline_estimates, baseline_name
 
 
 class MeanOf(torch.nn.Module):
-    """The mean of several estimators' outputs, y = (1/K) Σ_i f_i(x) (batch, L, d): what an
-    ensemble graph of regressors computes (export/ensemble.py), scored here as one model.
+    """The mean of several estimators' outputs, y = (1/K) Σ_i f_i(x) (batch, L, d), or with
+    ``weights`` (positive, divided by their sum) y = Σ_i w_i f_i(x): what an ensemble graph
+    of regressors computes (export/ensemble.py), scored here as one model.
 
     Members whose front ends pool by different hops give different numbers of frames; their
     mean is then taken per input sample, each member's output held from the last frame it
     completed (``forward_steps``, what its graph emits), so row t of y is the ensemble
     graph's output at sample t."""
 
-    def __init__(self, members: list[torch.nn.Module]):
+    def __init__(self, members: list[torch.nn.Module], weights: list[float] | None = None):
         super().__init__()
         self.members = torch.nn.ModuleList(members)
+        self.weights = ensemble_weights(weights, len(members))  # None: the plain mean
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if len({getattr(m, "hop", 1) for m in self.members}) > 1:
-            return torch.stack([m.forward_steps(x) for m in self.members]).mean(0)
-        return torch.stack([m(x) for m in self.members]).mean(0)
+            ys = torch.stack([m.forward_steps(x) for m in self.members])  # (K, B, L, d)
+        else:
+            ys = torch.stack([m(x) for m in self.members])
+        if self.weights is None:
+            return ys.mean(0)
+        return torch.tensordot(ys.new_tensor(self.weights), ys, dims=1)
 
 
 def predict_windows(
