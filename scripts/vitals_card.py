@@ -197,7 +197,8 @@ def main() -> None:
         )
         + "; they were trained from seeds "
         f"{', '.join(str(x) for x in seeds)} on the same records with the same record split "
-        "(`data.split_seed`), so every number below is the mean's, on records none of them saw."
+        f"(`data.split_seed`), so every number below is the {'weighted ' * bool(a.weights)}"
+        "mean's, on records none of them saw."
         if a.members
         else ""
     )
