@@ -20,10 +20,11 @@ physical units)
 
 With weights w_i (``--weights``: positive, divided by their sum, recorded in the metadata's
 ``ensemble.weights``) the 1/K becomes w_i in both: p = Σ_i w_i softmax(y_i), y = Σ_i w_i y_i.
-Members of different recipes need not be equally good: the vital-sign RR ensemble of two
+Members of different recipes need not be equally good: a vital-sign RR ensemble of two
 4 × 64 models and one 6 × 128 model streamed 1.468 breaths/min RMSE on its selection set
-with 1/3 each and 1.419 with the 6 × 128 model at 0.6 (docs/benchmarks.md §5.2;
-``python bench/ensemble_weights.py`` chooses them on held-out records).
+with 1/3 each and 1.419 with the 6 × 128 model at 0.6 (the members of c498285;
+docs/benchmarks.md §5.2; ``python bench/ensemble_weights.py`` chooses them on held-out
+records).
 
 Member i's state ``<name>`` is the graph's state
 ``m<i>.<name>`` (input ``state.m<i>.<name>``, output ``next.m<i>.<name>``); its nodes,

@@ -201,7 +201,11 @@ for t in hr rr; do
     # selection set 1.521 -> 1.468 (docs/benchmarks.md §5.2)
     P6=(--set optim.lr=0.000125 --set data.pulse_eq=0.5 --set data.pulse_eq_db=6)
     pair_pass runs/prr/pe-rr-eq6c "$out-m0/best.pt" "$out-m1/best.pt" "${P6[@]}"
-    last=runs/prr/pe-rr-eq6c-m0 members=(runs/prr/pe-rr-eq6c-m1)
+    # and (2026-12-02, 07:00) one more at half that (0.0000625), beside B5 below
+    P7=(--set optim.lr=0.0000625 --set data.pulse_eq=0.5 --set data.pulse_eq_db=6)
+    pair_pass runs/prr/pe-rr-eq6d runs/prr/pe-rr-eq6c-m0/best.pt runs/prr/pe-rr-eq6c-m1/best.pt \
+      "${P7[@]}"
+    last=runs/prr/pe-rr-eq6d-m0 members=(runs/prr/pe-rr-eq6d-m1)
     # Since 2026-12-02: a third member, the 6 x 128 PPG RR model (vitals-ppg-rr, runs/prr/eq6,
     # made above) widened to PLETH + II (II's encoder column zero, so it starts as the PPG
     # model: scripts/widen_channels.py), then one pass of crops with the ±6 dB equaliser on
@@ -223,10 +227,15 @@ for t in hr rr; do
       --set train.progress=false
     train runs/wrr/B4 "${W[@]}" --set train.init=runs/wrr/B3/best.pt --set optim.lr=0.0000625 \
       --set train.progress=false
-    members+=(runs/wrr/B4)
+    # and a fifth (2026-12-02, 07:00; B5 with the pair's eq6d pass above)
+    train runs/wrr/B5 "${W[@]}" --set train.init=runs/wrr/B4/best.pt --set optim.lr=0.00003125 \
+      --set train.progress=false
+    members+=(runs/wrr/B5)
     # Since 2026-12-02 (06:30): the three weighted (each member exported alone, streamed over
     # the selection set; the two seeds of one recipe share a weight): 0.2, 0.2, 0.6; the
-    # selection set 1.468 -> 1.419 (docs/benchmarks.md §5.2)
+    # selection set, eq6c + B4: 1.468 -> 1.419; then with the last passes, each combination
+    # weighted by the same bench: eq6c + B4 1.419, eq6d + B4 1.408, eq6c + B5 1.401 (0.175,
+    # 0.175, 0.65), eq6d + B5 1.391 (docs/benchmarks.md §5.2)
     sel=()
     for r in "$last" "${members[@]}"; do
       CMDS+=("liquid-stream export $r/best.pt --onnx runs/wt/${r##*/}.onnx --chunk 125 --sub-block 1")
