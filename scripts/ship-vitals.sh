@@ -190,12 +190,6 @@ for t in hr rr; do
   pair_pass "$out" "runs/prr/pe-$t-m0.pt" "runs/prr/pe-$t-m1.pt" "${P5[@]}"
   last=$out-m0 members=("$out-m1")
   if [ $t = rr ]; then
-    # the pair alone, shipped as the lighter alternative (what vitals-ppg-ecg-rr was until
-    # 2026-12-02: a quarter of the three's cost per bed, docs/serving.md §8)
-    pair_cmds=("${CMDS[@]}")
-    LIGHTER=vitals-ppg-ecg-rr ship_mean vitals-ppg-ecg-rr-lite "$R12" \
-      "2 CPU cores shared with other runs" "$last" "${members[@]}"
-    CMDS=("${pair_cmds[@]}")
     # Since 2026-12-02 (03:00-05:00): each pair member one more pass at half its last lr
     # (0.000125, the ±6 dB equaliser); with the third member's fourth pass below, the three:
     # selection set 1.521 -> 1.468 (docs/benchmarks.md §5.2)
@@ -206,6 +200,13 @@ for t in hr rr; do
     pair_pass runs/prr/pe-rr-eq6d runs/prr/pe-rr-eq6c-m0/best.pt runs/prr/pe-rr-eq6c-m1/best.pt \
       "${P7[@]}"
     last=runs/prr/pe-rr-eq6d-m0 members=(runs/prr/pe-rr-eq6d-m1)
+    # the pair alone, shipped as the lighter alternative (what vitals-ppg-ecg-rr was until
+    # 2026-12-02: a quarter of the three's cost per bed, docs/serving.md §8); the eq6b pair
+    # until 2026-12-02 08:00, then this one (selection set 1.664 -> 1.616; eq6c: 1.646)
+    pair_cmds=("${CMDS[@]}")
+    LIGHTER=vitals-ppg-ecg-rr ship_mean vitals-ppg-ecg-rr-lite "$R12" \
+      "2 CPU cores shared with other runs" "$last" "${members[@]}"
+    CMDS=("${pair_cmds[@]}")
     # Since 2026-12-02: a third member, the 6 x 128 PPG RR model (vitals-ppg-rr, runs/prr/eq6,
     # made above) widened to PLETH + II (II's encoder column zero, so it starts as the PPG
     # model: scripts/widen_channels.py), then one pass of crops with the ±6 dB equaliser on
