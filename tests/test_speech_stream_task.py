@@ -28,7 +28,7 @@ def test_config_presets():
         assert m["frontend"]["kind"] == "logmel"
         hop = LogMelConfig.from_dict(m["frontend"]).hop
         assert 0.2 <= m["decoder_window"] * hop / 16000 <= 0.5  # 0.2-0.5 s of audio
-        assert cpu["data"]["length"] == 32000 and cpu["data"]["clip_end"] == "speech"
+        assert cpu["data"]["length"] >= 32000 and cpu["data"]["clip_end"] == "speech"  # >= 2 s
         assert cpu["data"]["augment"] is not None and cpu["data"]["subset"] == "sc10"
         assert m["d_model"] == 128 and cpu["train"]["device"] == "cpu"
     paper = load_config("speech-stream", "paper")
