@@ -20,6 +20,14 @@ summed false accepts over their summed hours, and their summed detections over t
 keywords) and scored on the one left out: does tuning on more hours transfer better? Each
 model's table per stream is kws-tune's own (:func:`~liquid_stream.apps.kws_tune.tune_thresholds`,
 100 ms chunks, as ``kws-tune --chunk-ms 100``).
+
+``--tune-on K [K …]`` adds the rule the main job would follow with K validation hours: the
+point chosen on the *first* K streams pooled, at each budget of ``--max-fa-per-hour B [B …]``,
+scored on every stream after the largest K (e.g. hours of voices no model trained on), so that
+every rule is judged on the same hours; and a summary over all models per (K, B): mean
+detection and false accepts per hour on those streams, and on how many of them both halves of
+``--goal DET:FA`` hold (default the main job's: ≥ 90 % at ≤ 5 / h). The per-stream and
+leave-one-out tables use the first budget.
 """
 
 from __future__ import annotations
@@ -66,18 +74,39 @@ def main() -> None:
     ap.add_argument("models", nargs="+", help="exported keyword spotters (.onnx)")
     ap.add_argument("--streams", nargs="+", required=True, metavar="WAV:CSV",
                     help="labelled 16 kHz streams (at least two)")  # fmt: skip
-    ap.add_argument("--max-fa-per-hour", type=float, default=5.0)
+    ap.add_argument("--max-fa-per-hour", type=float, nargs="+", default=[5.0], metavar="B")
+    ap.add_argument(
+        "--tune-on",
+        type=int,
+        nargs="+",
+        default=[],
+        metavar="K",
+        help="choose on the first K streams pooled, score the rest (docstring)",
+    )
+    ap.add_argument(
+        "--goal",
+        default="90:5",
+        metavar="DET:FA",
+        help="detection %% and FA / h both halves of which are counted [90:5]",
+    )
     a = ap.parse_args()
     if len(a.streams) < 2 or any(s.count(":") != 1 for s in a.streams):
         raise SystemExit("--streams: two or more WAV:CSV pairs")
+    if any(not 1 <= k < len(a.streams) for k in a.tune_on):
+        raise SystemExit(f"--tune-on: each K in 1 … {len(a.streams) - 1} (the rest are scored)")
+    try:
+        goal_det, goal_fa = (float(v) for v in a.goal.split(":"))
+    except ValueError:
+        raise SystemExit(f"--goal: DET:FA, two numbers (e.g. 90:5), not {a.goal!r}") from None
+    scored = max(a.tune_on, default=0)  # --tune-on: the streams from this one on are scored
     cmd = "python bench/kws_transfer.py " + " ".join(shlex.quote(v) for v in sys.argv[1:])
     streams = []
     for s in a.streams:
         wav, csv = s.split(":")
         x = read_pcm16(wav).astype(np.float32) / 32768.0
         streams.append((Path(wav).stem, x, read_label_csv(csv), len(x) / 16000 / 3600))
-    budget = a.max_fa_per_hour
-    table, loo = [], []
+    budget = a.max_fa_per_hour[0]
+    table, loo, tuned = [], [], []
     for model in a.models:
         rows = []  # per stream: kws-tune's table (every smoothing window and threshold)
         for name, x, truth, _ in streams:
@@ -101,6 +130,12 @@ def main() -> None:
                 )
                 pick = choose(pool, budget)
                 loo.append((model, name, pick, point(pool, pick), point(rows[i], pick)))
+        for k in a.tune_on:  # the first k streams pooled choose, the rest are scored
+            pool = pooled(rows[:k], [st[3] for st in streams[:k]],
+                          [sum(e.is_keyword for e in st[2]) for st in streams[:k]])  # fmt: skip
+            for b in a.max_fa_per_hour:
+                pick = choose(pool, b)
+                tuned.append((model, k, b, pick, [point(r, pick) for r in rows[scored:]]))
     names = [s[0] for s in streams]
     print(f"\n**Output of `{cmd}`** (operating point chosen at ≤ {budget:g} false accepts / h; "
           "each cell: detection, false accepts / h)\n")  # fmt: skip
@@ -126,6 +161,30 @@ def main() -> None:
                 f"{100 * p['detection_rate']:.1f} %, {p['false_accepts_per_hour']:.1f} | "
                 f"{100 * r['detection_rate']:.1f} %, {r['false_accepts_per_hour']:.0f} |"
             )
+
+    if tuned:
+        print("\nChosen on the first K streams pooled (≤ B / h), scored on the last ones:\n")
+        print("| model | K | B | smoothing, threshold | scored: detection, FA / h |")
+        print("|---|---|---|---|---|")
+        for model, k, b, pick, on in tuned:
+            cells = "; ".join(
+                f"{names[scored + j]} {100 * r['detection_rate']:.1f} %, "
+                f"{r['false_accepts_per_hour']:.0f}"
+                for j, r in enumerate(on)
+            )
+            print(f"| {model} | {k} | {b:g} | {pick['smooth_ms']:g} ms, {pick['threshold']:.2f} "
+                  f"| {cells} |")  # fmt: skip
+        print(f"\nSummary over the models (goal: ≥ {goal_det:g} % at ≤ {goal_fa:g} / h):\n")
+        print("| K | B | mean detection | mean FA / h | streams meeting the goal |")
+        print("|---|---|---|---|---|")
+        for k in a.tune_on:
+            for b in a.max_fa_per_hour:
+                on = [r for _, kk, bb, _, rs in tuned if (kk, bb) == (k, b) for r in rs]
+                met = sum(100 * r["detection_rate"] >= goal_det
+                          and r["false_accepts_per_hour"] <= goal_fa for r in on)  # fmt: skip
+                print(f"| {k} | {b:g} | {100 * np.mean([r['detection_rate'] for r in on]):.1f} % "
+                      f"| {np.mean([r['false_accepts_per_hour'] for r in on]):.1f} "
+                      f"| {met} of {len(on)} |")  # fmt: skip
 
 
 if __name__ == "__main__":
