@@ -106,6 +106,8 @@ def main() -> None:
         x = read_pcm16(wav).astype(np.float32) / 32768.0
         streams.append((Path(wav).stem, x, read_label_csv(csv), len(x) / 16000 / 3600))
     budget = a.max_fa_per_hour[0]
+    hours = [st[3] for st in streams]  # per stream, for pooling
+    targets = [sum(e.is_keyword for e in st[2]) for st in streams]
     table, loo, tuned = [], [], []
     for model in a.models:
         rows = []  # per stream: kws-tune's table (every smoothing window and threshold)
@@ -116,23 +118,21 @@ def main() -> None:
             pick = choose(rows[i], budget)
             on = [point(r, pick) for r in rows]
             others = [j for j in range(len(streams)) if j != i]
-            fa = sum(on[j]["false_accepts_per_hour"] * streams[j][3] for j in others)
-            hours = sum(streams[j][3] for j in others)
+            fa = sum(on[j]["false_accepts_per_hour"] * hours[j] for j in others)
             det = np.mean([on[j]["detection_rate"] for j in others])
-            table.append((model, name, pick, on, fa / hours, det))
+            table.append((model, name, pick, on, fa / sum(hours[j] for j in others), det))
         if len(streams) >= 3:  # choose on the others pooled, score on the one left out
             for i, (name, *_rest) in enumerate(streams):
                 others = [j for j in range(len(streams)) if j != i]
                 pool = pooled(
                     [rows[j] for j in others],
-                    [streams[j][3] for j in others],
-                    [sum(e.is_keyword for e in streams[j][2]) for j in others],
+                    [hours[j] for j in others],
+                    [targets[j] for j in others],
                 )
                 pick = choose(pool, budget)
                 loo.append((model, name, pick, point(pool, pick), point(rows[i], pick)))
         for k in a.tune_on:  # the first k streams pooled choose, the rest are scored
-            pool = pooled(rows[:k], [st[3] for st in streams[:k]],
-                          [sum(e.is_keyword for e in st[2]) for st in streams[:k]])  # fmt: skip
+            pool = pooled(rows[:k], hours[:k], targets[:k])
             for b in a.max_fa_per_hour:
                 pick = choose(pool, b)
                 tuned.append((model, k, b, pick, [point(r, pick) for r in rows[scored:]]))
