@@ -81,7 +81,7 @@ def main() -> None:
         nargs="+",
         default=[],
         metavar="K",
-        help="choose on the first K streams pooled, score the rest (docstring)",
+        help="choose on the first K streams pooled, score those after the largest K",
     )
     ap.add_argument(
         "--goal",
@@ -93,7 +93,7 @@ def main() -> None:
     if len(a.streams) < 2 or any(s.count(":") != 1 for s in a.streams):
         raise SystemExit("--streams: two or more WAV:CSV pairs")
     if any(not 1 <= k < len(a.streams) for k in a.tune_on):
-        raise SystemExit(f"--tune-on: each K in 1 … {len(a.streams) - 1} (the rest are scored)")
+        raise SystemExit(f"--tune-on: each K in 1 … {len(a.streams) - 1} (one left to score)")
     try:
         goal_det, goal_fa = (float(v) for v in a.goal.split(":"))
     except ValueError:
@@ -131,7 +131,7 @@ def main() -> None:
                 )
                 pick = choose(pool, budget)
                 loo.append((model, name, pick, point(pool, pick), point(rows[i], pick)))
-        for k in a.tune_on:  # the first k streams pooled choose, the rest are scored
+        for k in a.tune_on:  # the first k streams pooled choose; those from `scored` on are scored
             pool = pooled(rows[:k], hours[:k], targets[:k])
             for b in a.max_fa_per_hour:
                 pick = choose(pool, b)
