@@ -12,6 +12,9 @@ PIP    := $(PY) -m pip
 # torch is installed first, pinned: an unpinned resolve pulls a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 STAMP  := $(VENV)/.installed-stamp
+# The onnxruntime C API header of the fused LTC custom op (liquid_stream/ltc_ort.py; the
+# PyPI wheel has no headers): one file from Debian's libonnxruntime-dev, pinned and checked.
+ORT_H  := $(VENV)/include/onnxruntime/onnxruntime_c_api.h
 # Debian packages: the synthetic Speech Commands generator (training/data/speech_synth.py:
 # espeak-ng, flite, festival + voices, sox) and live audio for the KWS app (PortAudio for
 # sounddevice; PulseAudio for the virtual microphone of scripts/virtual-mic.sh) and the real
@@ -26,7 +29,7 @@ export KEOPS_CACHE_FOLDER := $(CURDIR)/.cache/keops
 
 .PHONY: install test lint demo tour bench clean
 
-install: $(STAMP)
+install: $(STAMP) $(ORT_H)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -55,20 +58,24 @@ $(STAMP): pyproject.toml | $(PY)
 	@mkdir -p $(KEOPS_CACHE_FOLDER)
 	touch $(STAMP)
 
+$(ORT_H): scripts/fetch-ort-header.sh | $(PY)
+	bash scripts/fetch-ort-header.sh $(dir $(ORT_H))
+	@touch $@
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP)
+test: $(STAMP) $(ORT_H)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q --durations=15
 
-demo: $(STAMP)
+demo: $(STAMP) $(ORT_H)
 	$(PY) -m liquid_stream.main_job
 
 tour: $(STAMP)
 	$(PY) -m liquid_stream.demo
 
-bench: $(STAMP)
+bench: $(STAMP) $(ORT_H)
 	$(PY) bench/kernel.py
 
 clean:

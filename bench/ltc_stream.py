@@ -2,13 +2,16 @@
 
     python bench/ltc_stream.py                       # 10 / 100 ms chunks, 1 and 2 threads
     python bench/ltc_stream.py --before 5167c90      # + the LTC graph of an older commit
+    python bench/ltc_stream.py --no-fused            # without the custom-op graph
 
 The paper Speech Commands model (6×128, N = 7, raw 16 kHz samples, bench/stream.py's
 ``paper_model``) exported three ways and streamed through onnxruntime chunk by chunk:
 ``pb`` (the paper's PB liquid term, chunked convolution, the baseline), ``ltc`` (the
 literal input-dependent transition x_t = (Ā + B̃ tanh u_t) x_{t−1} + B̄ u_t, this tree's
-blocked scan) and, with ``--before REV``, ``ltc@REV``: the same model through the
-exporter (export/to_onnx.py) at git revision REV (the rest from this tree).
+blocked scan in standard ops), ``ltc-fused`` (the same model with one
+``ai.liquid_stream::LtcScan`` custom op a layer, ``--ltc-op fused``; skipped with a note when
+its library cannot be built here) and, with ``--before REV``, ``ltc@REV``: the same model
+through the exporter (export/to_onnx.py) at git revision REV (the rest from this tree).
 Configurations are interleaved over rounds (the machine is noisy); medians, min and max
 of the per-chunk times; RTF = median time / audio time of a chunk.
 """
@@ -33,7 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from stream import SR, paper_model  # noqa: E402
 
-from liquid_stream import OnnxStreamer  # noqa: E402
+from liquid_stream import OnnxStreamer, ltc_ort  # noqa: E402
 from liquid_stream.export import pipeline  # noqa: E402
 from liquid_stream.export.pipeline import export_model  # noqa: E402
 
@@ -64,7 +67,7 @@ def export(kind: str, chunk: int, out: Path, before=None) -> Path:
         finally:
             pipeline.build_onnx = current
     else:
-        export_model(model, path, chunk=chunk)
+        export_model(model, path, chunk=chunk, ltc_op="fused" if kind == "ltc-fused" else "graph")
     return path
 
 
@@ -88,9 +91,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=0.5, help="audio per configuration a round")
     ap.add_argument("--before", metavar="REV", help="also the LTC graph of this git revision")
+    ap.add_argument("--no-fused", action="store_true", help="without the ltc-fused graph")
     args = ap.parse_args()
     command = "python " + shlex.join(["bench/ltc_stream.py", *sys.argv[1:]])
-    kinds = ["pb", "ltc"] + ([f"ltc@{args.before}"] if args.before else [])
+    kinds = ["pb", "ltc"]
+    if not args.no_fused:
+        try:
+            ltc_ort.library_path()
+            kinds.append("ltc-fused")
+        except ltc_ort.LtcOpUnavailable as e:
+            print(f"NOTE: no ltc-fused rows: {e}")
+    kinds += [f"ltc@{args.before}"] if args.before else []
     before = exporter_at(args.before) if args.before else None
     tmp = Path(tempfile.mkdtemp())
     paths = {(k, c): export(k, c, tmp, before) for k in kinds for c in args.chunks}

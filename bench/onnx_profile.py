@@ -28,6 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from liquid_stream import ltc_ort  # noqa: E402
 from liquid_stream.onnx_streamer import OnnxStreamer  # noqa: E402
 
 
@@ -54,6 +55,7 @@ def main() -> None:
         so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
         so.enable_profiling = profile
         so.profile_file_prefix = "/tmp/onnx_profile"
+        ltc_ort.register(so, args.onnx)  # a graph with the fused LTC op needs its library
         return ort.InferenceSession(args.onnx, so, providers=["CPUExecutionProvider"])
 
     plain = session(False)

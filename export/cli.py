@@ -37,11 +37,17 @@ import click
                    "the state path, the SSM tables and the front end stay float32. "
                    "--verify then also checks the int8 graph against the float32 one "
                    "(looser tolerance, in the metadata).")  # fmt: skip
+@click.option("--ltc-op", type=click.Choice(["graph", "fused"]), default="graph",
+              show_default=True,
+              help="LTC layers (liquid=ltc) as standard ONNX ops (graph: runs on any "
+                   "onnxruntime) or as one custom op a layer (fused: ai.liquid_stream::"
+                   "LtcScan, the training kernel; needs its library, which liquid-stream "
+                   "registers itself; ~3-4x faster, docs/benchmarks.md §2.3).")  # fmt: skip
 @click.option("--weights", default=None, metavar="W0,W1,...",
               help="An ensemble's weights, one positive number per checkpoint (divided "
                    "by their sum): the graph outputs the weighted mean.")  # fmt: skip
 def export_cmd(checkpoints, onnx_path, chunk, opset, sub_block, verify, verify_length, quantize,
-               weights):  # fmt: skip
+               ltc_op, weights):  # fmt: skip
     """Convert a trained CHECKPOINT to its exact step-wise form and write it as ONNX.
 
     With --quantize, CHECKPOINT may also be an exported float32 .onnx graph: it is
@@ -81,8 +87,9 @@ def export_cmd(checkpoints, onnx_path, chunk, opset, sub_block, verify, verify_l
             reports = [report]
         else:
             info, report = export_checkpoint(
-                checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_length, quantize
-            )
+                checkpoint, onnx_path, chunk, opset, sub_block, verify, verify_length, quantize,
+                ltc_op,
+            )  # fmt: skip
             reports = [report]
     except (CheckpointError, ValueError, RuntimeError) as e:  # MetaError is a ValueError
         raise click.ClickException(str(e)) from e

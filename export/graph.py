@@ -109,7 +109,8 @@ class Graph:
         graph = helper.make_graph(self.nodes, name, self.inputs, self.outputs, self.inits)
         model = helper.make_model(
             graph,
-            opset_imports=[helper.make_opsetid("", self.opset)],
+            opset_imports=[helper.make_opsetid("", self.opset)]
+            + [helper.make_opsetid(d, 1) for d in sorted({n.domain for n in self.nodes} - {""})],
             producer_name="liquid-stream",
             producer_version=producer_version,
         )

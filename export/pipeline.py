@@ -46,10 +46,11 @@ def export_model(
     sub_block: int | None = None,
     meta: dict | None = None,
     rate: float = 1.0,
+    ltc_op: str = "graph",
 ) -> dict:
     """Write ``model``'s streaming form as ONNX (atomically); returns the export info.
     ``meta``: a checkpoint's metadata (:class:`ModelMeta` fields; a ``MetaError`` for
-    an unknown key or a malformed value)."""
+    an unknown key or a malformed value). ``ltc_op``: see :func:`build_onnx`."""
     model.check_streamable()  # bidirectional layers, a pair decoder: no step form
     task_meta = ModelMeta.from_dict(meta or {})
     sm = copy.deepcopy(model).float().eval().cpu().streaming(rate=rate)  # caller untouched
@@ -61,6 +62,7 @@ def export_model(
         opset=opset,
         input_mean=0.0 if task_meta.input_mean is None else task_meta.input_mean,
         input_std=1.0 if task_meta.input_std is None else task_meta.input_std,
+        ltc_op=ltc_op,
     )
     props = metadata_props(sm, info, {"chunk": chunk})
     # the graph's own keys (max_chunk, state_spec, ...) win over a checkpoint's copies of
@@ -163,6 +165,7 @@ def export_checkpoint(
     verify: bool = False,
     verify_length: int = 16000,
     quantize: str | None = None,
+    ltc_op: str = "graph",
 ) -> tuple[dict, VerifyReport | QuantVerifyReport | None]:
     """``liquid-stream export``: load, export, and optionally verify (raises if it fails).
     The checkpoint's metadata must be complete for its task (else a ``MetaError``).
@@ -173,11 +176,13 @@ def export_checkpoint(
     model, meta = model_from_checkpoint(checkpoint)
     ModelMeta.from_dict(meta).check_complete()
     if quantize is None:
-        return _export_verified(model, meta, out, chunk, opset, sub_block, verify, verify_length)
+        return _export_verified(
+            model, meta, out, chunk, opset, sub_block, verify, verify_length, ltc_op
+        )
     with tempfile.TemporaryDirectory() as tmp:
         f32 = Path(tmp) / "float32.onnx"
         info, report = _export_verified(
-            model, meta, f32, chunk, opset, sub_block, verify, verify_length
+            model, meta, f32, chunk, opset, sub_block, verify, verify_length, ltc_op
         )
         qinfo, qreport = quantize_file(f32, out, verify=verify, verify_length=verify_length)
     info = dict(info, **qinfo)
@@ -187,9 +192,10 @@ def export_checkpoint(
 
 
 def _export_verified(
-    model: LiquidS4Model, meta: dict, out, chunk, opset, sub_block, verify, verify_length
-) -> tuple[dict, VerifyReport | None]:
-    info = export_model(model, out, chunk, opset, sub_block, meta)
+    model: LiquidS4Model, meta: dict, out, chunk, opset, sub_block, verify, verify_length,
+    ltc_op: str = "graph",
+) -> tuple[dict, VerifyReport | None]:  # fmt: skip
+    info = export_model(model, out, chunk, opset, sub_block, meta, ltc_op=ltc_op)
     report = None
     if verify:
         report = verify_onnx(model, out, length=verify_length, meta=meta)
@@ -200,6 +206,6 @@ def _export_verified(
 
 
 def describe(info: dict) -> str:
-    keys = ("path", "nodes", "bytes", "sub_block", "max_chunk", "members", "quantized",
-            "source_bytes")  # fmt: skip
+    keys = ("path", "nodes", "bytes", "sub_block", "max_chunk", "ltc_op", "members",
+            "quantized", "source_bytes")  # fmt: skip
     return json.dumps({k: info[k] for k in keys if k in info})

@@ -88,6 +88,7 @@ WHOLE_CALL_MAX = 64  # a call of T steps as one MatMul while T + Mr (its columns
 CLOSED_FORM_MAX_BLOCKS = 8  # sub-block recursion in closed form up to this many blocks
 MATMUL_SCAN_MIN_BLOCKS = 4  # from this many, the closed form as one batched MatMul
 LTC_MIN_B = 1e-20  # the LTC graph's coordinate z = x / B̄ needs |B̄| ≥ this
+LTC_OPS = ("graph", "fused")  # the LTC layers as standard ops, or as ai.liquid_stream::LtcScan
 
 
 def _f32(t: torch.Tensor) -> np.ndarray:
@@ -134,6 +135,7 @@ class _Emitter:
     def __init__(
         self, sm, sub_block: int, max_chunk: int, opset: int, input_mean, input_std,
         ltc_sub_block: int | None = None,
+        ltc_op: str = "graph",
     ):  # fmt: skip
         self.sm, self.S, self.opset = sm, sub_block, opset
         self.input_mean, self.input_std = input_mean, input_std
@@ -152,6 +154,7 @@ class _Emitter:
         # LTC layers: sub-blocks of Q steps. A model of LTC layers only runs its stack
         # batch-first (B, T, H) ("bf"): the LTC scan's layout, with no transposes per layer
         self.ltc_Q = ltc_sub_block or default_ltc_sub_block(steps)
+        self.ltc_op = ltc_op
         self.bf = bool(sm.blocks) and all(b.ssm.liquid == "ltc" for b in sm.blocks)
         if any(b.ssm.liquid != "ltc" and self.whole_call(b.ssm) for b in sm.blocks):
             # longer blocks are cut into calls of the export's chunk, the whole-call path
@@ -743,6 +746,8 @@ class _Emitter:
 
         Products and sums of numbers of modulus < 1 only, and the fixed scalings B̄⁻¹ and B̄:
         nothing grows along the stream."""
+        if self.ltc_op == "fused":
+            return self.ltc_layer_fused(i, step, u)
         g, Q, H, pre = self.g, self.ltc_Q, step.H, f"block{i}."
         sys = {k: getattr(step, f"ltc_{k}").double() for k in ("A_bar", "B_liq", "B_bar", "C")}
         M = sys["A_bar"].shape[1]
@@ -852,6 +857,26 @@ class _Emitter:
             axis=1,
         )  # fmt: skip  (B, 2, M, H)
         self.set_state(pre + "ltc.x", x_next)
+        return y if self.bf else g.op("Transpose", y, perm=[2, 0, 1])
+
+    def ltc_layer_fused(self, i: int, step, u: str) -> str:
+        """:meth:`ltc_layer` as one ``ai.liquid_stream::LtcScan`` node (:mod:`liquid_stream.
+        ltc_ort`: the fused kernel of training) between a Tanh and y + D·u: the same
+        recurrence, state and layout, run in x itself (no coordinate change)."""
+        g, pre = self.g, f"block{i}."
+        sys = {k: getattr(step, f"ltc_{k}").double() for k in ("A_bar", "B_liq", "B_bar", "C")}
+        sys["C"] = sys["C"] * step.ltc_scale  # C' = s·C
+        M = sys["A_bar"].shape[1]
+        coef = torch.stack([sys[k] for k in ("A_bar", "B_liq", "B_bar", "C")])  # (4, H, M, 2)
+        x_state = self.state(pre + "ltc.x", ["batch", 2, M, step.H])
+        if not self.bf:
+            u = g.op("Transpose", u, perm=[1, 2, 0])  # (H, B, T) → (B, T, H)
+        from liquid_stream.ltc_ort import DOMAIN, OP
+
+        y, x_next = g.op(OP, u, g.op("Tanh", u), x_state, g.const(_f32(coef)), n_out=2,
+                         domain=DOMAIN)  # fmt: skip
+        self.set_state(pre + "ltc.x", x_next)
+        y = g.op("Add", y, g.op("Mul", u, g.const(_f32(step.D))))
         return y if self.bf else g.op("Transpose", y, perm=[2, 0, 1])
 
     def block(self, i: int, block, x: str) -> str:
@@ -1298,10 +1323,13 @@ def build_onnx(
     input_mean=0.0,
     input_std=1.0,
     ltc_sub_block: int | None = None,
+    ltc_op: str = "graph",
 ) -> tuple[onnx.ModelProto, dict]:
     """ONNX graph of a float32 :class:`StreamingModel` and its ``info`` (state spec, sub-block,
     longest chunk per call). ``sub_block`` defaults to :func:`default_sub_block` of max_chunk.
-    The graph takes raw input: (x − input_mean)/input_std is folded into the encoder."""
+    The graph takes raw input: (x − input_mean)/input_std is folded into the encoder.
+    ``ltc_op`` (:data:`LTC_OPS`): the LTC layers as standard ops (``graph``, portable) or as
+    the custom op of :mod:`liquid_stream.ltc_ort` (``fused``: onnxruntime with that library)."""
     if sm.dtype != torch.float32:
         raise ValueError(f"ONNX export needs a float32 streaming model, got {sm.dtype}")
     if opset < 17:
@@ -1313,11 +1341,19 @@ def build_onnx(
         raise ValueError("input_std must be positive")
     if ltc_sub_block is not None and ltc_sub_block < 1:
         raise ValueError(f"ltc_sub_block must be >= 1, got {ltc_sub_block}")
-    em = _Emitter(sm, S, max_chunk, opset, input_mean, input_std, ltc_sub_block)
+    if ltc_op not in LTC_OPS:
+        raise ValueError(f"ltc_op must be one of {', '.join(LTC_OPS)}, got {ltc_op!r}")
+    has_ltc = any(b.ssm.liquid == "ltc" for b in sm.blocks)
+    if ltc_op == "fused" and has_ltc:
+        from liquid_stream.ltc_ort import library_path
+
+        library_path()  # LtcOpUnavailable (a RuntimeError) with the reason, before any work
+    em = _Emitter(sm, S, max_chunk, opset, input_mean, input_std, ltc_sub_block, ltc_op)
     model = em.build()
     info = {"state_spec": em.spec, "sub_block": S, "max_chunk": em.max_chunk, "levels": em.levels}
-    if any(b.ssm.liquid == "ltc" for b in sm.blocks):
+    if has_ltc:
         info["ltc_sub_block"] = em.ltc_Q
+        info["ltc_op"] = ltc_op
     return model, info
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import ltc_ort
 from .meta import MetaError, ModelMeta
 from .validate import (
     MAX_STD,
@@ -89,7 +90,10 @@ class OnnxStreamer:
             options.intra_op_num_threads = int(threads)
         options.log_severity_level = 3
         try:
+            ltc_ort.register(options, path)  # only a graph with the fused LTC op needs it
             self.session = ort.InferenceSession(str(path), options, providers=providers)
+        except ltc_ort.LtcOpUnavailable as e:
+            raise OnnxModelError(f"{path}: {e}") from None
         except Exception as e:  # noqa: BLE001 - onnxruntime raises several kinds
             raise OnnxModelError(f"{path} is not a valid ONNX model ({e})") from e
         meta = self.session.get_modelmeta().custom_metadata_map
