@@ -79,6 +79,7 @@ def export_cmd(checkpoints, onnx_path, chunk, opset, sub_block, verify, verify_l
                 verify,
                 verify_length,
                 weights,
+                ltc_op,
             )
         elif checkpoint.endswith(".onnx"):
             if quantize is None:

@@ -162,9 +162,13 @@ def merge_members(
             if getattr(m, key) != getattr(first, key):
                 raise ValueError(f"member {i} differs from member 0 in {key!r}: "
                                  f"{getattr(m, key)!r} vs {getattr(first, key)!r}")  # fmt: skip
-    opsets = {(o.domain, o.version) for m in members for o in m.opset_import}
-    if len(opsets) != 1:
-        raise ValueError(f"the members use different opsets: {sorted(opsets)}")
+    versions: dict[str, set[int]] = {}  # per domain ("": ONNX; the fused LTC op's own)
+    for m in members:
+        for o in m.opset_import:
+            versions.setdefault(o.domain, set()).add(o.version)
+    if any(len(v) > 1 for v in versions.values()):
+        raise ValueError(f"the members use different opsets: {sorted(versions.items())}")
+    opset_imports = [helper.make_opsetid(d, v.pop()) for d, v in sorted(versions.items())]
     K = len(members)
     nodes, inits, inputs, outputs, spec = [], [], [], [], []
     x_info = next(v for v in members[0].graph.input if v.name == "x")
@@ -214,7 +218,7 @@ def merge_members(
         inits.append(helper.make_tensor("ens.floor", onnx.TensorProto.FLOAT, [], [FLOOR]))
     outputs.insert(0, y_info)
     graph = helper.make_graph(nodes, "liquid_stream_ensemble", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=list(members[0].opset_import),
+    model = helper.make_model(graph, opset_imports=opset_imports,
                               producer_name="liquid-stream")  # fmt: skip
     model.ir_version = members[0].ir_version
     onnx.checker.check_model(model)
@@ -247,9 +251,11 @@ def export_ensemble(
     verify: bool = False,
     verify_length: int = 16000,
     weights: list[float] | None = None,
+    ltc_op: str = "graph",
 ) -> tuple[dict, list[VerifyReport]]:
-    """``liquid-stream export A.pt B.pt … [--weights w0,w1,…]``: export each checkpoint,
-    merge (module docstring), write ``out`` atomically. With ``verify``: each member graph
+    """``liquid-stream export A.pt B.pt … [--weights w0,w1,…]``: export each checkpoint
+    (``ltc_op``: see :func:`~.to_onnx.build_onnx`), merge (module docstring), write ``out``
+    atomically. With ``verify``: each member graph
     against its torch model, then the ensemble against the members' (weighted) mean torch
     posteriors; a failure removes nothing but raises before ``out`` is written
     (RuntimeError)."""
@@ -262,7 +268,7 @@ def export_ensemble(
     with tempfile.TemporaryDirectory() as tmp:
         for i, (model, meta) in enumerate(loaded):
             path = Path(tmp) / f"m{i}.onnx"
-            export_model(model, path, chunk, opset, sub_block, meta)
+            export_model(model, path, chunk, opset, sub_block, meta, ltc_op=ltc_op)
             if verify:
                 rep = verify_onnx(model, path, length=verify_length, meta=meta)
                 if not rep.ok:

@@ -11,7 +11,12 @@ sha=14f7d959d5deacbcf1504830d4189f91fc67382b399ed9ae9d3aa9c4050ced08
 url=http://deb.debian.org/debian/pool/main/o/onnxruntime/$deb
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-curl -fsSL --retry 3 -o "$tmp/$deb" "$url"
+if command -v curl >/dev/null; then
+  curl -fsSL --retry 3 -o "$tmp/$deb" "$url"
+else
+  python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' \
+    "$url" "$tmp/$deb"
+fi
 echo "$sha  $tmp/$deb" | sha256sum -c --quiet -
 dpkg-deb --fsys-tarfile "$tmp/$deb" | tar -x -C "$tmp" ./usr/include/onnxruntime/onnxruntime_c_api.h
 mkdir -p "$dest"

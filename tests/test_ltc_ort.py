@@ -18,6 +18,7 @@ from test_ltc_onnx import ltc_model, stream
 from liquid_stream import OnnxStreamer, ltc_ort
 from liquid_stream.checkpoint import save_checkpoint
 from liquid_stream.cli import main
+from liquid_stream.export.ensemble import export_ensemble
 from liquid_stream.export.pipeline import export_model
 from liquid_stream.export.quantize import quantize_file
 from liquid_stream.onnx_streamer import OnnxModelError
@@ -212,3 +213,18 @@ def test_a_fused_graph_quantizes_to_int8(tmp_path):
     q = onnx.load(str(tmp_path / "q.onnx"))
     ops = [n.op_type for n in q.graph.node]
     assert ops.count(ltc_ort.OP) == 2 and ops.count("MatMulInteger") == info["quantized"] > 0
+
+
+def test_an_ensemble_of_ltc_models_exports_with_the_op(tmp_path):
+    """`export A.pt B.pt --ltc-op fused`: every member's LTC layers as the op, each member
+    and the weighted mean verified against torch."""
+    paths = []
+    for seed in (0, 5):
+        paths.append(tmp_path / f"m{seed}.pt")
+        meta = {"task": "test", "sample_rate": 125, "labels": ["a", "b", "c"]}  # a classifier
+        save_checkpoint(paths[-1], ltc_model(seed), meta=meta)
+    info, reports = export_ensemble(paths, tmp_path / "e.onnx", chunk=32, verify=True,
+                                    verify_length=2000, weights=[1, 3], ltc_op="fused")  # fmt: skip
+    assert info["members"] == 2 and all(r.ok for r in reports) and len(reports) == 3
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "e.onnx")).graph.node]
+    assert ops.count(ltc_ort.OP) == 4
