@@ -78,6 +78,9 @@ import torch
 
 from liquid_stream.chunked import chunk_tables
 from liquid_stream.frontend import LogMelStep
+from liquid_stream.ltc_ort import DOMAIN as LTC_DOMAIN
+from liquid_stream.ltc_ort import OP as LTC_OP
+from liquid_stream.ltc_ort import library_path as ltc_library_path
 from liquid_stream.meta import ModelMeta
 from liquid_stream.scalenorm import LOG_FLOOR, LOG_RATIO
 
@@ -871,10 +874,8 @@ class _Emitter:
         x_state = self.state(pre + "ltc.x", ["batch", 2, M, step.H])
         if not self.bf:
             u = g.op("Transpose", u, perm=[1, 2, 0])  # (H, B, T) → (B, T, H)
-        from liquid_stream.ltc_ort import DOMAIN, OP
-
-        y, x_next = g.op(OP, u, g.op("Tanh", u), x_state, g.const(_f32(coef)), n_out=2,
-                         domain=DOMAIN)  # fmt: skip
+        y, x_next = g.op(LTC_OP, u, g.op("Tanh", u), x_state, g.const(_f32(coef)), n_out=2,
+                         domain=LTC_DOMAIN)  # fmt: skip
         self.set_state(pre + "ltc.x", x_next)
         y = g.op("Add", y, g.op("Mul", u, g.const(_f32(step.D))))
         return y if self.bf else g.op("Transpose", y, perm=[2, 0, 1])
@@ -1345,9 +1346,7 @@ def build_onnx(
         raise ValueError(f"ltc_op must be one of {', '.join(LTC_OPS)}, got {ltc_op!r}")
     has_ltc = any(b.ssm.liquid == "ltc" for b in sm.blocks)
     if ltc_op == "fused" and has_ltc:
-        from liquid_stream.ltc_ort import library_path
-
-        library_path()  # LtcOpUnavailable (a RuntimeError) with the reason, before any work
+        ltc_library_path()  # LtcOpUnavailable (a RuntimeError) with the reason, before any work
     em = _Emitter(sm, S, max_chunk, opset, input_mean, input_std, ltc_sub_block, ltc_op)
     model = em.build()
     info = {"state_spec": em.spec, "sub_block": S, "max_chunk": em.max_chunk, "levels": em.levels}

@@ -19,8 +19,9 @@ from liquid_stream.training.data.bidmc_crops import (
     crop_targets,
     load_wfdb_crops,
 )
-from liquid_stream.training.metrics import compute_loss
+from liquid_stream.training.metrics import TargetBalance, compute_loss
 from liquid_stream.training.run import train
+from liquid_stream.training.trainer import Trainer
 
 FS, W = 125, 4000
 
@@ -126,3 +127,43 @@ def test_a_crop_run_trains_and_evaluate_scores_the_stream(tmp_path):
                                           "--out", str(tmp_path / "ev")])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "streamed over the whole test records" in r.output
+
+
+def test_target_balance_weighs_rare_targets_more_and_keeps_the_mean():
+    """w(y) = (p(y)/p̄)^(−α) on 1-unit bins of a smoothed density: mean 1 over the training
+    targets, larger where targets are rare, all ones at α = 0; the per-step loss is the
+    weighted mean of the squared errors, the RMSE sums stay unweighted."""
+    rng = np.random.default_rng(0)
+    y = np.concatenate([rng.uniform(8, 35, 5000), rng.uniform(6, 8, 100), [np.nan]])
+    tb = TargetBalance.from_targets(y, 0.5)
+    w = tb(torch.from_numpy(y[np.isfinite(y)]).float()).double()
+    assert w.mean().item() == pytest.approx(1.0, rel=1e-5)
+    assert tb(torch.tensor([6.5])).item() > 1.5 * tb(torch.tensor([20.0])).item()
+    assert tb(torch.tensor([-100.0, 1e6])).tolist() == [tb.table[0].item(), tb.table[-1].item()]
+    flat = TargetBalance.from_targets(y, 0.0)
+    assert torch.allclose(flat.table, torch.ones_like(flat.table))
+    target = torch.full((1, 4), float("nan"))
+    target[0, 1], target[0, 3] = 6.5, 20.0
+    out = torch.zeros(1, 4, 1)
+    out[0, 1, 0], out[0, 3, 0] = 8.5, 17.0
+    loss, sums = compute_loss(out, target, "mse_per_step", None, None, tb)
+    want = (tb(torch.tensor([6.5])) * 4.0 + tb(torch.tensor([20.0])) * 9.0).item() / 2
+    assert loss.item() == pytest.approx(want, rel=1e-6)
+    assert sums["se"] == pytest.approx(13.0)
+    with pytest.raises(ValueError, match="no finite target"):
+        TargetBalance.from_targets(np.array([np.nan]), 0.5)
+
+
+def test_target_balance_trains_a_crop_run_and_refuses_what_it_cannot_weigh(tmp_path):
+    for i in range(1, 5):
+        write_record(tmp_path / "rec", f"bidmc{i:02d}", seconds=100, seed=i)
+    over = [f"data.root={tmp_path / 'rec'}", "data.crop_s=64", "data.crop_hop_s=18",
+            "optim.batch_size=2", "train.max_steps=2", "train.threads=1",
+            "train.progress=false", "model.d_model=8", "model.n_layers=1"]  # fmt: skip
+    summary = train(load_config("bidmc", "ppg", over + ["optim.target_balance=0.5"]),
+                    tmp_path / "run")  # fmt: skip
+    assert np.isfinite(summary["val_rmse"])
+    with pytest.raises(ValueError, match="optim.target_balance"):
+        load_config("bidmc", "ppg", over + ["optim.target_balance=2"])
+    with pytest.raises(ValueError, match="weighs a regression loss"):
+        Trainer._target_balance(0.5, "ce_per_step", None)

@@ -63,6 +63,10 @@ class OptimConfig:
     # w_avg <- d' w_avg + (1 - d') w with d' = min(d, (1 + t) / (10 + t)); validation,
     # best.pt and the test use w_avg, last.pt keeps both (exact resume)
     ema: float = 0.0
+    # α of a regression loss's target balance (0 = off): each scored target y weighs
+    # (p(y) / p̄)^(−α), p the smoothed density of the training targets (training/metrics.py
+    # TargetBalance); validation, best.pt's choice and the metrics stay unweighted
+    target_balance: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -401,6 +405,7 @@ OPTIM_FIELDS: dict[str, Spec] = {
     "eval_batch_size": integer(1, null=True),
     "grad_accum": integer(1),
     "ema": number(0, 1, hi_open=True),
+    "target_balance": number(0, 1),
 }
 TRAIN_FIELDS: dict[str, Spec] = {
     "seed": integer(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -15,6 +16,46 @@ from tqdm import tqdm
 
 LOSSES = ("ce", "mse", "ce_per_step", "mse_per_step")
 REGRESSION = ("mse", "mse_per_step")
+
+
+@dataclass(frozen=True)
+class TargetBalance:
+    """Loss weights of a regression target, w(y) = (p(y) / p̄)^(−α): rare targets weigh more.
+
+    p is the density of the training targets over bins of ``width`` (physical units), smoothed
+    by a Gaussian kernel of ``smooth`` bins (the label-distribution smoothing of Yang et al.,
+    "Delving into Deep Imbalanced Regression", ICML 2021), so that an empty bin beside full
+    ones does not get an infinite weight; the weights are scaled to mean 1 over the training
+    targets (the loss keeps its size: same learning rates). A target outside the bins takes
+    the nearest bin's weight. Why: a simulator that draws the rate uniformly inside a range
+    and reaches its ends only through excursions makes the ends rare, and the model's
+    estimates there regress towards the middle (docs/benchmarks.md §5.2)."""
+
+    lo: float
+    width: float
+    table: torch.Tensor  # (n_bins,) float32 weights
+
+    @classmethod
+    def from_targets(
+        cls, y: np.ndarray, alpha: float, width: float = 1.0, smooth: float = 2.0
+    ) -> TargetBalance:
+        y = np.asarray(y, np.float64).ravel()
+        y = y[np.isfinite(y)]
+        if y.size == 0:
+            raise ValueError("target balance: the training set has no finite target")
+        lo = math.floor(float(y.min()) / width) * width
+        k = np.floor((y - lo) / width).astype(np.int64)
+        counts = np.bincount(k, minlength=int(k.max()) + 1).astype(np.float64)
+        r = int(math.ceil(3 * smooth))
+        kernel = np.exp(-0.5 * (np.arange(-r, r + 1) / smooth) ** 2)
+        p = np.convolve(counts, kernel / kernel.sum(), mode="same")
+        w = np.maximum(p, 1e-12 * p.max()) ** -float(alpha)
+        w /= (w * counts).sum() / counts.sum()  # mean 1 over the training targets
+        return cls(lo, float(width), torch.tensor(w, dtype=torch.float32))
+
+    def __call__(self, y: torch.Tensor) -> torch.Tensor:
+        k = torch.floor((y - self.lo) / self.width).long().clamp(0, len(self.table) - 1)
+        return self.table.to(y.device)[k]
 
 
 def sums_zero() -> dict:
@@ -28,6 +69,7 @@ def compute_loss(
     kind: str,
     scale: torch.Tensor | None = None,
     class_weight: torch.Tensor | None = None,
+    target_weight: TargetBalance | None = None,
 ) -> tuple[torch.Tensor, dict]:
     """Mean loss and the (detached) sums for the epoch metrics.
 
@@ -38,6 +80,8 @@ def compute_loss(
     targets' physical units.
     ``ce`` / ``ce_per_step``: ``class_weight`` (C,) weights the cross-entropy per class
     (e.g. a small weight on the ``_silence_`` steps that dominate streaming labels).
+    ``target_weight`` (regression): each scored target's squared error weighs w(y)
+    (:class:`TargetBalance`); the sums (RMSE / MAE) stay unweighted.
     """
     out = out.float()
     if kind in ("ce", "ce_per_step"):
@@ -58,7 +102,10 @@ def compute_loss(
             out = out[:, -1]
         target = y.float().reshape(out.shape)
         unit = 1.0 if scale is None else scale.float().to(out.device)
-        loss = F.mse_loss(out / unit, target / unit)
+        if target_weight is None:
+            loss = F.mse_loss(out / unit, target / unit)
+        else:
+            loss = (target_weight(target) * ((out - target) / unit).pow(2)).mean()
         with torch.no_grad():
             d = out - target
             sums = {"correct": 0.0, "count": float(d.numel()),
@@ -74,7 +121,10 @@ def compute_loss(
         ok = torch.isfinite(target)
         unit = 1.0 if scale is None else scale.float().to(out.device)[0]
         d = out[..., 0][ok] - target[ok]
-        loss = (d / unit).pow(2).mean() if d.numel() else out.sum() * 0.0
+        se = (d / unit).pow(2)
+        if target_weight is not None:
+            se = target_weight(target[ok]) * se
+        loss = se.mean() if d.numel() else out.sum() * 0.0
         with torch.no_grad():
             sums = {"correct": 0.0, "count": float(d.numel()),
                     "se": d.pow(2).sum().item(), "ae": d.abs().sum().item()}  # fmt: skip

@@ -53,6 +53,7 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
@@ -72,6 +73,7 @@ from .distributed import DistInfo, SyncBatchNorm1d, all_reduce_sum, barrier, ini
 from .metrics import (
     LOSSES,
     REGRESSION,
+    TargetBalance,
     compute_loss,
     evaluate_model,
     forward_for_loss,
@@ -193,6 +195,7 @@ class Trainer:
         )
         weights = self.meta.get("class_weights")
         self.class_weight = None if weights is None else torch.tensor(weights, dtype=torch.float32)
+        self.target_weight = self._target_balance(optim_cfg.target_balance, loss, train_set)
         self.log = RunLog(self.out, self.dist.is_main, loss, float(t.plot_every_s))
         self._kill_at = _kill_points(os.environ.get(KILL_ENV))
         # the weight average w̄ (optim.ema > 0), a copy of the model's state
@@ -298,6 +301,21 @@ class Trainer:
     @property
     def elapsed(self) -> float:
         return self._elapsed0 + time.perf_counter() - self._t0
+
+    @staticmethod
+    def _target_balance(alpha: float, loss: str, train_set) -> TargetBalance | None:
+        """``optim.target_balance`` α > 0: the weights of the training targets (a regression
+        task whose dataset holds its targets as ``windows.y``: the BIDMC windows and crops)."""
+        if alpha <= 0:
+            return None
+        if loss not in REGRESSION:
+            raise ValueError(f"optim.target_balance weighs a regression loss; this task's loss "
+                             f"is {loss!r}")  # fmt: skip
+        y = getattr(getattr(train_set, "windows", None), "y", None)
+        if y is None:
+            raise ValueError("optim.target_balance needs a dataset that holds its targets "
+                             "(windows.y: the BIDMC windows or crops)")  # fmt: skip
+        return TargetBalance.from_targets(np.asarray(y), alpha)
 
     def evaluate(self, dataset: Dataset, rate: float = 1.0, confusion: bool = False) -> dict:
         """Metrics of the model on ``dataset``: scalars only, unless ``confusion`` (then
@@ -561,7 +579,7 @@ class Trainer:
                 out = forward_for_loss(self.train_model, x, self.loss_kind)
             loss, sums = compute_loss(
                 out, y, self.loss_kind, getattr(self.model, "output_scale", None),
-                self.class_weight,
+                self.class_weight, self.target_weight,
             )  # fmt: skip
         except ValueError as e:  # the layers refuse NaN/inf activations
             if "NaN or infinite" not in str(e):
