@@ -90,8 +90,7 @@ OrtStatus* bad(const char* msg) { return g_api->CreateStatus(ORT_INVALID_ARGUMEN
 template <typename T>
 struct Job {
   std::vector<Args<T>> args;  // one per batch element
-  int64_t n_groups;
-  int W;
+  int64_t n_groups;           // channel groups of the kernel's lane width per element
 };
 
 template <typename T>
@@ -139,8 +138,8 @@ OrtStatus* compute(OrtKernelContext* ctx) {
       for (int64_t m = 0; m < M; ++m)
         for (int64_t h = 0; h < H; ++h)
           x0[((b * H + h) * M + m) * 2 + r] = x[((b * 2 + r) * M + m) * H + h];
-  constexpr int W = sizeof(T) == 4 ? 16 : 8;
-  Job<T> job{{}, (H + W - 1) / W, W};
+  const int W = sizeof(T) == 4 ? ltc_lanes_f32() : ltc_lanes_f64();  // what groups<T> steps by
+  Job<T> job{{}, (H + W - 1) / W};
   const T* cA = c;
   for (int64_t b = 0; b < B; ++b)
     job.args.push_back(Args<T>{u + b * L * H, g + b * L * H, nullptr, cA, cA + HM * 2,
@@ -148,7 +147,7 @@ OrtStatus* compute(OrtKernelContext* ctx) {
                                nullptr, y + b * L * H, xl.data() + b * HM * 2, nullptr, nullptr,
                                nullptr, nullptr, L, H, H, M, LTC_SEGMENT, T(1)});
   const size_t total = size_t(B * job.n_groups);
-  if (total > 1 && L * H * M >= LTC_SERIAL_BELOW) {
+  if (total > 1 && B * L * H * M >= LTC_SERIAL_BELOW) {  // the training kernel's threshold
     LTC_TRY(g_api->KernelContext_ParallelFor(ctx, run_group<T>, total, 0, &job));
   } else {
     for (size_t i = 0; i < total; ++i) run_group<T>(&job, i);
