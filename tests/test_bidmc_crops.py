@@ -150,6 +150,9 @@ def test_target_balance_weighs_rare_targets_more_and_keeps_the_mean():
     want = (tb(torch.tensor([6.5])) * 4.0 + tb(torch.tensor([20.0])) * 9.0).item() / 2
     assert loss.item() == pytest.approx(want, rel=1e-6)
     assert sums["se"] == pytest.approx(13.0)
+    narrow = TargetBalance.from_targets(np.array([97.2, 98.5, 98.5, 98.5]), 0.5)  # 2 bins
+    assert narrow.table.shape == (2,)
+    assert narrow(torch.tensor([97.5])) > narrow(torch.tensor([98.0]))
     with pytest.raises(ValueError, match="no finite target"):
         TargetBalance.from_targets(np.array([np.nan]), 0.5)
 

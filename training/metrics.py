@@ -48,7 +48,7 @@ class TargetBalance:
         counts = np.bincount(k, minlength=int(k.max()) + 1).astype(np.float64)
         r = int(math.ceil(3 * smooth))
         kernel = np.exp(-0.5 * (np.arange(-r, r + 1) / smooth) ** 2)
-        p = np.convolve(counts, kernel / kernel.sum(), mode="same")
+        p = np.convolve(np.pad(counts, r), kernel / kernel.sum(), mode="valid")  # (n_bins,)
         w = np.maximum(p, 1e-12 * p.max()) ** -float(alpha)
         w /= (w * counts).sum() / counts.sum()  # mean 1 over the training targets
         return cls(lo, float(width), torch.tensor(w, dtype=torch.float32))
