@@ -53,7 +53,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
@@ -315,7 +314,7 @@ class Trainer:
         if y is None:
             raise ValueError("optim.target_balance needs a dataset that holds its targets "
                              "(windows.y: the BIDMC windows or crops)")  # fmt: skip
-        return TargetBalance.from_targets(np.asarray(y), alpha)
+        return TargetBalance.from_targets(y, alpha)
 
     def evaluate(self, dataset: Dataset, rate: float = 1.0, confusion: bool = False) -> dict:
         """Metrics of the model on ``dataset``: scalars only, unless ``confusion`` (then
