@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -167,7 +168,7 @@ struct LtcOp : OrtCustomOp {
   LtcOp() {
     std::memset(static_cast<OrtCustomOp*>(this), 0, sizeof(OrtCustomOp));
     version = ORT_API_VERSION;
-    GetName = [](const OrtCustomOp*) { return "LtcScan"; };
+    GetName = [](const OrtCustomOp*) { return LTC_OP_NAME; };
     GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return nullptr; };
     GetInputType = [](const OrtCustomOp*, size_t) { return kType; };
     GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 4; };
@@ -202,7 +203,7 @@ RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
   g_api = api_base->GetApi(ORT_API_VERSION);
   if (!g_api) return nullptr;  // an onnxruntime older than the header: cannot report
   OrtCustomOpDomain* domain = nullptr;
-  LTC_TRY(g_api->CreateCustomOpDomain("ai.liquid_stream", &domain));
+  LTC_TRY(g_api->CreateCustomOpDomain(LTC_OP_DOMAIN, &domain));
   LTC_TRY(g_api->CustomOpDomain_Add(domain, &g_op_f32));
   LTC_TRY(g_api->CustomOpDomain_Add(domain, &g_op_f64));
   return g_api->AddCustomOpDomain(options, domain);
@@ -224,9 +225,12 @@ def include_dir() -> Path | None:
 
 
 def source() -> str:
-    """The op library's C++: the training kernel's source, then :data:`GLUE`."""
+    """The op library's C++: the training kernel's source, the constants it shares with
+    Python (segment, serial threshold, the op's domain and name), then :data:`GLUE`."""
     consts = (f"#define LTC_SEGMENT {ltc_cpp.SEGMENT}\n"
-              f"#define LTC_SERIAL_BELOW {ltc_cpp.SERIAL_BELOW}\n")  # fmt: skip
+              f"#define LTC_SERIAL_BELOW {ltc_cpp.SERIAL_BELOW}\n"
+              f'#define LTC_OP_DOMAIN "{DOMAIN}"\n'
+              f'#define LTC_OP_NAME "{OP}"\n')  # fmt: skip
     return ltc_cpp.SOURCE + consts + GLUE
 
 
@@ -246,7 +250,7 @@ def library_path() -> Path:
     header = hashlib.sha256((inc / HEADER).read_bytes()).hexdigest()
     try:
         return ltc_cpp.build(cxx, source(), "ltc_ort", [f"-I{inc}"], header)
-    except (OSError, RuntimeError) as e:
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         raise LtcOpUnavailable(f"the fused LTC op failed to build: {e}") from None
 
 
