@@ -449,6 +449,51 @@ def test_wide_physiology_over_records() -> None:
     assert min(hr) < 70 and max(hr) > 140 and min(rr) < 14 and max(rr) > 28
 
 
+def test_rr_base_spans_move_only_the_base_rate() -> None:
+    """``rr_base``: each record's base RR is uniform over the spans (one draw, so every other
+    draw of the record stays as it is), both spans are drawn, and the default single span is
+    exactly the former U(8, 35) draw (the sets made before the option are unchanged)."""
+    spans = ((6.0, 9.0), (34.0, 37.0))
+    same = ("hr0", "hr_sd", "hr_tau_s", "rr_sd", "rr_tau_s", "spo2_0", "breath_cv", "family")
+    base = []
+    for i in range(12):
+        a, b = sim(21, i)["params"], sim(21, i, rr_base=spans)["params"]
+        assert any(lo <= b["rr0"] <= hi for lo, hi in spans), b["rr0"]
+        assert {k: a[k] for k in same} == {k: b[k] for k in same}
+        base.append(b["rr0"])
+    assert min(base) < 9 and max(base) > 34
+    draws = [vs._u_spans(np.random.default_rng([3, k]), spans) for k in range(4000)]
+    assert all(6 <= x <= 9 or 34 <= x <= 37 for x in draws)
+    assert np.mean(np.asarray(draws) < 20) == pytest.approx(0.5, abs=0.03)  # equal lengths
+    rng, ref = np.random.default_rng(5), np.random.default_rng(5)
+    assert vs._u_spans(rng, vs.RR_BASE) == ref.uniform(8, 35)
+    for bad in ((), ((9, 6),), ((5, 9),), ((30, 41),), ((6, 9), (8, 12)), ((20, 30), (6, 9))):
+        with pytest.raises(ValueError, match="rr_base"):
+            vs.check_rr_base(bad)
+
+
+def test_rr_base_is_stamped_and_given_by_the_cli(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from liquid_stream.training.data.cli import bidmc_sim_cmd
+
+    vs.write_vitals_sim(tmp_path / "plain", records=1, minutes=MINUTES, seed=22, progress=False)
+    doc = json.loads((tmp_path / "plain" / vs.PARAMS_NAME).read_text())
+    assert "rr_base" not in doc  # the stamp of a default set is what it was before the option
+    run = CliRunner().invoke
+    r = run(bidmc_sim_cmd, [str(tmp_path / "ends"), "--records", "2", "--minutes", "1",
+                            "--randomised", "--seed", "22", "--rr-base", "6:9,34:37"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "ends" / vs.PARAMS_NAME).read_text())
+    assert doc["rr_base"] == [[6.0, 9.0], [34.0, 37.0]]
+    assert all(p["rr0"] < 9 or p["rr0"] > 34 for p in doc["per_record"].values())
+    for args, msg in ((["--rr-base", "6-9", "--randomised"], "LO:HI"),
+                      (["--rr-base", "6:9,8:12", "--randomised"], "disjoint"),
+                      (["--rr-base", "6:9"], "needs --randomised")):  # fmt: skip
+        r = run(bidmc_sim_cmd, [str(tmp_path / "bad"), "--records", "1", "--minutes", "1", *args])
+        assert r.exit_code != 0 and msg in r.output and not (tmp_path / "bad").exists()
+
+
 # ---------------------------------------------------------------------------- determinism
 
 

@@ -93,6 +93,15 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
         click.echo(f"  note: {rep.too_long} clips were longer than 1 s and were cut")
 
 
+def _spans(text: str) -> list[tuple[float, float]]:
+    """``"6:9,34:37"`` -> [(6.0, 9.0), (34.0, 37.0)] (a one-line error otherwise)."""
+    try:
+        return [(float(a), float(b)) for a, b in (p.split(":") for p in text.split(","))]
+    except ValueError:
+        msg = f"--rr-base must be LO:HI[,LO:HI...] in breaths/min, got {text!r}"
+        raise ValueError(msg) from None
+
+
 @data.command("bidmc-sim")
 @click.argument("out", type=FOLDER)
 @click.option(
@@ -116,7 +125,12 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
     "--families", default="nk2,param", show_default=True,
     help="With --randomised: the morphology families; record i gets families[i % n].",
 )  # fmt: skip
-def bidmc_sim_cmd(out, records, minutes, seed, workers, force, randomised, families):
+@click.option(
+    "--rr-base", default=None, metavar="LO:HI[,LO:HI]",
+    help="With --randomised: the spans of each record's base RR draw, breaths/min (default "
+    "8:35; e.g. 6:9,34:37 for records at the ends of the range).",
+)  # fmt: skip
+def bidmc_sim_cmd(out, records, minutes, seed, workers, force, randomised, families, rr_base):
     """Write simulated BIDMC WFDB records (bidmcNN 125 Hz RESP/PLETH/V/AVR/II + bidmcNNn 1 Hz
     HR/PULSE/RESP/SpO2 numerics, NeuroKit2 waveforms warped onto known trajectories) to OUT."""
     from liquid_stream.training.data.bidmc_sim import write_bidmc_sim
@@ -124,13 +138,16 @@ def bidmc_sim_cmd(out, records, minutes, seed, workers, force, randomised, famil
     fams = tuple(f.strip() for f in families.split(",") if f.strip())
     try:
         if randomised:
-            from liquid_stream.training.data.vitals_sim import write_vitals_sim
+            from liquid_stream.training.data.vitals_sim import RR_BASE, write_vitals_sim
 
+            spans = RR_BASE if rr_base is None else _spans(rr_base)
             rep = write_vitals_sim(
                 out, records, minutes, seed, fams, workers=workers, progress=True,
-                overwrite=force,
+                overwrite=force, rr_base=spans,
             )  # fmt: skip
         else:
+            if rr_base is not None:
+                raise ValueError("--rr-base needs --randomised")
             rep = write_bidmc_sim(
                 out, records, minutes, seed, workers=workers, progress=True, overwrite=force
             )

@@ -48,9 +48,9 @@ HR baseline, trajectory        U(45, 170) bpm; smoothed noise SD U(1, 8)    AHA:
                                                                             >100; max ~220-age
 HR abrupt changes              step p=0.5, +-U(10, 40) bpm over U(1, 10) s; chosen
                                ramp p=0.3, +-U(10, 50) bpm over U(30, 180) s
-RR baseline, trajectory        U(8, 35) /min; SD U(0.5, 3), U(20, 90) s;    adult normal 12-20
-                               clipped 6-40                                 (vital-sign texts);
-                                                                            6-40 issue 20
+RR baseline, trajectory        U(8, 35) /min (``rr_base``: other spans,     adult normal 12-20
+                               e.g. 6-9 and 34-37 for the range's ends);    (vital-sign texts);
+                               SD U(0.5, 3), U(20, 90) s; clipped 6-40      6-40 issue 20
 RR abrupt changes              step p=0.3 +-U(3, 12); ramp p=0.2 +-U(3, 12) chosen
 SpO2 baseline, trajectory      U(86, 100) %; SD U(0.2, 1.5); clipped 80-100 normal 95-100;
                                                                             oximeter accuracy
@@ -305,15 +305,50 @@ def _apply_changes(tg: np.ndarray, changes: list[dict]) -> np.ndarray:
     return out
 
 
-def _trajectories(rng, d: _Draws, secs: int) -> tuple[np.ndarray, ...]:
-    """1 Hz grid ``tg`` (S1,) from -PAD_S to secs + PAD_S and HR, RR, SpO2 on it."""
+RR_BASE = ((8.0, 35.0),)  # spans of the base RR draw, breaths/min (module docstring)
+RR_CLIP = (6.0, 40.0)  # the RR trajectory's range
+
+
+def _u_spans(rng: np.random.Generator, spans: Sequence[tuple[float, float]]) -> float:
+    """Uniform over the union of the disjoint ``spans`` (one draw; a single span is exactly
+    :func:`_u`, so the default records are unchanged by the option)."""
+    if len(spans) == 1:
+        return _u(rng, *spans[0])
+    x = _u(rng, 0.0, sum(hi - lo for lo, hi in spans))
+    for lo, hi in spans:
+        if x < hi - lo:
+            return lo + x
+        x -= hi - lo
+    return spans[-1][1]
+
+
+def check_rr_base(spans: Sequence[Sequence[float]]) -> tuple[tuple[float, float], ...]:
+    """``spans`` as a tuple of (lo, hi) pairs, checked: non-empty, lo < hi, inside RR_CLIP,
+    sorted and disjoint."""
+    out = tuple((float(lo), float(hi)) for lo, hi in spans)
+    if not out:
+        raise ValueError("rr_base needs at least one span lo:hi")
+    for (lo, hi), nxt in zip(out, out[1:] + ((np.inf, np.inf),), strict=True):
+        if not (RR_CLIP[0] <= lo < hi <= RR_CLIP[1]) or hi > nxt[0]:
+            raise ValueError(
+                f"rr_base spans must be sorted, disjoint and inside {RR_CLIP[0]:g}-"
+                f"{RR_CLIP[1]:g} breaths/min with lo < hi, got {out}"
+            )
+    return out
+
+
+def _trajectories(
+    rng, d: _Draws, secs: int, rr_base: Sequence[tuple[float, float]] = RR_BASE
+) -> tuple[np.ndarray, ...]:
+    """1 Hz grid ``tg`` (S1,) from -PAD_S to secs + PAD_S and HR, RR, SpO2 on it; the base
+    RR drawn uniformly over the ``rr_base`` spans."""
     tg = np.arange(-PAD_S, secs + PAD_S + 1, dtype=np.float64)
     n = len(tg)
     hr = d("hr0", _u(rng, 45, 170)) + d("hr_sd", _u(rng, 1, 8)) * _smooth(
         rng, n, d("hr_tau_s", _u(rng, 20, 90))
     )
     hr += _apply_changes(tg, d("hr_changes", _changes(rng, secs, 0.5, (10, 40), 0.3, (10, 50))))
-    rr = d("rr0", _u(rng, 8, 35)) + d("rr_sd", _u(rng, 0.5, 3)) * _smooth(
+    rr = d("rr0", _u_spans(rng, rr_base)) + d("rr_sd", _u(rng, 0.5, 3)) * _smooth(
         rng, n, d("rr_tau_s", _u(rng, 20, 90))
     )
     rr += _apply_changes(tg, d("rr_changes", _changes(rng, secs, 0.3, (3, 12), 0.2, (3, 12))))
@@ -328,7 +363,7 @@ def _trajectories(rng, d: _Draws, secs: int) -> tuple[np.ndarray, ...]:
         at, size = _u(rng, 0.1, 0.9) * secs, _sign(rng, 0.5) * _u(rng, 2, 6)
         sp_changes.append({"kind": "step", "at_s": at, "size": size, "dur_s": _u(rng, 1, 10)})
     sp += _apply_changes(tg, d("spo2_changes", sp_changes))
-    return tg, np.clip(hr, 40, 180), np.clip(rr, 6, 40), np.clip(sp, 80, 100)
+    return tg, np.clip(hr, 40, 180), np.clip(rr, *RR_CLIP), np.clip(sp, 80, 100)
 
 
 # ---------------------------------------------------------------------------- events
@@ -679,6 +714,7 @@ def simulate_randomised(
     *,
     scaling: bool = True,
     force: Mapping[str, Any] | None = None,
+    rr_base: Sequence[tuple[float, float]] = RR_BASE,
 ) -> dict:
     """One domain-randomised record (module docstring).
 
@@ -690,7 +726,9 @@ def simulate_randomised(
     ``beat_kind`` (0 normal, 1 premature, 2 AF) and ``breaths`` (onset times, s).
     T = minutes*60*fs + 1, S = minutes*60 + 1. ``family``: "nk2", "param" or None (drawn).
     ``scaling=False`` skips gain, offset and quantisation (same draws). ``force``: draw name ->
-    value to use instead of the draw (e.g. ``{"ectopic_prob": 0.1}``).
+    value to use instead of the draw (e.g. ``{"ectopic_prob": 0.1}``). ``rr_base``: the spans
+    of the base RR draw (default U(8, 35); e.g. ``((6, 9), (34, 37))`` for records at the
+    ends of the range; :func:`check_rr_base`).
     """
     secs = int(round(minutes * 60))
     if secs < 1:
@@ -706,7 +744,7 @@ def simulate_randomised(
     d = _Draws(force)
     d("family", family)
 
-    tg, hr1, rr1, sp1 = _trajectories(rs["traj"], d, secs)
+    tg, hr1, rr1, sp1 = _trajectories(rs["traj"], d, secs, check_rr_base(rr_base))
     breaths = _breaths(rs["breaths"], d, tg, rr1)
     depth = np.exp(
         d("breath_depth_cv", _u(rs["breaths"], 0.05, 0.3))
@@ -939,18 +977,26 @@ def record_family(i: int, families: Sequence[str]) -> str:
     return families[i % len(families)]
 
 
-def _make_one(args: tuple[str, int, int, float, str]) -> dict:
-    out, seed, i, minutes, family = args
-    rec = simulate_randomised(np.random.default_rng([seed, i]), minutes, family=family)
+def _make_one(args: tuple[str, int, int, float, str, tuple]) -> dict:
+    out, seed, i, minutes, family, rr_base = args
+    rng = np.random.default_rng([seed, i])
+    rec = simulate_randomised(rng, minutes, family=family, rr_base=rr_base)
     write_record(out, record_name(i), rec)
     num = rec["numerics"]
     ranges = [[float(np.nanmin(num[:, c])), float(np.nanmax(num[:, c]))] for c in (0, 2, 3)]
     return {"params": json_params(rec["params"]), "ranges": ranges}
 
 
-def _stamp(records: int, minutes: float, seed: int, families: Sequence[str]) -> dict:
-    return {"simulator": "vitals_sim", "revision": SIM_REVISION, "records": records,
-            "minutes": float(minutes), "seed": seed, "families": list(families)}  # fmt: skip
+def _stamp(
+    records: int, minutes: float, seed: int, families: Sequence[str], rr_base=RR_BASE
+) -> dict:
+    """What a set was generated with (``rr_base`` only when it is not the default, so the
+    stamps of the sets made before the option still match)."""
+    stamp = {"simulator": "vitals_sim", "revision": SIM_REVISION, "records": records,
+             "minutes": float(minutes), "seed": seed, "families": list(families)}  # fmt: skip
+    if tuple(rr_base) != RR_BASE:
+        stamp["rr_base"] = [list(sp) for sp in rr_base]
+    return stamp
 
 
 MAX_RECORDS = 9999  # bidmc01 … bidmc9999 (the loaders take any bidmc + digits)
@@ -965,11 +1011,13 @@ def write_vitals_sim(
     workers: int = 1,
     progress: bool = True,
     overwrite: bool = False,
+    rr_base: Sequence[tuple[float, float]] = RR_BASE,
 ) -> VitalsSimReport:
     """Generate ``records`` randomised record pairs into ``out`` (module docstring), with
     ``params.json``. Atomic like :func:`.bidmc_sim.write_bidmc_sim`: ``out`` is complete or
     absent; an existing non-empty ``out`` is replaced only with ``overwrite`` and only if it
-    is a previous randomised set (has the stamp file)."""
+    is a previous randomised set (has the stamp file). ``rr_base``: the spans of the base RR
+    draw (:func:`simulate_randomised`)."""
     if records < 1 or records > MAX_RECORDS:
         raise ValueError(f"records must be in 1..{MAX_RECORDS} (bidmcN+ names), got {records}")
     if minutes * 60 < 1:
@@ -977,13 +1025,14 @@ def write_vitals_sim(
     families = tuple(families)
     if not families or any(f not in FAMILIES for f in families):
         raise ValueError(f"families must be a non-empty subset of {FAMILIES}, got {families}")
+    rr_base = check_rr_base(rr_base)
     out = Path(out).expanduser().resolve()
     cache.check_replaceable(out, STAMP_NAME, overwrite, "a randomised vital-sign set")
     with cache.atomic_dir(out) as tmp:
         import neurokit2  # noqa: F401  (imported before the clock starts; ~4 s)
 
         t0 = time.perf_counter()
-        jobs = [(str(tmp), seed, i, float(minutes), record_family(i, families))
+        jobs = [(str(tmp), seed, i, float(minutes), record_family(i, families), rr_base)
                 for i in range(records)]  # fmt: skip
         bar = dict(total=records, desc="vitals-sim", unit="record") if progress else None
         results = cache.map_jobs(_make_one, jobs, workers, bar)
@@ -991,7 +1040,8 @@ def write_vitals_sim(
         names = [record_name(i) for i in range(records)]
         (tmp / "RECORDS").write_text("".join(f"{n}\n{n}n\n" for n in names))
         per_record = {n: r["params"] for n, r in zip(names, results, strict=True)}
-        doc = {**_stamp(records, minutes, seed, families), "per_record": per_record}
+        stamp = _stamp(records, minutes, seed, families, rr_base)
+        doc = {**stamp, "per_record": per_record}
         (tmp / PARAMS_NAME).write_text(json.dumps(doc, indent=1))
         rg = np.asarray([r["ranges"] for r in results])  # (records, 3, 2)
         fam = [record_family(i, families) for i in range(records)]
@@ -1008,7 +1058,7 @@ def write_vitals_sim(
             rr_range=(float(rg[:, 1, 0].min()), float(rg[:, 1, 1].max())),
             spo2_range=(float(rg[:, 2, 0].min()), float(rg[:, 2, 1].max())),
         )
-        cache.write_stamp(tmp, STAMP_NAME, _stamp(records, minutes, seed, families), report)
+        cache.write_stamp(tmp, STAMP_NAME, stamp, report)
     return report
 
 
