@@ -170,3 +170,78 @@ def test_target_balance_trains_a_crop_run_and_refuses_what_it_cannot_weigh(tmp_p
         load_config("bidmc", "ppg", over + ["optim.target_balance=2"])
     with pytest.raises(ValueError, match="weighs a regression loss"):
         Trainer._target_balance(0.5, "ce_per_step", None)
+
+
+def test_extra_train_records_join_the_train_split_only(tmp_path):
+    """``data.extra_train``: every record of another folder is added to the train crops
+    (named ``1:bidmcN``), after data.root's own train crops, which are unchanged, as are the
+    val / test splits; the output affine is fitted on both folders' train windows; evaluate
+    scores such a run on data.root's test records."""
+    for i in range(1, 7):
+        write_record(tmp_path / "rec", f"bidmc{i:02d}", seconds=100, seed=i)
+    for i in range(1, 3):
+        write_record(tmp_path / "edge", f"bidmc{i:02d}", seconds=100, seed=10 + i)
+    over = [f"data.root={tmp_path / 'rec'}", "data.crop_s=64", "data.crop_hop_s=18",
+            "optim.batch_size=2", "train.max_steps=1", "train.threads=1",
+            "train.progress=false", "model.d_model=8", "model.n_layers=1"]  # fmt: skip
+    from liquid_stream.training.tasks import build_bidmc
+
+    cfg0 = load_config("bidmc", "ppg", over)
+    cfg1 = load_config("bidmc", "ppg", over + [f"data.extra_train=[{tmp_path / 'edge'}]"])
+    tr0, va0, te0, m0, _ = build_bidmc(cfg0)
+    tr1, va1, te1, m1, _ = build_bidmc(cfg1)
+    assert m1["records"]["val"] == m0["records"]["val"]
+    assert m1["records"]["test"] == m0["records"]["test"]
+    assert m1["records"]["train"] == sorted(m0["records"]["train"] + ["1:bidmc01", "1:bidmc02"])
+    assert m1["extra_train"] == {str(tmp_path / "edge"): 2}
+    n0 = len(tr0)
+    np.testing.assert_array_equal(tr1.windows.x[:n0], tr0.windows.x)
+    d = cfg0["data"]
+    edge = load_wfdb_crops(tmp_path / "edge", "hr", ["bidmc01", "bidmc02"], ["PLETH"],
+                           64 * FS, 18 * FS, d["window"], FS)  # fmt: skip
+    assert len(edge) > 0 and len(tr1) == n0 + len(edge)
+    np.testing.assert_array_equal(tr1.windows.x[n0:], edge.x)
+    np.testing.assert_array_equal(tr1.windows.y[n0:], edge.y, strict=True)
+    assert set(tr1.windows.record[n0:]) == {"1:bidmc01", "1:bidmc02"}
+    np.testing.assert_array_equal(va1.windows.x, va0.windows.x)
+    np.testing.assert_array_equal(te1.windows.x, te0.windows.x)
+    ys = [load_wfdb_windows(tmp_path / "rec", "hr", ["PLETH"], d["window"], d["hop"],
+                            records=m0["records"]["train"]).y,
+          load_wfdb_windows(tmp_path / "edge", "hr", ["PLETH"], d["window"], d["hop"]).y]
+    assert m1["target_mean"] == pytest.approx(float(np.concatenate(ys).mean()), rel=1e-6)
+    assert m1["target_mean"] != pytest.approx(m0["target_mean"], rel=1e-6)
+    # without crops the extra windows join the train windows the same way
+    w0, *_ = build_bidmc(load_config("bidmc", "ppg", over[:1] + ["data.crop_s=null"]))
+    w1, *_ = build_bidmc(load_config("bidmc", "ppg", over[:1] + [
+        "data.crop_s=null", f"data.extra_train=[{tmp_path / 'edge'}]"]))  # fmt: skip
+    assert len(w1) == len(w0) + len(ys[1])
+    summary = train(cfg1, tmp_path / "run")
+    assert np.isfinite(summary["test"]["rmse"])
+    from click.testing import CliRunner
+
+    from liquid_stream.training.cli import evaluate_cmd
+
+    r = CliRunner().invoke(evaluate_cmd, [str(tmp_path / "run" / "best.pt"), "--device", "cpu",
+                                          "--out", str(tmp_path / "ev")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+
+
+def test_a_crop_run_of_a_self_normalising_model_holds_no_window_samples(tmp_path):
+    """A crop run whose model normalises its own input (the ``scalenorm`` front end) reads
+    the windows as an index only: the same crops, targets and output affine as with every
+    window's samples in memory."""
+    for i in range(1, 7):
+        write_record(tmp_path / "rec", f"bidmc{i:02d}", seconds=100, seed=i)
+    cfg = load_config("bidmc", "ppg", [
+        f"data.root={tmp_path / 'rec'}", "data.crop_s=64", "data.crop_hop_s=18",
+        "model.frontend.kind=scalenorm", "model.d_model=8", "model.n_layers=1"])  # fmt: skip
+    from liquid_stream.training.tasks import bidmc_split_seed, bidmc_windows, build_bidmc
+
+    full = bidmc_windows(cfg["data"], bidmc_split_seed(cfg))
+    index = bidmc_windows(cfg["data"], bidmc_split_seed(cfg), signals=False)
+    assert full[2].x.shape[1] == cfg["data"]["window"] and index[2].x.shape[1] == 0
+    a, b = build_bidmc(cfg, windows=full), build_bidmc(cfg)
+    for sa, sb in zip(a[:3], b[:3], strict=True):
+        np.testing.assert_array_equal(sa.windows.x, sb.windows.x)
+        np.testing.assert_array_equal(sa.windows.y, sb.windows.y)
+    assert a[3] == b[3] and len(a[0]) > 0

@@ -118,8 +118,9 @@ def evaluate_vitals(
     from .tasks import bidmc_split_seed, bidmc_windows, build_bidmc
 
     # windows here (the stream is scored below); the train crops' augmentations need crops
-    # and touch no scored window, so they are off (a pulse_eq run was refused here)
-    d = {**cfg["data"], "crop_s": None, "pulse_eq": 0.0, "channel_off": 0.0}
+    # and touch no scored window, so they are off (a pulse_eq run was refused here), and
+    # the extra training folders hold no val / test record
+    d = {**cfg["data"], "crop_s": None, "pulse_eq": 0.0, "channel_off": 0.0, "extra_train": []}
     cfg = {**cfg, "data": d}
     scalenorm = ((cfg.get("model") or {}).get("frontend") or {}).get("kind") == "scalenorm"
     # only the scored split's samples are held (the train split's feed no statistics here)

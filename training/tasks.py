@@ -366,7 +366,14 @@ def bidmc_split_seed(cfg: dict) -> int:
     return int(cfg["train"]["seed"] if s is None else s)
 
 
-def bidmc_windows(d: dict, seed: int, only: str | None = None):
+def _named(w, prefix: str):
+    """``w`` (windows or crops) with ``prefix`` before each record id (another folder's)."""
+    if prefix:
+        w.record = np.asarray([prefix + str(r) for r in w.record], dtype=str)
+    return w
+
+
+def bidmc_windows(d: dict, seed: int, only: str | None = None, signals: bool = True):
     """(format, root, train, val, test) ``Windows`` of the data section ``d``.
 
     WFDB: ``protocol`` ``record`` (no recording in two splits) or ``shuffled`` (all
@@ -376,7 +383,9 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None):
     ``only`` (``"train"``, ``"val"`` or ``"test"``; WFDB, ``record`` protocol): the same
     splits, but only that one holds its samples, the others are indexes (``x`` of shape
     ``(n, 0, C)``): the split is drawn from an index of every record, then that split's
-    records are read again. Evaluation holds 15 % of the windows instead of all of them."""
+    records are read again. Evaluation holds 15 % of the windows instead of all of them.
+    ``signals=False`` (WFDB): every split an index (a crop run of a self-normalising model
+    needs the windows' targets and records, not their samples: 5.1 GB for 2997 records)."""
     if only not in (None, "train", "val", "test"):
         raise ValueError(f"only must be 'train', 'val' or 'test', got {only!r}")
     bd = _import(BIDMC_MODULE)
@@ -398,12 +407,13 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None):
         args = (root, d["target"], tuple(d["channels"]), int(d["window"]), int(d["hop"]),
                 int(d["sample_rate"]))  # fmt: skip
         index = only is not None and protocol == "record"
-        w = bd.load_wfdb_windows(*args, min_valid=float(d["min_valid"]), signals=not index)
+        w = bd.load_wfdb_windows(*args, min_valid=float(d["min_valid"]),
+                                 signals=signals and not index)  # fmt: skip
         splits = list(bd.split_windows(w, protocol, seed))
         if index:
             k = ("train", "val", "test").index(only)
             names = list(dict.fromkeys(splits[k].record))  # in the index's order
-            if names:
+            if names and signals:
                 skipped = splits[k].skipped
                 splits[k] = bd.load_wfdb_windows(*args, records=names,
                                                  min_valid=float(d["min_valid"]))  # fmt: skip
@@ -428,13 +438,18 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None):
      "min_valid": 0.5, "sim": "classic", "sim_families": ["nk2", "param"],
      "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0, "max_train": None,
      "crop_s": None, "crop_hop_s": 48.0, "channel_off": 0.0, "pulse_eq": 0.0,
-     "pulse_eq_db": None, "split_seed": None},
+     "pulse_eq_db": None, "split_seed": None, "extra_train": []},
 )  # fmt: skip
 def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     """BIDMC HR / RR / SpO2 regression (loss ``mse`` at the window's last step, in units
     of the train targets' std; RMSE / MAE in physical units). ``meta`` carries what the
     vitals app needs: target, units, channels, window, target_mean / target_std (the
-    model's output affine, set by the caller from ``meta`` before building the model)."""
+    model's output affine, set by the caller from ``meta`` before building the model).
+
+    ``data.extra_train``: WFDB record folders whose every record joins the training split
+    only (e.g. records drawn at the ends of a target's range); the val / test split of
+    ``data.root`` is the one it has without them. Their records are named ``k:bidmcN`` in the
+    split's record list (k: the folder's position)."""
     if rate != 1:
         raise ValueError("bidmc has no resampled evaluation")
     bd = _import(BIDMC_MODULE)
@@ -442,9 +457,28 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     target = d["target"]
     if target not in BIDMC_TARGETS:
         raise ValueError(f"data.target must be one of {', '.join(BIDMC_TARGETS)}, got {target!r}")
-    fmt, root, train, val, test = windows or bidmc_windows(d, bidmc_split_seed(cfg))
+    frontend = (cfg.get("model") or {}).get("frontend") or {}
+    scalenorm = frontend.get("kind") == "scalenorm"  # the model normalises itself, in any units
+    # a crop run of such a model reads its crops from the records: the windows' samples
+    # would only take memory
+    index_only = bool(d.get("crop_s")) and scalenorm and d["protocol"] == "record"
+    fmt, root, train, val, test = windows or bidmc_windows(
+        d, bidmc_split_seed(cfg), signals=not index_only
+    )
     if d["max_train"] is not None and len(train) > int(d["max_train"]):
         train = train.subset(_limit(np.arange(len(train)), d["max_train"], seed))
+    crops = bool(d.get("crop_s")) and fmt == "wfdb"  # train and score as a stream
+    extra_roots = [str(r) for r in d.get("extra_train") or []]
+    if extra_roots and fmt != "wfdb":
+        raise ValueError("data.extra_train needs WFDB records in data.root")
+    extra_w = [  # every record of each folder, index only with crops (the crops are read below)
+        _named(bd.load_wfdb_windows(r, target, tuple(d["channels"]), int(d["window"]),
+               int(d["hop"]), int(d["sample_rate"]), min_valid=float(d["min_valid"]),
+               signals=not crops), f"{k}:")
+        for k, r in enumerate(extra_roots, 1)
+    ]  # fmt: skip
+    if extra_w and not crops:  # (with crops, the train crops are cut from each folder below)
+        train = bd.concat_windows(train, *extra_w)
     if len(train) == 0:
         raise ValueError(f"no training windows for {target} in {root}")
     if target == "spo2" and not ("PLETH" in train.channels or {"IR", "RED"} <= set(train.channels)):
@@ -452,8 +486,7 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
             "data.target spo2 needs the oximeter's IR and RED channels (or PLETH): SpO2 is "
             "read from the PPG"
         )
-    frontend = (cfg.get("model") or {}).get("frontend") or {}
-    if frontend.get("kind") == "scalenorm":  # the model normalises itself, in any units
+    if scalenorm:
         mean, std = [0.0] * len(train.channels), [1.0] * len(train.channels)
     elif stats is None:
         mean, std = bd.channel_stats(train.x)
@@ -461,7 +494,6 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         mean, std = _saved_stats(stats)
     sets = [bd.WindowDataset(w, mean, std) for w in (train, val, test)]
     loss = "mse"
-    crops = bool(d.get("crop_s")) and fmt == "wfdb"  # train and score as a stream
     if float(d["pulse_eq"]) > 0 and not crops:
         raise ValueError("data.pulse_eq re-shapes the train crops: it needs data.crop_s "
                          "(and WFDB records)")  # fmt: skip
@@ -471,17 +503,25 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
 
         fs = int(d["sample_rate"])
         crop, hop = int(round(float(d["crop_s"]) * fs)), int(round(float(d["crop_hop_s"]) * fs))
+        def crops_of(w):  # the train split: data.root's records, then extra_train's
+            cut = [(root, sorted({str(r) for r in w.record}), "")]
+            for k, (r, e) in enumerate(zip(extra_roots, extra_w, strict=True), 1):
+                if w is train:
+                    cut.append((r, sorted({str(n).split(":", 1)[1] for n in e.record}), f"{k}:"))
+            return bc.concat_crops([
+                _named(bc.load_wfdb_crops(src, target, names, train.channels, crop, hop,
+                                          int(d["window"]), fs, float(d["min_valid"])), p)
+                for src, names, p in cut])  # fmt: skip
+
         sets = [
-            bc.CropDataset(bc.load_wfdb_crops(
-                root, target, sorted({str(r) for r in w.record}), train.channels, crop, hop,
-                int(d["window"]), fs, float(d["min_valid"])), mean, std,
+            bc.CropDataset(crops_of(w), mean, std,
                 channel_off=float(d["channel_off"]) if w is train else 0.0, seed=seed,
                 sample_rate=fs, pulse_eq=float(d["pulse_eq"]) if w is train else 0.0,
                 pulse_eq_db=pulse_eq.gain_bound_db(d["pulse_eq_db"]))
             for w in (train, val, test)
         ]  # fmt: skip
         loss = "mse_per_step"
-    y = train.y.astype(np.float64)
+    y = np.concatenate([train.y] + ([e.y for e in extra_w] if crops else [])).astype(np.float64)
     extra = {
         "format": fmt, "protocol": d["protocol"], "data_root": str(root),
         "windows": {"train": len(train), "val": len(val), "test": len(test)},
@@ -489,6 +529,12 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     if fmt == "wfdb":  # which recordings each split holds (the apps stream held-out ones)
         parts = (("train", train), ("val", val), ("test", test))
         extra["records"] = {k: sorted({str(r) for r in w.record}) for k, w in parts}
+        if extra_w:
+            names = {str(r) for e in extra_w for r in e.record}
+            extra["records"]["train"] = sorted(set(extra["records"]["train"]) | names)
+            extra["extra_train"] = {
+                r: len(set(e.record)) for r, e in zip(extra_roots, extra_w, strict=True)
+            }
     meta = ModelMeta(
         task="bidmc", target=target, units=BIDMC_TARGETS[target][1], labels=[target],
         channels=list(train.channels), sample_rate=int(d["sample_rate"]),
