@@ -1,7 +1,7 @@
 """Streamed error of exported vital-sign models over whole records, as the monitor runs them.
 
     python bench/vitals_stream.py MODEL.onnx [MODEL.onnx ...] (--records ROOT | --checkpoint
-        RUN/best.pt [--split test]) [--rate HZ] [--flat CHANNEL] [--worst K]
+        RUN/best.pt [--split test]) [--rate HZ] [--flat CHANNEL] [--worst K] [--bands E,E,...]
 
 Each record is streamed from its start through ``liquid-stream vitals``' own code path
 (``open_record`` + ``run_record``: 1 s chunks, unpaced, one model at a time), and every
@@ -14,6 +14,8 @@ judge of models trained on different sets), or the ``--split`` records of
 share within ±5 bpm (HR) / ±2 breaths/min (RR) / ±2 % (SpO2), and the least-squares slope of
 estimate on truth; with the command. ``--worst K`` adds, under each model, the K records that
 hold the most of its squared error, with what the simulator drew for them (``params.json``).
+``--bands 8,12,35`` adds, under each model, one row per band of the reference (below 8, 8-12,
+12-35, 35 and above): its share of the scored seconds and of the squared error, RMSE, bias.
 
 ``--rate HZ``: each record's signals are first resampled from their rate to HZ
 (``scipy.signal.resample_poly``; a NaN widens by the filter's length) and written as a
@@ -107,6 +109,25 @@ def worst_rows(
     return rows
 
 
+def band_rows(y: np.ndarray, d: np.ndarray, edges: list[float]) -> list[str]:
+    """One row per band of the reference ``y`` cut at ``edges``: share of the seconds and of
+    the squared error ``d**2``, RMSE and bias in the band."""
+    bounds = [-math.inf, *edges, math.inf]
+    rows, se = [], float(np.sum(d**2))
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        m = (y >= lo) & (y < hi)
+        name = f"{lo:g}–{hi:g}"
+        name = f"< {hi:g}" if lo == -math.inf else f"≥ {lo:g}" if hi == math.inf else name
+        if not m.any():
+            rows.append(f"|   truth {name} | | 0 | | | | | |")
+            continue
+        share = 100 * np.sum(d[m] ** 2) / se
+        rows.append(f"|   truth {name} | {100 * m.mean():.1f} % of s, {share:.1f} % of sq. err "
+                    f"| {int(m.sum())} | {np.sqrt(np.mean(d[m] ** 2)):.3f} | "
+                    f"{np.mean(np.abs(d[m])):.3f} | {d[m].mean():+.3f} | | |")  # fmt: skip
+    return rows
+
+
 def rewrite(records: list[Path], out: Path, rate: int | None, flat: str | None) -> list[Path]:
     """``records`` rewritten into ``out``: at ``rate`` Hz (``--rate``) and/or with the
     channel ``flat`` reading its median all along (``--flat``); the numerics as they are."""
@@ -152,7 +173,13 @@ def main() -> None:
                     help="rewrite the records with CHANNEL (e.g. PLETH) flat")  # fmt: skip
     ap.add_argument("--worst", type=int, default=0, metavar="K",
                     help="also list each model's K records of most squared error")  # fmt: skip
+    ap.add_argument("--bands", default=None, metavar="E,E,...",
+                    help="also score each model by bands of the reference")  # fmt: skip
     args = ap.parse_args()
+    try:
+        edges = sorted(float(v) for v in args.bands.split(",")) if args.bands else []
+    except ValueError:
+        sys.exit(f"error: --bands takes numbers separated by commas, got {args.bands!r}")
     command = "python " + shlex.join(["bench/vitals_stream.py", *sys.argv[1:]])
     records = ([wfdb_dir(args.records) / n for n in list_records(args.records)]
                if args.records is not None
@@ -181,6 +208,9 @@ def main() -> None:
             worst = worst_rows(records, d, which, args.worst, draws)
             rows += worst
             print("\n".join(worst), flush=True)
+        if edges:
+            rows += band_rows(y, d, edges)
+            print("\n".join(rows[-len(edges) - 1 :]), flush=True)
     print("\n" + "\n".join(rows) + f"\n\nCommand: `{command}`")
 
 
