@@ -1,7 +1,7 @@
 """The weights of a vital-sign ensemble, chosen by streamed RMSE on held-out records.
 
     python bench/ensemble_weights.py M0.onnx M1.onnx M2.onnx --records ROOT \
-        [--groups 0,0,1] [--step 0.05]
+        [--groups 0,0,1] [--step 0.05] [--cache DIR]
 
 Each member graph (exported alone) is streamed over every record under ``--records``
 exactly as ``bench/vitals_stream.py`` streams a model (``liquid-stream vitals``' own code
@@ -15,7 +15,9 @@ simplex; ``--groups`` ties members to one shared weight (e.g. two seeds of one r
 ``0,0,1`` gives one free number, the third member's share, the first two splitting the
 rest equally), so the choice has as few free numbers as the question needs. Prints the
 RMSE of every member alone, of the plain mean, and of the grid's best points, the
-``--weights`` for `liquid-stream export` / `evaluate --mean`, and the command.
+``--weights`` for `liquid-stream export` / `evaluate --mean`, and the command. ``--cache DIR``
+keeps each member's streamed estimates in DIR, keyed by the SHA-256 of the graph's bytes and
+of the records' files, so comparing combinations of the same members streams each once.
 
 Choose on a selection set and score the chosen graph once on the others: the weights are
 fitted numbers, and a test set that chose them would no longer be held out.
@@ -24,6 +26,7 @@ fitted numbers, and a test set that chose them would no longer be held out.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import shlex
 import sys
@@ -37,6 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from vitals_stream import streamed  # noqa: E402
 
+from liquid_stream.atomic import atomic_open  # noqa: E402
 from liquid_stream.training.data.bidmc import list_records, wfdb_dir  # noqa: E402
 
 
@@ -48,6 +52,29 @@ def simplex(n: int, step: float):
             yield np.array([*ks, m - sum(ks)], dtype=np.float64) / m
 
 
+def digest(paths: list[Path]) -> str:
+    """SHA-256 of the bytes of ``paths`` (in order, with their names)."""
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def streamed_cached(model: Path, records: list[Path], cache: Path | None):
+    """:func:`vitals_stream.streamed`, read from / written to ``cache`` when given."""
+    if cache is None:
+        return streamed(model, records)
+    files = sorted(f for r in records for f in r.parent.glob(r.name + "*") if f.is_file())
+    path = cache / f"{digest([model])}-{digest(files)}.npz"
+    if path.exists():
+        z = np.load(path)
+        return str(z["target"]), z["est"], z["ref"], z["which"]
+    target, e, r, which = streamed(model, records)
+    with atomic_open(path) as f:  # a cache entry is whole or absent
+        np.savez(f, target=target, est=e, ref=r, which=which)
+    return target, e, r, which
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", type=Path, nargs="+")
@@ -55,6 +82,7 @@ def main() -> None:
     ap.add_argument("--groups", default=None, help="member i's weight group, e.g. 0,0,1")
     ap.add_argument("--step", type=float, default=0.05)
     ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--cache", type=Path, default=None, help="keep streamed estimates here")
     a = ap.parse_args()
     k = len(a.models)
     groups = [int(g) for g in a.groups.split(",")] if a.groups else list(range(k))
@@ -63,7 +91,7 @@ def main() -> None:
     records = [wfdb_dir(a.records) / n for n in list_records(a.records)]
     est, ref = [], None
     for m in a.models:
-        target, e, r, _ = streamed(m, records)
+        target, e, r, _ = streamed_cached(m, records, a.cache)
         if ref is not None and not np.array_equal(r, ref):  # other seconds or references
             sys.exit(f"{m} scores other seconds than {a.models[0]}: not members of one ensemble")
         est.append(e)
