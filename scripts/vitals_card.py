@@ -202,6 +202,15 @@ def main() -> None:
         if a.members
         else ""
     )
+    extra = ""
+    for r in dict.fromkeys(x for c in cfgs for x in c["data"].get("extra_train") or []):
+        doc = json.loads((Path(r) / "params.json").read_text())
+        spans = ", ".join(f"{lo:g}–{hi:g}" for lo, hi in doc.get("rr_base", [[8, 35]]))
+        extra += (
+            f"\nThe last pass added {doc['records']} records of {doc['minutes']:g} min to the "
+            f"training split only (`data.extra_train={r}`), seed {doc['seed']}, base RR drawn "
+            f"from {spans} breaths/min (the ends of the range; the others draw 8–35)."
+        )
     if oximeter:
         units = ("with **any gain** per channel (the log scale-norm front end: ln of each "
                  "channel's ratio to its first sample, both channels over the first one's "
@@ -261,7 +270,7 @@ Synthetic only: {sim["records"]} domain-randomised records of {sim["minutes"]:g}
 {sim["seed"]} (`liquid-stream data bidmc-sim --randomised`, training/data/vitals_sim.py:
 HR 40–180, RR 6–40, SpO2 80–100, ectopic beats and AF, two morphology families, noise, motion,
 sensor-off stretches, random gain / offset / ADC per channel), split by record 70/15/15;
-{d["window"]}-sample windows every {d["hop"]} samples.{signals}
+{d["window"]}-sample windows every {d["hop"]} samples.{extra}{signals}
 
 ## How it was made (`{a.made_by}`)
 ```sh
