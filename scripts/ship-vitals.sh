@@ -253,7 +253,8 @@ for t in hr rr; do
     # (data.extra_train: the record split, hence the own test records, unchanged); lr 0.000125,
     # the ±6 dB equaliser, one thread each. Selection set, each weighted by the same bench:
     # the graph before 1.391, the new pair with B5 1.372, the pair before with the new wide
-    # member 1.318, all three new 1.311 at 0.15, 0.15, 0.7 (docs/benchmarks.md §5.2)
+    # member 1.318, all three new 1.311 at 0.15, 0.15, 0.7 (docs/benchmarks.md §5.2); the new
+    # pair alone 1.607 against 1.617, too small a gain to replace vitals-ppg-ecg-rr-lite
     recover 15a4bd9 vitals-ppg-ecg-rr runs/prr/ship-rr.pt
     EDGE=runs/edge/s31-400
     CMDS+=("liquid-stream data bidmc-sim $EDGE --records 400 --minutes 4 --randomised --rr-base 6:9,34:37 --seed 31 --workers 2")
