@@ -106,29 +106,30 @@ class Windows:
         return bool(len(self) == 0 or (self.start >= 0).all())
 
 
+def concat_parts(parts: Sequence, what: str) -> dict:
+    """``x``, ``y``, ``record``, ``start`` of ``parts`` (windows or crops of the same channels
+    and target, e.g. :class:`.bidmc_crops.Crops`) concatenated, with their channels and
+    target."""
+    if not parts:
+        raise BidmcDataError(f"concatenating {what} needs at least one part")
+    for p in parts[1:]:
+        if p.channels != parts[0].channels or p.target != parts[0].target:
+            raise BidmcDataError(
+                f"cannot concatenate {what} of {p.channels}/{p.target} "
+                f"with {parts[0].channels}/{parts[0].target}"
+            )
+    out = {k: np.concatenate([getattr(p, k) for p in parts]) for k in ("x", "y", "record", "start")}
+    return {**out, "channels": parts[0].channels, "target": parts[0].target}
+
+
 def concat_windows(*ws: Windows) -> Windows:
     """Concatenate windows of the same channels and target (skip counts are summed)."""
-    if not ws:
-        raise BidmcDataError("concat_windows needs at least one Windows")
-    for w in ws[1:]:
-        if w.channels != ws[0].channels or w.target != ws[0].target:
-            raise BidmcDataError(
-                f"cannot concatenate windows of {w.channels}/{w.target} "
-                f"with {ws[0].channels}/{ws[0].target}"
-            )
+    fields = concat_parts(ws, "windows")
     skipped: dict[str, int] = {}
     for w in ws:
         for k, v in w.skipped.items():
             skipped[k] = skipped.get(k, 0) + v
-    return Windows(
-        x=np.concatenate([w.x for w in ws]),
-        y=np.concatenate([w.y for w in ws]),
-        record=np.concatenate([w.record for w in ws]),
-        start=np.concatenate([w.start for w in ws]),
-        channels=ws[0].channels,
-        target=ws[0].target,
-        skipped=skipped,
-    )
+    return Windows(**fields, skipped=skipped)
 
 
 def _check_target(target: str) -> str:

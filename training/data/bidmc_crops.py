@@ -49,6 +49,7 @@ from .bidmc import (
     BidmcDataError,
     WindowDataset,
     _numeric,
+    concat_parts,
     read_record,
     window_starts,
     window_targets,
@@ -129,24 +130,7 @@ def load_wfdb_crops(
 
 def concat_crops(parts: Sequence[Crops]) -> Crops:
     """The crops of ``parts`` (same channels and target) one after the other."""
-    if not parts:
-        raise BidmcDataError("concat_crops needs at least one Crops")
-    if len(parts) == 1:
-        return parts[0]
-    for c in parts[1:]:
-        if c.channels != parts[0].channels or c.target != parts[0].target:
-            raise BidmcDataError(
-                f"cannot concatenate crops of {c.channels}/{c.target} "
-                f"with {parts[0].channels}/{parts[0].target}"
-            )
-    return Crops(
-        x=np.concatenate([c.x for c in parts]),
-        y=np.concatenate([c.y for c in parts]),
-        record=np.concatenate([c.record for c in parts]),
-        start=np.concatenate([c.start for c in parts]),
-        channels=parts[0].channels,
-        target=parts[0].target,
-    )
+    return parts[0] if len(parts) == 1 else Crops(**concat_parts(parts, "crops"))
 
 
 OFF_SECONDS = (4.0, 64.0)  # length of a channel-off stretch, U(lo, hi) seconds
