@@ -64,7 +64,8 @@ def streamed_cached(model: Path, records: list[Path], cache: Path | None):
     """:func:`vitals_stream.streamed`, read from / written to ``cache`` when given."""
     if cache is None:
         return streamed(model, records)
-    files = sorted(f for r in records for f in r.parent.glob(r.name + "*") if f.is_file())
+    files = sorted({f for r in records for n in (r.name, r.name + "n")  # signals, numerics
+                    for f in r.parent.glob(n + ".*")})  # fmt: skip
     path = cache / f"{digest([model])}-{digest(files)}.npz"
     if path.exists():
         z = np.load(path)

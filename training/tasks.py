@@ -503,11 +503,12 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
 
         fs = int(d["sample_rate"])
         crop, hop = int(round(float(d["crop_s"]) * fs)), int(round(float(d["crop_hop_s"]) * fs))
+        extra_cut = [(r, sorted({str(n).split(":", 1)[1] for n in e.record}), f"{k}:")
+                     for k, (r, e) in enumerate(zip(extra_roots, extra_w, strict=True), 1)]
+
         def crops_of(w):  # the train split: data.root's records, then extra_train's
             cut = [(root, sorted({str(r) for r in w.record}), "")]
-            for k, (r, e) in enumerate(zip(extra_roots, extra_w, strict=True), 1):
-                if w is train:
-                    cut.append((r, sorted({str(n).split(":", 1)[1] for n in e.record}), f"{k}:"))
+            cut += extra_cut if w is train else []
             return bc.concat_crops([
                 _named(bc.load_wfdb_crops(src, target, names, train.channels, crop, hop,
                                           int(d["window"]), fs, float(d["min_valid"])), p)
