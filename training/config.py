@@ -354,7 +354,7 @@ def _strings(nonempty: bool = True) -> Spec:
             raise _Bad
         return list(v)
 
-    return Spec("a non-empty list of names", coerce)
+    return Spec("a non-empty list of names" if nonempty else "a list of names", coerce)
 
 
 def _nonzero(spec: Spec) -> Spec:
@@ -625,6 +625,7 @@ DATA_FIELDS: dict[str, Spec] = {
     "pulse_eq": number(0, 1),  # bidmc crops: P(each channel through a random equaliser)
     "pulse_eq_db": number(0, null=True),  # its knot gains within ± this, dB (null: GAIN_DB)
     "split_seed": integer(null=True),  # bidmc: the record split's seed (null: train.seed)
+    "extra_train": _strings(nonempty=False),  # bidmc: record folders for the train split only
     # listops
     "max_length": integer(1),
     "min_length": integer(0),
