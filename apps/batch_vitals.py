@@ -338,4 +338,5 @@ def estimate_event(est: Estimate, units: dict[str, str]) -> dict:
         "alarms": [name for name, on in est.alarms.items() if on],
         "raised": [name for name, ev in est.events if ev == "on"],
         "cleared": [name for name, ev in est.events if ev == "off"],
+        "technical": list(est.technical),
     }

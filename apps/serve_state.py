@@ -17,6 +17,7 @@ received, dropped blocks, errors, lag). ``/api/state`` is::
                   "vitals": {"HR": {"value": float|null, "valid", "units",
                                     "history": [[t, v|null], … the last 120]}},
                   "alarms": [{"name": "hr>120", "vital": "HR", "since_s": t}],
+                  "technical": ["no signal on PLETH (flat line)", …] (active now),
                   "detections": [{"t", "label", "score"}, … the last 20]}]}
 
 :func:`static_file` answers ``GET /`` (``index.html``) and ``GET /web/<file>`` from the
@@ -116,6 +117,7 @@ class StreamView:
         self.stream_time = 0.0  # the t of the latest event
         self.vitals: dict[str, dict] = {}
         self.alarms: dict[str, dict] = {}  # active, by rule name
+        self.technical: list[str] = []  # active technical alarms ("no signal on PLETH (…)")
         self.detections: deque[dict] = deque(maxlen=DETECTIONS)
 
     def seen(self, samples: int = 0) -> None:
@@ -142,6 +144,9 @@ class StreamView:
                 slot["units"] = units.get(target, slot.get("units", ""))
                 point = [t, finite(v) if slot["valid"] else None]
                 slot["history"].append(json.dumps(point))  # kept as JSON: /api/state joins
+            tech = ev.get("technical")
+            if isinstance(tech, list):
+                self.technical = [str(m) for m in tech]
             for name in ev.get("raised") or ():
                 self.alarms[name] = {"name": name, "vital": alarm_vital(name), "since_s": t}
             for name in ev.get("cleared") or ():
@@ -187,7 +192,8 @@ class StreamView:
             "id": self.id, "task": self.task, "model": self.model,
             "connected": self.connected, "sample_rate": self.sample_rate,
             "stream_time_s": self.stream_time, "health": self.health(now),
-            "alarms": list(self.alarms.values()), "detections": list(self.detections),
+            "alarms": list(self.alarms.values()), "technical": self.technical,
+            "detections": list(self.detections),
         }, allow_nan=False)  # fmt: skip
         vitals = ",".join(
             json.dumps(name) + ":" + json.dumps({

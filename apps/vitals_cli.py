@@ -72,6 +72,8 @@ class Dashboard:
             self.hist[t].append(est.values[t] if est.status[t] == "ok" else math.nan)
         for name, ev in est.events:
             self.log.append(f"{est.time_s:6d} s  {name}  {'ON' if ev == 'on' else 'cleared'}")
+        for msg, ev in est.tech_events:
+            self.log.append(f"{est.time_s:6d} s  {msg}  {'ON' if ev == 'on' else 'cleared'}")
 
     def __rich_console__(self, console, options):
         yield self.render(max(10, min(60, options.max_width - 75)))
@@ -112,6 +114,9 @@ class Dashboard:
             f"  ({self.source.fs:g} Hz -> models {self.monitor.sample_rate:g} Hz)"
         )
         log = Text("\n".join(self.log) or "no alarm events", style="dim" if not self.log else "")
+        if e is not None and e.technical:
+            log = Group(Text("TECHNICAL: " + "; ".join(e.technical), style="bold black on yellow"),
+                        log)  # fmt: skip
         return Panel(Group(table, Text(""), log), title="liquid-stream vitals", subtitle=head)
 
 
@@ -296,15 +301,10 @@ def vitals_cmd(
         next_report = [60]
 
         def on_estimate(e):
-            for name, ev in e.events:
-                echo(f"[{e.time_s:6d} s] ALARM {name} {'ON' if ev == 'on' else 'cleared'}")
+            _echo_events(e, echo)
             if speed is not None and e.time_s >= next_report[0]:
                 next_report[0] += 60
-                parts = [
-                    f"{t} {e.values[t]:.1f} {monitor.units[t]} ({e.status[t]})"
-                    for t in monitor.targets
-                ]
-                echo(f"[{e.time_s:6d} s] " + ", ".join(parts))
+                echo(f"[{e.time_s:6d} s] " + _reading(e, monitor.units))
 
         result = run_record(monitor, source, speed, on_estimate)
     if result.interrupted:
@@ -409,15 +409,8 @@ def _vitals_lsl(
         echo(f"reading {until}; Ctrl-C stops")
 
         def on_estimate(e):
-            for rule, ev in e.events:
-                echo(f"[{e.time_s:6d} s] ALARM {rule} {'ON' if ev == 'on' else 'cleared'}")
-            parts = [
-                f"{t} {e.values[t]:.1f} {monitor.units[t]} ({e.status[t]})"
-                if math.isfinite(e.values[t])
-                else f"{t} -- ({e.status[t]})"
-                for t in monitor.targets
-            ]
-            echo(f"[{e.time_s:6d} s] " + ", ".join(parts))
+            _echo_events(e, echo)
+            echo(f"[{e.time_s:6d} s] " + _reading(e, monitor.units))
 
         source = LslSource(name, reader.rate, list(reader.channels), list(reader.warnings))
         result = run_lsl(
@@ -442,6 +435,26 @@ def _vitals_lsl(
     _write_results(result, out, f"lsl-{safe}", f"LSL {name}", summary, echo)
     if result.error:
         raise click.ClickException(f"LSL stream {name}: {result.error}")
+
+
+def _reading(e, units: dict[str, str]) -> str:
+    """``hr 72.4 bpm (ok), rr -- (nosignal)``: a value only where the estimate is valid
+    (no number is printed for a second that cannot back one)."""
+    return ", ".join(
+        f"{t} {v:.1f} {units[t]} (ok)"
+        if e.status[t] == "ok" and math.isfinite(v := e.values[t])
+        else f"{t} -- ({e.status[t]})"
+        for t in e.values
+    )
+
+
+def _echo_events(e, echo) -> None:
+    """Print a second's alarm events: clinical (``ALARM hr>120 ON``) and technical
+    (``TECHNICAL ALARM no signal on PLETH (flat line) ON``)."""
+    for name, ev in e.events:
+        echo(f"[{e.time_s:6d} s] ALARM {name} {'ON' if ev == 'on' else 'cleared'}")
+    for msg, ev in e.tech_events:
+        echo(f"[{e.time_s:6d} s] TECHNICAL ALARM {msg} {'ON' if ev == 'on' else 'cleared'}")
 
 
 def _run_with_ui(monitor, source, speed, run_record):
@@ -484,6 +497,7 @@ def _summary(result, source, monitor, speed) -> dict:
             for a in result.alarms
         },
         "alarm_check": result.alarm_check() if result.has_reference else None,
+        "technical_alarms": result.technical(),
         "compute_s": result.compute_s,
         "wall_s": result.wall_s,
         "real_time_factor": result.real_time_factor,
@@ -541,6 +555,11 @@ def _print_summary(s: dict, echo) -> None:
                 f"  out of range {t}: {o['samples']} sample(s) beyond the model's input bound "
                 f"(first at {o['first_s']:.3f} s), treated as gaps"
             )
+    for msg, a in s["technical_alarms"].items():
+        echo(
+            f"  TECHNICAL ALARM {msg}: {a['episodes']} episode(s), {a['seconds']} s, first at "
+            f"{a['first_s']} s (no valid estimate from that channel meanwhile)"
+        )
     check = s.get("alarm_check") or {}
     for name, a in s["alarms"].items():
         c = check.get(name)

@@ -34,6 +34,16 @@ Signal problems, per model (its own channels):
   other refusal (a model overflow) stops
   :func:`~liquid_stream.apps.vitals_run.run_record` at that chunk, keeping the estimates
   before it (``RunResult.error``).
+- **no signal** (:mod:`liquid_stream.apps.signal_quality`: a flat line, a constant
+  offset, a clipped or rail-saturated signal, quantisation noise, noise with no pulse /
+  QRS / breathing, mains hum alone): judged every second on each channel's trailing
+  samples as fed to the model (2 s for the flat, quantisation and clipping tests, 8 s
+  for the others). The lane's estimate is ``nosignal`` (invalid) while any of its
+  channels is judged so, and ``recovering`` (invalid) while its window still covers such
+  a second; the second carries a technical alarm per channel (``"no signal on PLETH
+  (flat line)"``, ``"ECG lead off (II: flat line)"``; a long NaN gap: ``"... (no
+  data)"``), raised and cleared as events. So a flat line is invalid within 2 s of its
+  start (3 s counting the second it ends in), noise or hum within 8 s.
 - **other sampling rate**: the record is resampled to the models' rate by a causal,
   stateful polyphase FIR (:mod:`liquid_stream.apps.resample`: the filter of
   ``scipy.signal.resample_poly``, without its delay compensation: chunked output equals
@@ -54,6 +64,7 @@ import numpy as np
 
 from liquid_stream.apps.alarms import Alarm, AlarmRule, parse_alarms
 from liquid_stream.apps.resample import StreamResampler
+from liquid_stream.apps.signal_quality import LONG_S, channel_kind, judge, technical_message
 from liquid_stream.apps.vitals_model import VitalModel, VitalsError, load_model
 from liquid_stream.bidmc_vocab import VITALS, strip_name
 from liquid_stream.validate import MAX_STD, StreamInputError
@@ -79,11 +90,13 @@ class Estimate:
 
     time_s: int
     values: dict[str, float]  # target -> estimate (NaN inside a long gap)
-    status: dict[str, str]  # "ok" | "warmup" | "bridged" | "gap"
+    status: dict[str, str]  # "ok" | "warmup" | "bridged" | "gap" | "nosignal" | "recovering"
     alarms: dict[str, bool] = field(default_factory=dict)  # rule name -> active
     events: list[tuple[str, str]] = field(default_factory=list)  # (rule name, "on"/"off")
     ref: dict[str, float] = field(default_factory=dict)  # window-mean reference
     ref_1hz: dict[str, float] = field(default_factory=dict)  # reading at time_s
+    technical: list[str] = field(default_factory=list)  # active technical alarms (messages)
+    tech_events: list[tuple[str, str]] = field(default_factory=list)  # (message, "on"/"off")
 
     @property
     def valid(self) -> dict[str, bool]:
@@ -145,6 +158,15 @@ class _Lane:
         self.long_gaps = self.long_gap_samples = 0
         self.out_of_range = 0  # samples beyond the input bound made gaps (out_of_range="gap")
         self.out_of_range_first: int | None = None  # the first one's index
+        # signal quality: each channel's kind, the trailing fed samples (T <= Q, C), the
+        # last sample of a second judged "no signal", the verdicts of the seconds not yet
+        # emitted {second: {channel: reason}} and the channels of the open gap
+        self.kinds = [channel_kind(c) for c in model.channels]
+        self.Q = int(round(LONG_S * self.sps))
+        self.recent = np.zeros((0, len(cols)))
+        self.last_bad = -(10**18)
+        self.tech: dict[int, dict[str, str]] = {}
+        self.gap_cols = np.zeros(len(cols), dtype=bool)
 
     @property
     def n_resolved(self) -> int:
@@ -163,14 +185,31 @@ class _Lane:
         if self.first_fed is None:
             self.first_fed = g0
         marks = []  # (second, sample index, status) of the seconds ending in these rows
+        past = np.concatenate([self.recent, rows])  # samples g0 - len(recent) ...
+        p0 = g0 - len(self.recent)
         for i in self._boundaries(g0, len(rows)):
-            if i - self.first_fed + 1 < self.W:
+            sec = (int(i) + 1) // self.sps
+            j = int(i) - p0 + 1  # past[:j] ends at sample i
+            window = past[max(0, j - self.Q) : j].T  # (C, <= Q) the trailing samples
+            verdicts = {
+                ch: r
+                for ch, kind, x in zip(self.model.channels, self.kinds, window, strict=True)
+                if (r := judge(x, self.sps, kind)) is not None
+            }
+            if verdicts:
+                self.tech[sec] = verdicts
+                self.last_bad = int(i)
+                status = "nosignal"
+            elif i - self.first_fed + 1 < self.W:
                 status = "warmup"
             elif self.last_bridged >= i - self.W + 1:
                 status = "bridged"
+            elif self.last_bad >= i - self.W + 1:
+                status = "recovering"
             else:
                 status = "ok"
-            marks.append(((int(i) + 1) // self.sps, int(i), status))
+            marks.append((sec, int(i), status))
+        self.recent = past[-self.Q :]
         self.anchor = rows[-1].copy()
         rows = rows.astype(np.float32)
         if self.deferred:
@@ -200,8 +239,13 @@ class _Lane:
         self.last_bridged = max(self.last_bridged, last)
 
     def _skip(self, g0: int, n: int) -> None:
+        off = {ch: "no data" for ch, bad in zip(self.model.channels, self.gap_cols, strict=True)
+               if bad}  # fmt: skip
         for i in self._boundaries(g0, n):
-            self.out[(i + 1) // self.sps] = (math.nan, "gap")
+            sec = (i + 1) // self.sps
+            self.out[sec] = (math.nan, "gap")
+            if off:
+                self.tech[sec] = off
         self.long_gap_samples += n
 
     def _reset(self) -> None:
@@ -210,10 +254,12 @@ class _Lane:
         else:
             self.model.streamer.reset()
         self.anchor, self.first_fed = None, None
+        self.recent = self.recent[:0]
 
     _STATE = ("n_in", "gap_start", "gap_long", "held", "anchor", "first_fed", "last_bridged",
               "short_gaps", "short_gap_samples", "long_gaps", "long_gap_samples",
-              "out_of_range", "out_of_range_first")  # fmt: skip
+              "out_of_range", "out_of_range_first", "recent", "last_bad",
+              "gap_cols")  # fmt: skip
 
     def snapshot(self) -> tuple:
         """Everything :meth:`push` changes (arrays are replaced, never written in place)."""
@@ -221,13 +267,13 @@ class _Lane:
         model = self.model.streamer.state
         if self.deferred:
             model = (list(self.queue), deque(self.pending))
-        return fields, dict(self.out), model
+        return fields, (dict(self.out), dict(self.tech)), model
 
     def restore(self, snap: tuple) -> None:
-        fields, out, model = snap
+        fields, (out, tech), model = snap
         for k, v in fields.items():
             setattr(self, k, v)
-        self.out = out
+        self.out, self.tech = out, tech
         if self.deferred:
             self.queue, self.pending = model
         else:
@@ -268,6 +314,8 @@ class _Lane:
     def _bad_run(self, rows: np.ndarray) -> None:
         if self.gap_start is None:  # a gap opens, undecided
             self.gap_start, self.gap_long = self.n_in, False
+            self.gap_cols = np.zeros(len(self.cols), dtype=bool)
+        self.gap_cols = self.gap_cols | ~np.isfinite(rows).all(0)
         if self.gap_long:  # a long gap goes on
             self._skip(self.n_in, len(rows))
             return
@@ -420,6 +468,7 @@ class VitalsMonitor:
         self.alarms = [Alarm(r) for r in rules]
         self.max_gap_s = max_gap_s
         self._next_second = 1
+        self._technical: list[str] = []  # the technical alarms active at the last second
 
     def set_input_rate(self, rate: float) -> None:
         """Set the sampling rate of the pushed chunks (before the first push)."""
@@ -530,10 +579,18 @@ class VitalsMonitor:
         upto = min(lane.ready_seconds() for lane in self._lanes)
         out = []
         for k in range(self._next_second, upto + 1):
-            values, status = {}, {}
+            values, status, verdicts = {}, {}, {}
             for lane in self._lanes:
                 values[lane.model.target], status[lane.model.target] = lane.out.pop(k)
+                verdicts.update(lane.tech.pop(k, {}))
             est = Estimate(k, values, status)
+            est.technical = [technical_message(c, verdicts[c]) for c in self.channels
+                             if c in verdicts]  # fmt: skip
+            now = set(est.technical)
+            est.tech_events = [(m, "off") for m in self._technical if m not in now] + [
+                (m, "on") for m in est.technical if m not in self._technical
+            ]
+            self._technical = est.technical
             for alarm in self.alarms:
                 t = alarm.rule.vital
                 ev = alarm.update(values[t], status[t] == "ok", k)

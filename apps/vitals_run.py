@@ -96,11 +96,24 @@ class RunResult:
             for a in self.alarms
         }
 
+    def technical(self) -> dict[str, dict[str, int]]:
+        """Per technical alarm (``"no signal on PLETH (flat line)"``): its episodes, its
+        seconds and the second it was first raised."""
+        out: dict[str, dict[str, int]] = {}
+        for e in self.estimates:
+            for m in e.technical:
+                row = out.setdefault(m, {"episodes": 0, "seconds": 0, "first_s": e.time_s})
+                row["seconds"] += 1
+            for m, ev in e.tech_events:
+                if ev == "on":
+                    out[m]["episodes"] += 1
+        return out
+
     def columns(self) -> list[str]:
         cols = ["time_s"]
         for t in self.targets:
             cols += [t, f"{t}_valid", f"{t}_status", f"{t}_ref", f"{t}_ref_1hz"]
-        return cols + [f"alarm_{a.rule.name}" for a in self.alarms]
+        return cols + [f"alarm_{a.rule.name}" for a in self.alarms] + ["technical"]
 
     def write_csv(self, path: str | Path) -> Path:
         """One row per second; see :meth:`columns` (``nan`` where there is no value)."""
@@ -117,11 +130,13 @@ class RunResult:
                         _fmt(e.ref.get(t, math.nan)), _fmt(e.ref_1hz.get(t, math.nan)),
                     ]  # fmt: skip
                 row += [int(e.alarms.get(a.rule.name, False)) for a in self.alarms]
+                row.append("; ".join(e.technical))
                 w.writerow(row)
         return path
 
     def plot(self, path: str | Path, title: str = "") -> Path:
-        """Estimate vs reference per target (invalid seconds grey, alarm time shaded)."""
+        """Estimate vs reference per target (invalid seconds grey, alarm time shaded red,
+        no-signal time shaded grey)."""
         import matplotlib
 
         matplotlib.use("Agg", force=False)
@@ -143,6 +158,12 @@ class RunResult:
                 ax.plot(t, ref, color="k", lw=1.2, label="monitor, window mean")
             ax.plot(t, np.where(ok, np.nan, est), color="0.55", lw=1, ls=":", label="invalid")
             ax.plot(t, np.where(ok, est, np.nan), color="C0", lw=1.5, label="estimate")
+            nosig = np.array([e.status[tgt] == "nosignal" for e in self.estimates])
+            if nosig.any():
+                ax.fill_between(
+                    t, 0, 1, where=nosig, color="0.3", alpha=0.15, step="pre",
+                    transform=ax.get_xaxis_transform(), label="no signal",
+                )  # fmt: skip
             for a in self.alarms:
                 if a.rule.vital != tgt:
                     continue

@@ -118,11 +118,13 @@ def write_record(
     with_numerics: bool = True,
     numerics_nan_seconds=(),
     seed: int = 0,
+    flat_spans=(),
 ) -> Path:
     """Write ``root/name`` (+ ``root/name``n) with BIDMC channel names; returns the path.
 
     ``nan_spans``: ``[(channel, start_s, duration_s), ...]`` set to NaN (written as WFDB
-    invalid samples)."""
+    invalid samples); ``flat_spans``: ``[(channel, start_s, duration_s, value), ...]`` set
+    to a constant (a detached sensor)."""
     import wfdb
 
     root = Path(root)
@@ -132,6 +134,9 @@ def write_record(
     for ch, s0, dur in nan_spans:
         a = int(round(s0 * fs))
         x[a : a + int(round(dur * fs)), list(channels).index(ch)] = np.nan
+    for ch, s0, dur, value in flat_spans:
+        a = int(round(s0 * fs))
+        x[a : a + int(round(dur * fs)), list(channels).index(ch)] = value
     wfdb.wrsamp(
         name, fs=fs, units=["NU" if c in ("RESP", "PLETH") else "mV" for c in channels],
         sig_name=[f"{c}," for c in channels], p_signal=x, fmt=["16"] * len(channels),

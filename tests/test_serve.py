@@ -163,7 +163,7 @@ def check_vitals(got: list[dict], want: list[dict], what: str) -> None:
     got = [e for e in got if e["type"] == "estimate"]
     assert [e["t"] for e in got] == [e["t"] for e in want], what
     for g, w in zip(got, want, strict=True):
-        for key in ("valid", "status", "units", "alarms", "raised", "cleared"):
+        for key in ("valid", "status", "units", "alarms", "raised", "cleared", "technical"):
             assert g[key] == w[key], (what, g["t"], key)
         for t, v in g["values"].items():
             assert (v is None) == (w["values"][t] is None), (what, g["t"], t)

@@ -186,9 +186,11 @@
     }
     const alarms = el("ul", "alarms");
     alarms.setAttribute("aria-label", "Active alarms");
+    const technical = el("ul", "technical");
+    technical.setAttribute("aria-label", "Technical alarms");
     const health = el("p", "health");
-    tile.append(head, vitals, alarms, health);
-    return { el: tile, conn, model, vitals: parts, alarms, health, alarmKey: "" };
+    tile.append(head, vitals, technical, alarms, health);
+    return { el: tile, conn, model, vitals: parts, alarms, technical, health, alarmKey: "", techKey: "" };
   }
 
   function updateBed(bed, s, serverTime) {
@@ -237,6 +239,17 @@
       const added = names.filter((n) => !bed.alarmKey.split(" ").includes(n));
       if (added.length) announce(`Bed ${s.id}: alarm ${added.map(alarmText).join(", ")}`);
       bed.alarmKey = key;
+    }
+    // technical alarms (no signal on a channel, lead off): no number is shown meanwhile
+    const tech = Array.isArray(s.technical) ? s.technical.map(String) : [];
+    const techKey = tech.join("|");
+    setAttr(bed.el, "data-technical", techKey);
+    bed.el.classList.toggle("no-signal", tech.length > 0);
+    if (techKey !== bed.techKey) {
+      bed.technical.replaceChildren(...tech.map((m) => el("li", "tech", m)));
+      const added = tech.filter((m) => !bed.techKey.split("|").includes(m));
+      if (added.length) announce(`Bed ${s.id}: technical alarm ${added.join(", ")}`);
+      bed.techKey = techKey;
     }
     // the stream time of the latest event (serve_state's stream_time_s), else the seconds received
     const streamNow = isNum(s.stream_time_s) ? s.stream_time_s : s.health && s.health.received_s;
