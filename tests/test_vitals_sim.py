@@ -494,6 +494,111 @@ def test_rr_base_is_stamped_and_given_by_the_cli(tmp_path) -> None:
         assert r.exit_code != 0 and msg in r.output and not (tmp_path / "bad").exists()
 
 
+def test_ectopy_default_leaves_every_record_as_it_was() -> None:
+    """``ectopy="default"`` (explicit or not) is the simulator before the option: the same
+    signals, draws and beats (figures measured on the code before the option, commit
+    aaee18e), and the same keys in the same order in params (so params.json is unchanged)."""
+    before = {(0, 0): (134, 0, 3524.706355359859, 79.516489431118),
+              (0, 5): (238, 0, 6215.410437427235, 144.96446527701644),
+              (7, 3): (222, 4, 6757.118749803871, 135.73093849649976)}  # fmt: skip
+    for (seed, i), (n, n_ect, beat_sum, hr_mean) in before.items():
+        a, b = sim(seed, i), sim(seed, i, ectopy="default")
+        assert np.array_equal(a["signals"], b["signals"], equal_nan=True)
+        assert list(a["params"]) == list(b["params"]) and "ectopy_pattern" not in a["params"]
+        pa = a["params"]
+        assert len(pa["beats"]) == n and int((pa["beat_kind"] == vs.ECTOPIC).sum()) == n_ect
+        assert float(pa["beats"].sum()) == pytest.approx(beat_sum, rel=1e-12)
+        assert float(a["truth"]["hr"].mean()) == pytest.approx(hr_mean, rel=1e-9)
+        keys = list(pa)
+        assert keys.index("ectopic_prob") == keys.index("hrv_white") + 1
+        assert keys.index("ectopic_kind") == keys.index("ectopic_prob") + 1
+    with pytest.raises(ValueError, match="ectopy"):
+        sim(1, ectopy="many")
+
+
+def rich(seed: int, index: int, minutes: float = 4.0, **force) -> dict:
+    return vs.simulate_randomised(
+        np.random.default_rng([seed, index]), minutes, ectopy="rich", force=force or None
+    )
+
+
+def test_ectopy_rich_patterns_and_burden() -> None:
+    """Rich records: isolated PVCs at 10-40 % of the beats, bigeminy alternates N V N V,
+    trigeminy N N V, couplets V V, runs of 3-6; PVCs mostly; each pattern is drawn."""
+    seen = {}
+    for i in range(40):
+        p = rich(33, i, 2.0)["params"]
+        seen.setdefault(p["ectopy_pattern"], []).append(p["ectopic_kind"])
+    assert set(seen) == set(vs.ECTOPY_PATTERNS)
+    kinds = [k for v in seen.values() for k in v]
+    assert kinds.count("pvc") / len(kinds) > 0.7
+    no_af = {"af_episodes": []}
+    for b in (0.1, 0.25, 0.4):
+        p = rich(34, 0, 10.0, ectopy_pattern="isolated", ectopic_prob=b / (1 - b), **no_af)
+        k = p["params"]["beat_kind"]
+        assert np.mean(k == vs.ECTOPIC) == pytest.approx(b, abs=0.05)
+        run = np.diff(np.flatnonzero(np.diff(np.r_[0, k == vs.ECTOPIC, 0]) != 0))[::2]
+        assert run.max() == 1  # isolated: never two in a row
+    whole = [[-20.0, 300.0]]
+    for pattern, period in (("bigeminy", "NV"), ("trigeminy", "NNV")):
+        k = rich(35, 1, ectopy_pattern=pattern, ectopy_episodes=whole, **no_af)["params"]
+        text = "".join("NVA"[x] for x in k["beat_kind"][2:-2])
+        tail = text[text.index("V") :]  # from the first ectopic beat on: the pattern exactly
+        assert tail == (("V" + period[:-1]) * len(tail))[: len(tail)]
+        assert np.mean(k["beat_kind"] == vs.ECTOPIC) == pytest.approx(1 / len(period), abs=0.02)
+    for pattern, lo, hi in (("couplets", 2, 2), ("runs", 3, 6)):
+        k = rich(36, 2, ectopy_pattern=pattern, ectopy_event_prob=0.15, ectopic_prob=0.0,
+                 **no_af)["params"]["beat_kind"]  # fmt: skip
+        edges = np.diff(np.r_[0, k == vs.ECTOPIC, 0].astype(int))
+        runs = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
+        assert len(runs) >= 5 and runs.min() >= lo and runs.max() <= hi
+
+
+def test_ectopy_rich_pauses_and_hr_label_over_all_beats() -> None:
+    """A single PVC keeps the full compensatory pause (coupling c, then (2 - c) x the sinus
+    interval); the HR label is 60 / mean interval over ALL beats (ectopic ones included), as a
+    bedside monitor counts it: in bigeminy that is the sinus rate, not half of it."""
+    force = {"ectopy_pattern": "bigeminy", "ectopy_episodes": [[-20.0, 300.0]],
+             "af_episodes": [], "hr_sd": 0.0, "hr_changes": [], "hr0": 80.0}  # fmt: skip
+    rec = rich(37, 3, 1.0, **force)
+    beats, kinds = rec["params"]["beats"], rec["params"]["beat_kind"]
+    ibi = np.diff(beats)
+    ect = np.flatnonzero(kinds == vs.ECTOPIC)
+    ect = ect[(ect >= 1) & (ect < len(beats) - 1)]
+    frac = ibi[ect - 1] / (ibi[ect - 1] + ibi[ect])  # c / 2
+    assert ((frac >= 0.275 - 1e-12) & (frac <= 0.4 + 1e-12)).all()
+    for i in range(0, N, 811):
+        assert rec["truth"]["hr"][i] == pytest.approx(naive_rate(beats, i / FS, 8.0), rel=1e-12)
+    hr = rec["truth"]["hr"][10 * FS : 50 * FS]
+    assert np.abs(hr - 80).max() < 12  # all beats: about the sinus rate (HRV aside)
+    normal = beats[kinds == vs.NORMAL]
+    assert 60 / np.median(np.diff(normal)) < 45  # counting the normal beats alone: half
+    runs = rich(38, 4, 1.0, ectopy_pattern="runs", ectopy_event_prob=0.2, ectopic_prob=0.0,
+                af_episodes=[])  # fmt: skip
+    b = runs["params"]["beats"]
+    for i in range(0, N, 811):
+        assert runs["truth"]["hr"][i] == pytest.approx(naive_rate(b, i / FS, 8.0), rel=1e-12)
+
+
+def test_ectopy_is_stamped_and_given_by_the_cli(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from liquid_stream.training.data.cli import bidmc_sim_cmd
+
+    vs.write_vitals_sim(tmp_path / "plain", records=1, minutes=MINUTES, seed=22, progress=False)
+    doc = json.loads((tmp_path / "plain" / vs.PARAMS_NAME).read_text())
+    assert "ectopy" not in doc  # the stamp of a default set is what it was before the option
+    run = CliRunner().invoke
+    r = run(bidmc_sim_cmd, [str(tmp_path / "rich"), "--records", "3", "--minutes", "1",
+                            "--randomised", "--seed", "22", "--ectopy", "rich"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "rich" / vs.PARAMS_NAME).read_text())
+    assert doc["ectopy"] == "rich"
+    assert all(p["ectopy_pattern"] in vs.ECTOPY_PATTERNS for p in doc["per_record"].values())
+    r = run(bidmc_sim_cmd, [str(tmp_path / "bad"), "--records", "1", "--ectopy", "rich"])
+    assert r.exit_code != 0 and "needs --randomised" in r.output
+
+
 # ---------------------------------------------------------------------------- determinism
 
 

@@ -130,7 +130,14 @@ def _spans(text: str) -> list[tuple[float, float]]:
     help="With --randomised: the spans of each record's base RR draw, breaths/min (default "
     "8:35; e.g. 6:9,34:37 for records at the ends of the range).",
 )  # fmt: skip
-def bidmc_sim_cmd(out, records, minutes, seed, workers, force, randomised, families, rr_base):
+@click.option(
+    "--ectopy", type=click.Choice(["default", "rich"]), default=None,
+    help="With --randomised: 'rich' gives every record frequent ectopic beats in a pattern "
+    "(isolated at 10-40 %, bigeminy, trigeminy, couplets or runs; training/data/vitals_sim.py) "
+    "[default: default].",
+)  # fmt: skip
+def bidmc_sim_cmd(out, records, minutes, seed, workers, force, randomised, families, rr_base,
+                  ectopy):  # fmt: skip
     """Write simulated BIDMC WFDB records (bidmcNN 125 Hz RESP/PLETH/V/AVR/II + bidmcNNn 1 Hz
     HR/PULSE/RESP/SpO2 numerics, NeuroKit2 waveforms warped onto known trajectories) to OUT."""
     from liquid_stream.training.data.bidmc_sim import write_bidmc_sim
@@ -143,11 +150,13 @@ def bidmc_sim_cmd(out, records, minutes, seed, workers, force, randomised, famil
             spans = RR_BASE if rr_base is None else _spans(rr_base)
             rep = write_vitals_sim(
                 out, records, minutes, seed, fams, workers=workers, progress=True,
-                overwrite=force, rr_base=spans,
+                overwrite=force, rr_base=spans, ectopy=ectopy or "default",
             )  # fmt: skip
         else:
             if rr_base is not None:
                 raise ValueError("--rr-base needs --randomised")
+            if ectopy is not None:
+                raise ValueError("--ectopy needs --randomised")
             rep = write_bidmc_sim(
                 out, records, minutes, seed, workers=workers, progress=True, overwrite=force
             )

@@ -68,6 +68,16 @@ Ectopic (premature) beats      p=0.3 per record; per beat U(0.005, 0.1);    chos
                                pause (2 - c) x IBI; kind pac / pvc          of PVCs (textbook;
                                (PACs get the full pause too: a simplifi-    real PACs often
                                cation)                                      reset the sinus)
+Ectopy-rich records            ``ectopy="rich"`` only (below): pattern per  chosen (textbook
+(``ectopy="rich"``)            record isolated 0.3 / bigeminy 0.25 /        patterns; a PVC
+                               trigeminy 0.15 / couplets 0.15 / runs 0.15;  burden >10 % is
+                               isolated burden U(0.1, 0.4) of the beats;    usually called
+                               bi/trigeminy whole record p=0.4, else 1-3    frequent; 3+
+                               episodes of U(20, 120) s, isolated at        PVCs in a row =
+                               U(0, 0.1) per beat otherwise; couplets       non-sustained VT);
+                               U(0.05, 0.2), runs of 3-6 U(0.02, 0.08) per  the probabilities
+                               sinus beat; run intervals U(0.5, 0.8) x IBI; and sizes chosen
+                               kind pvc p=0.85
 AF episode                     p=0.15, U(30, 240) s; IBI x lognormal with   "irregularly
                                CV U(0.1, 0.25); no P wave (param family),   irregular" RR (ESC
                                f-waves U(4, 9) Hz, U(0.02, 0.1) mV          AF guideline); f 4-9
@@ -138,6 +148,22 @@ Oximeter: noise                IR SD LU(1e-5, 3e-4) of the intensity; red   chos
 Oximeter: units                gain LU(0.01, 100), no offset; {16, 18, 20,  delta-sigma AFEs
                                22} bits over U(1.2, 4) x the channel's max  (16-22 bits)
 =============================  ===========================================  ==================
+
+**Ectopy-rich records** (``ectopy="rich"``, ``liquid-stream data bidmc-sim --randomised
+--ectopy rich``): every record gets frequent ectopic beats in one pattern (table above), for
+training and scoring HR where a bedside monitor's count and a normal-beat count part: the HR
+label is 60 / mean interval over ALL beats, ectopic ones included (what a monitor shows), so a
+PVC bigeminy with full compensatory pauses reads the sinus rate, not half of it. After a
+sinus beat an event of ``k`` ectopic beats (1, a couplet's 2, a run's 3-6) takes the
+coupling ``c`` U(0.55, 0.8) x the sinus interval ``X``, then ``run_x`` x ``X`` each, then
+the pause to the first sinus slot ``m X`` at least ``X / 2`` after the last ectopic beat
+(one beat: ``m = 2``, the full compensatory pause ``(2 - c) X`` of the default records).
+Bigeminy starts an event after every sinus beat inside its episodes (N V N V), trigeminy
+after two (N N V); couplets and runs start one with their per-beat probability, and every
+pattern adds isolated ones at ``ectopic_prob``. The rich draws come after every default
+draw of the beats stream, so a rich record shares everything but its beat list (and what
+follows from it) with the default record of the same ``(seed, index)``; the default
+(``ectopy="default"``) draws are unchanged and a default set's stamp has no ``ectopy`` key.
 
 **Waveforms.** ECG (param): each beat ``j`` is ``sum_w a_w exp(-(t - t_j - mu_w)^2 /
 (2 s_w^2))`` over P, Q, R, S, T (seconds; beats j-1 .. j+2 are summed at every sample).
@@ -394,26 +420,82 @@ def _breaths(rng, d: _Draws, tg: np.ndarray, rr1: np.ndarray) -> np.ndarray:
     return np.asarray(out + [t])
 
 
-def _beat_draws(rng, d: _Draws, secs: int) -> dict:
+ECTOPY = ("default", "rich")  # the ectopy option (module docstring: "Ectopy-rich records")
+ECTOPY_PATTERNS = ("isolated", "bigeminy", "trigeminy", "couplets", "runs")
+
+
+def _beat_draws(rng, d: _Draws, secs: int, ectopy: str = "default") -> dict:
+    rich = ectopy == "rich"
+    keep = (lambda name, v: v) if rich else d  # rich: its own ectopic draws, recorded below
     ect = _u(rng, 0.005, 0.1) if rng.random() < 0.3 else 0.0
     af = []
     if rng.random() < 0.15:
         dur = _u(rng, 30, 240)
         start = _u(rng, -0.2 * dur, max(1.0, secs - 0.5 * dur))
         af = [[start, start + dur]]
-    return {
+    out = {
         "lf_amp": d("hrv_lf_amp", _u(rng, 0, 0.05)),
         "lf_hz": d("hrv_lf_hz", _u(rng, 0.04, 0.15)),
         "lf_phase": d("hrv_lf_phase", _u(rng, 0, 2 * np.pi)),
         "rsa": d("hrv_rsa", _u(rng, 0.005, 0.05)),
         "white": d("hrv_white", _u(rng, 0.005, 0.03)),
-        "ect_p": d("ectopic_prob", ect),
-        "ect_kind": d("ectopic_kind", ["pac", "pvc"][int(rng.integers(2))]),
+        "ect_p": keep("ectopic_prob", ect),
+        "ect_kind": keep("ectopic_kind", ["pac", "pvc"][int(rng.integers(2))]),
         "af": d("af_episodes", af),
         "af_cv": d("af_cv", _u(rng, 0.1, 0.25)),
         "ptt": d("ptt_s", _u(rng, 0.15, 0.35)),
         "fill": d("pulse_fill_exp", _u(rng, 0.5, 1.5)),
     }
+    if not rich:
+        return out
+    # ectopy-rich records: drawn after every default draw of this stream, so a rich record
+    # shares its AF, HRV and pulse draws with the default record of the same (seed, index)
+    pattern = ECTOPY_PATTERNS[int(rng.choice(5, p=[0.3, 0.25, 0.15, 0.15, 0.15]))]
+    burden = _u(rng, 0.1, 0.4)
+    episodes = [[-float(PAD_S), float(secs + PAD_S)]]  # the whole record
+    if pattern in ("bigeminy", "trigeminy") and rng.random() >= 0.4:
+        episodes = []
+        for _ in range(int(rng.integers(1, 4))):
+            dur = _u(rng, 20, 120)
+            start = _u(rng, -0.2 * dur, max(1.0, secs - 0.5 * dur))
+            episodes.append([start, start + dur])
+    out.update(
+        ect_p=d("ectopic_prob", burden / (1 - burden) if pattern == "isolated" else
+                _u(rng, 0.0, 0.1)),
+        ect_kind=d("ectopic_kind", "pvc" if rng.random() < 0.85 else "pac"),
+        pattern=d("ectopy_pattern", pattern),
+        episodes=d("ectopy_episodes", episodes),
+        event_p=d("ectopy_event_prob", _u(rng, 0.05, 0.2) if pattern == "couplets" else
+                  _u(rng, 0.02, 0.08) if pattern == "runs" else 0.0),
+        run_x=d("ectopy_run_ibi_x", _u(rng, 0.5, 0.8)),
+    )  # fmt: skip
+    return out
+
+
+def _ectopic_event(rng, p: dict, t: float, since: int) -> int:
+    """Ectopic beats to start after a normal beat (0: none), for an ectopy-rich record;
+    ``since``: normal beats since the last ectopic one."""
+    on = any(a <= t < b for a, b in p["episodes"])
+    pat = p["pattern"]
+    if on and pat == "bigeminy":
+        return 1
+    if on and pat == "trigeminy":
+        return int(since >= 2)
+    if pat in ("couplets", "runs") and rng.random() < p["event_p"]:
+        return 2 if pat == "couplets" else int(rng.integers(3, 7))
+    return int(rng.random() < p["ect_p"])
+
+
+def _ectopic_intervals(rng, p: dict, k: int, base: float) -> list[tuple[float, int]]:
+    """(interval, kind) of ``k`` ectopic beats and the sinus beat after them: the first at
+    coupling U(0.55, 0.8) x ``base`` (the sinus interval), the others ``run_x`` x ``base``
+    (couplets, runs), then the pause to the first sinus slot at least half an interval after
+    the last ectopic beat (one beat: the full compensatory pause (2 - c) x ``base``)."""
+    out = [float(np.clip(_u(rng, 0.55, 0.8) * base, 0.2, 3.0))]
+    out += [float(np.clip(p["run_x"] * base, 0.2, 3.0)) for _ in range(k - 1)]
+    s = sum(out)
+    slots = np.ceil(s / base + 0.5)
+    return [(x, ECTOPIC) for x in out] + [(slots * base - s, NORMAL)]
 
 
 def _beats(rng, p: dict, tg, hr1, breaths) -> tuple[np.ndarray, np.ndarray]:
@@ -426,12 +508,14 @@ def _beats(rng, p: dict, tg, hr1, breaths) -> tuple[np.ndarray, np.ndarray]:
 
     t = tg[0] + _u(rng, 0, 1)
     times, kinds, pending = [t], [NORMAL], None
+    queue: list[tuple[float, int]] = []  # ectopy-rich: the (interval, kind) still to come
     af = p["af"]
     while t < tg[-1]:
         nominal = 60 / np.interp(t, tg, hr1)
         if any(a <= t < b for a, b in af):
             cv = p["af_cv"]
             ibi, kind = nominal * np.exp(cv * rng.standard_normal() - cv**2 / 2), AF
+            queue.clear()
         else:
             mod = (
                 1
@@ -440,7 +524,17 @@ def _beats(rng, p: dict, tg, hr1, breaths) -> tuple[np.ndarray, np.ndarray]:
                 + p["white"] * rng.standard_normal()
             )
             ibi, kind = nominal * mod, NORMAL
-            if pending is not None:
+            if "pattern" in p:  # ectopy-rich (the default records never take this branch)
+                if queue:
+                    ibi, kind = queue.pop(0)
+                elif kinds[-1] == NORMAL:
+                    since = next((j for j, x in enumerate(reversed(kinds)) if x != NORMAL),
+                                 len(kinds))  # fmt: skip
+                    k = _ectopic_event(rng, p, t, since)
+                    if k:
+                        queue = _ectopic_intervals(rng, p, k, nominal * mod)
+                        ibi, kind = queue.pop(0)
+            elif pending is not None:
                 ibi, pending = pending, None
             elif kinds[-1] == NORMAL and rng.random() < p["ect_p"]:
                 c = _u(rng, 0.55, 0.8)
@@ -715,6 +809,7 @@ def simulate_randomised(
     scaling: bool = True,
     force: Mapping[str, Any] | None = None,
     rr_base: Sequence[tuple[float, float]] = RR_BASE,
+    ectopy: str = "default",
 ) -> dict:
     """One domain-randomised record (module docstring).
 
@@ -728,8 +823,11 @@ def simulate_randomised(
     ``scaling=False`` skips gain, offset and quantisation (same draws). ``force``: draw name ->
     value to use instead of the draw (e.g. ``{"ectopic_prob": 0.1}``). ``rr_base``: the spans
     of the base RR draw (default U(8, 35); e.g. ``((6, 9), (34, 37))`` for records at the
-    ends of the range; :func:`check_rr_base`).
+    ends of the range; :func:`check_rr_base`). ``ectopy``: "default" or "rich" (frequent
+    ectopic beats in patterns: module docstring, "Ectopy-rich records").
     """
+    if ectopy not in ECTOPY:
+        raise ValueError(f"ectopy must be one of {ECTOPY}, got {ectopy!r}")
     secs = int(round(minutes * 60))
     if secs < 1:
         raise ValueError(f"minutes must give at least 1 s, got {minutes}")
@@ -750,7 +848,7 @@ def simulate_randomised(
         d("breath_depth_cv", _u(rs["breaths"], 0.05, 0.3))
         * rs["breaths"].standard_normal(len(breaths))
     )
-    bp = _beat_draws(rs["beats"], d, secs)
+    bp = _beat_draws(rs["beats"], d, secs, ectopy)
     beats, kinds = _beats(rs["beats"], bp, tg, hr1, breaths)
 
     resp_shape = _resp_shape(rs["morph"], d, family)
@@ -977,10 +1075,10 @@ def record_family(i: int, families: Sequence[str]) -> str:
     return families[i % len(families)]
 
 
-def _make_one(args: tuple[str, int, int, float, str, tuple]) -> dict:
-    out, seed, i, minutes, family, rr_base = args
+def _make_one(args: tuple[str, int, int, float, str, tuple, str]) -> dict:
+    out, seed, i, minutes, family, rr_base, ectopy = args
     rng = np.random.default_rng([seed, i])
-    rec = simulate_randomised(rng, minutes, family=family, rr_base=rr_base)
+    rec = simulate_randomised(rng, minutes, family=family, rr_base=rr_base, ectopy=ectopy)
     write_record(out, record_name(i), rec)
     num = rec["numerics"]
     ranges = [[float(np.nanmin(num[:, c])), float(np.nanmax(num[:, c]))] for c in (0, 2, 3)]
@@ -988,14 +1086,21 @@ def _make_one(args: tuple[str, int, int, float, str, tuple]) -> dict:
 
 
 def _stamp(
-    records: int, minutes: float, seed: int, families: Sequence[str], rr_base=RR_BASE
+    records: int,
+    minutes: float,
+    seed: int,
+    families: Sequence[str],
+    rr_base=RR_BASE,
+    ectopy: str = "default",
 ) -> dict:
-    """What a set was generated with (``rr_base`` only when it is not the default, so the
-    stamps of the sets made before the option still match)."""
+    """What a set was generated with (``rr_base`` and ``ectopy`` only when they are not the
+    default, so the stamps of the sets made before the options still match)."""
     stamp = {"simulator": "vitals_sim", "revision": SIM_REVISION, "records": records,
              "minutes": float(minutes), "seed": seed, "families": list(families)}  # fmt: skip
     if tuple(rr_base) != RR_BASE:
         stamp["rr_base"] = [list(sp) for sp in rr_base]
+    if ectopy != "default":
+        stamp["ectopy"] = ectopy
     return stamp
 
 
@@ -1012,12 +1117,13 @@ def write_vitals_sim(
     progress: bool = True,
     overwrite: bool = False,
     rr_base: Sequence[tuple[float, float]] = RR_BASE,
+    ectopy: str = "default",
 ) -> VitalsSimReport:
     """Generate ``records`` randomised record pairs into ``out`` (module docstring), with
     ``params.json``. Atomic like :func:`.bidmc_sim.write_bidmc_sim`: ``out`` is complete or
     absent; an existing non-empty ``out`` is replaced only with ``overwrite`` and only if it
     is a previous randomised set (has the stamp file). ``rr_base``: the spans of the base RR
-    draw (:func:`simulate_randomised`)."""
+    draw; ``ectopy``: "default" or "rich" (:func:`simulate_randomised`)."""
     if records < 1 or records > MAX_RECORDS:
         raise ValueError(f"records must be in 1..{MAX_RECORDS} (bidmcN+ names), got {records}")
     if minutes * 60 < 1:
@@ -1026,13 +1132,15 @@ def write_vitals_sim(
     if not families or any(f not in FAMILIES for f in families):
         raise ValueError(f"families must be a non-empty subset of {FAMILIES}, got {families}")
     rr_base = check_rr_base(rr_base)
+    if ectopy not in ECTOPY:
+        raise ValueError(f"ectopy must be one of {ECTOPY}, got {ectopy!r}")
     out = Path(out).expanduser().resolve()
     cache.check_replaceable(out, STAMP_NAME, overwrite, "a randomised vital-sign set")
     with cache.atomic_dir(out) as tmp:
         import neurokit2  # noqa: F401  (imported before the clock starts; ~4 s)
 
         t0 = time.perf_counter()
-        jobs = [(str(tmp), seed, i, float(minutes), record_family(i, families), rr_base)
+        jobs = [(str(tmp), seed, i, float(minutes), record_family(i, families), rr_base, ectopy)
                 for i in range(records)]  # fmt: skip
         bar = dict(total=records, desc="vitals-sim", unit="record") if progress else None
         results = cache.map_jobs(_make_one, jobs, workers, bar)
@@ -1040,7 +1148,7 @@ def write_vitals_sim(
         names = [record_name(i) for i in range(records)]
         (tmp / "RECORDS").write_text("".join(f"{n}\n{n}n\n" for n in names))
         per_record = {n: r["params"] for n, r in zip(names, results, strict=True)}
-        stamp = _stamp(records, minutes, seed, families, rr_base)
+        stamp = _stamp(records, minutes, seed, families, rr_base, ectopy)
         doc = {**stamp, "per_record": per_record}
         (tmp / PARAMS_NAME).write_text(json.dumps(doc, indent=1))
         rg = np.asarray([r["ranges"] for r in results])  # (records, 3, 2)
