@@ -63,6 +63,7 @@ from pathlib import Path
 import numpy as np
 
 from liquid_stream.apps.alarms import Alarm, AlarmRule, parse_alarms
+from liquid_stream.apps.ppg_polarity import needs_polarity, polarity
 from liquid_stream.apps.resample import StreamResampler
 from liquid_stream.apps.signal_quality import LONG_S, channel_kind, judge, technical_message
 from liquid_stream.apps.vitals_model import VitalModel, VitalsError, load_model
@@ -167,6 +168,11 @@ class _Lane:
         self.last_bad = -(10**18)
         self.tech: dict[int, dict[str, str]] = {}
         self.gap_cols = np.zeros(len(cols), dtype=bool)
+        # PPG polarity (apps/ppg_polarity.py): the PLETH column, its sign (+1 until
+        # decided) and whether it is decided since the last reset
+        pol = [k for k, c in enumerate(model.channels) if needs_polarity(c)]
+        self.pol_col: int | None = pol[0] if pol else None
+        self.sign, self.decided = 1.0, False
 
     @property
     def n_resolved(self) -> int:
@@ -181,12 +187,25 @@ class _Lane:
         return np.arange(first, g0 + n, self.sps)
 
     def _feed(self, rows: np.ndarray, g0: int) -> None:
-        """Feed ``rows`` (model-rate samples ``g0 …``) to the model: now, or queued."""
+        """Feed ``rows`` (raw model-rate samples ``g0 …``; a PLETH turned by its sign) to
+        the model: now, or queued. Cut where the PLETH's polarity is decided."""
+        self.anchor = rows[-1].copy()  # raw: a short gap is interpolated before the sign
+        while len(rows):
+            n = self._feed_part(rows, g0)
+            rows, g0 = rows[n:], g0 + n
+
+    def _feed_part(self, rows: np.ndarray, g0: int) -> int:
+        """Feed ``rows`` up to the second where the polarity gets decided (all of them if
+        none); returns how many were fed."""
         if self.first_fed is None:
             self.first_fed = g0
+        if self.pol_col is not None:
+            rows = rows.copy()
+            rows[:, self.pol_col] *= self.sign
         marks = []  # (second, sample index, status) of the seconds ending in these rows
         past = np.concatenate([self.recent, rows])  # samples g0 - len(recent) ...
         p0 = g0 - len(self.recent)
+        decided = None  # the sign decided at the last mark, if any
         for i in self._boundaries(g0, len(rows)):
             sec = (int(i) + 1) // self.sps
             j = int(i) - p0 + 1  # past[:j] ends at sample i
@@ -209,8 +228,30 @@ class _Lane:
             else:
                 status = "ok"
             marks.append((sec, int(i), status))
+            if (
+                not self.decided
+                and self.pol_col is not None
+                and j >= self.Q
+                and int(i) - self.Q + 1 >= self.first_fed
+                and self.model.channels[self.pol_col] not in verdicts
+            ):  # the first full window of a PLETH worth reading: which way up is it?
+                decided = polarity(window[self.pol_col], self.sps)
+                rows, past = rows[: int(i) - g0 + 1], past[:j]
+                break
         self.recent = past[-self.Q :]
-        self.anchor = rows[-1].copy()
+        self._run(rows, g0, marks)
+        if decided is not None:  # restart the model on that window, turned by the sign
+            refeed = self.recent.copy()
+            refeed[:, self.pol_col] *= decided
+            g1 = g0 + len(rows) - len(refeed)
+            self._reset_model()
+            self.first_fed, self.sign, self.decided = g1, decided, True
+            self.recent = refeed
+            self._run(refeed, g1, [])
+        return len(rows)
+
+    def _run(self, rows: np.ndarray, g0: int, marks: list) -> None:
+        """Run (or queue) the model on ``rows`` and settle the ``marks`` in them."""
         rows = rows.astype(np.float32)
         if self.deferred:
             self.queue.append(("feed", rows, g0, marks))
@@ -248,18 +289,23 @@ class _Lane:
                 self.tech[sec] = off
         self.long_gap_samples += n
 
-    def _reset(self) -> None:
+    def _reset_model(self) -> None:
         if self.deferred:
             self.queue.append(("reset",))
         else:
             self.model.streamer.reset()
+
+    def _reset(self) -> None:
+        """A long gap: the model restarts, and the PLETH's polarity is decided anew."""
+        self._reset_model()
         self.anchor, self.first_fed = None, None
         self.recent = self.recent[:0]
+        self.sign, self.decided = 1.0, False
 
     _STATE = ("n_in", "gap_start", "gap_long", "held", "anchor", "first_fed", "last_bridged",
               "short_gaps", "short_gap_samples", "long_gaps", "long_gap_samples",
               "out_of_range", "out_of_range_first", "recent", "last_bad",
-              "gap_cols")  # fmt: skip
+              "gap_cols", "sign", "decided")  # fmt: skip
 
     def snapshot(self) -> tuple:
         """Everything :meth:`push` changes (arrays are replaced, never written in place)."""

@@ -16,7 +16,13 @@ import pytest
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fixtures_vitals import STATS, export_vital_model, truncate_record, write_record  # noqa: E402
+from fixtures_vitals import (  # noqa: E402
+    STATS,
+    export_vital_model,
+    signals,
+    truncate_record,
+    write_record,
+)
 
 from liquid_stream.apps.alarms import (  # noqa: E402
     Alarm,
@@ -161,7 +167,8 @@ def test_cli_speed_max_csv_rmse_png(models, records, tmp_path):
     cols = ["time_s"]
     for t in ("hr", "rr", "spo2"):
         cols += [t, f"{t}_valid", f"{t}_status", f"{t}_ref", f"{t}_ref_1hz"]
-    assert list(rows[0]) == cols
+    assert list(rows[0]) == cols + ["technical"]
+    assert {r["technical"] for r in rows} == {""}  # a clean record: no technical alarm
     assert [int(r["time_s"]) for r in rows] == list(range(1, 61))  # one row per second
     for t in ("hr", "rr", "spo2"):
         valid = [int(r[f"{t}_valid"]) for r in rows]
@@ -262,7 +269,8 @@ def test_gap_at_chunk_end_held_then_long(models, tmp_path):
     """A NaN run open at a chunk's end is held back; when it grows past max_gap it becomes
     a long gap; a NaN start of stream is skipped (nothing to interpolate from)."""
     monitor = VitalsMonitor([models["hr"][0]], max_gap_s=1.0)
-    x = np.tile([[0.5, 0.1]], (10 * FS, 1)) + np.random.default_rng(0).normal(0, 0.1, (10 * FS, 2))
+    sig = signals(10, FS)  # a pulse and an ECG: the signal-quality index passes them
+    x = np.stack([sig["PLETH"], sig["II"]], 1)
     x[: FS // 2] = np.nan  # start
     x[3 * FS - 10 : 3 * FS + 50, 0] = np.nan  # 60 samples, across a chunk edge: bridged
     x[6 * FS - 10 : 7 * FS + 20] = np.nan  # 155 samples > 125: long
@@ -282,7 +290,8 @@ def test_gap_at_chunk_end_held_then_long(models, tmp_path):
     assert (g["short_gaps"], g["long_gaps"]) == (1, 2)
     # an open gap at the end of the stream is skipped at flush
     m2 = VitalsMonitor([models["hr"][0]])
-    y = np.tile([[0.5, 0.1]], (3 * FS, 1))
+    sig = signals(3, FS)
+    y = np.stack([sig["PLETH"], sig["II"]], 1)
     y[-FS:] = np.nan
     ests = m2.push(y) + m2.flush()
     assert [e.status["hr"] for e in ests] == ["warmup", "ok", "gap"]

@@ -89,8 +89,8 @@ def main() -> None:
                 for name, y in failures(rng, clean).items():
                     v = [sq.judge(y[e - L : e], FS, kind) for e in range(L, len(y), FS)]
                     fail[kname].setdefault(name, []).extend(v)
-    print(f"| kind | good s | good flagged | sensor-off s | off flagged | "
-          f"failure cases passed (of each) |")
+    print("| kind | good s | good flagged | sensor-off s | off flagged | "
+          "failure cases passed (of each) |")
     print("|---|---|---|---|---|---|")
     summary = {}
     for k in good:
