@@ -13,6 +13,8 @@ its own alarm rule:
                     trips once the estimates are valid (stream second ~37)
     bed-3  hr>150   simulator record 2 (HR 99-112): never trips
     bed-4  (none)   simulator record 1 (HR 90-110): no alarm rule
+    bed-5  (none)   bed-1's record with its PLETH flat from 50 s on (a detached sensor):
+                    the technical alarm "no signal on PLETH (flat line)" and no number
 
 and one keyword stream (``call-1``: the tone WAV of tests/fixtures_kws.py). Debian's
 chromium + chromedriver (selenium, ``SE_OFFLINE`` so selenium-manager never looks for a
@@ -68,7 +70,8 @@ pytestmark = pytest.mark.skipif(_browser_missing() is not None, reason=str(_brow
 
 RECORD_S = 90
 SPEED = 10.0  # times real time
-BEDS = {"bed-1": "hr>90", "bed-2": "hr>40", "bed-3": "hr>150", "bed-4": None}
+BEDS = {"bed-1": "hr>90", "bed-2": "hr>40", "bed-3": "hr>150", "bed-4": None, "bed-5": None}
+FLAT_FROM_S = 50  # bed-5's PLETH reads a constant from here on
 TRIPS = {"bed-1": "hr>90", "bed-2": "hr>40"}  # the rules the records trip
 WITHIN_S = 2.0
 SHOT = os.environ.get("LIQUID_STREAM_DASHBOARD_SHOT")
@@ -111,7 +114,7 @@ class StatePoller(threading.Thread):
 
     def __init__(self, base: str):
         super().__init__(daemon=True)
-        self.base, self.first, self.last = base, {}, None
+        self.base, self.first, self.last, self.tech_first = base, {}, None, {}
         self.stop = threading.Event()
 
     def run(self):
@@ -126,6 +129,8 @@ class StatePoller(threading.Thread):
                 for s in state["streams"]:
                     for a in s.get("alarms", ()):
                         self.first.setdefault((s["id"], a["name"]), now)
+                    for m in s.get("technical", ()):  # the stream second it was first listed
+                        self.tech_first.setdefault((s["id"], m), s["stream_time_s"])
             self.stop.wait(0.05)
 
 
@@ -190,6 +195,8 @@ def ward(tmp_path_factory, browser):
         "bed-2": sim / "bidmc03",
         "bed-3": sim / "bidmc02",
         "bed-4": sim / "bidmc01",
+        "bed-5": write_record(d / "flat", "bidmc01", seconds=RECORD_S,
+                              flat_spans=[("PLETH", FLAT_FROM_S, RECORD_S, 0.5)]),
     }
 
     srv = ServerThread(StreamServer(host_models(tone["path"]), port=0)).start()
@@ -284,7 +291,7 @@ def test_page_shows_every_bed(ward):
     assert sorted(page_beds(browser)) == ids
     # tiles in bed order, each with the hosted vitals (no SpO2 model: no SpO2 row)
     order = [e.get_attribute("data-id") for e in css(browser, "#beds .bed")]
-    assert order == ["bed-1", "bed-2", "bed-3", "bed-4"]
+    assert order == ["bed-1", "bed-2", "bed-3", "bed-4", "bed-5"]
     tile = page_beds(browser)["bed-1"]
 
     def shown():  # a new stream's tile has no vital until its first estimate
@@ -329,6 +336,38 @@ def test_alarm_appears_within_2s_of_the_server(ward):
     if SHOT:
         Path(SHOT).parent.mkdir(parents=True, exist_ok=True)
         browser.save_screenshot(SHOT)
+
+
+def test_no_signal_is_a_technical_alarm_and_no_number(ward):
+    """bed-5's PLETH goes flat at 50 s: within a few seconds the server lists the technical
+    alarm, and the page shows it on the tile (amber, class no-signal) with "---" for HR and
+    RR, never a number, for as long as it lasts."""
+    browser, poller = ward["browser"], ward["poller"]
+    msg = "no signal on PLETH (flat line)"
+
+    def server_lists():
+        s = poller.last
+        beds = {x["id"]: x for x in (s or {}).get("streams", ())}
+        b = beds.get("bed-5")
+        return b is not None and msg in b.get("technical", ()) and b
+
+    bed = wait_for(server_lists, 90, "the server to list the technical alarm of bed-5")
+    # raised within 3 s of the flat line (stream seconds; the poll is every 50 ms of 10x)
+    assert FLAT_FROM_S < poller.tech_first[("bed-5", msg)] <= FLAT_FROM_S + 4
+    assert not any(v["valid"] for v in bed["vitals"].values())
+    tile = page_beds(browser)["bed-5"]
+    wait_for(lambda: tile.get_attribute("data-technical") == msg, WITHIN_S + 1,
+             "the technical alarm on the page")  # fmt: skip
+    assert "no-signal" in tile.get_attribute("class").split()
+    assert [t.text for t in css(tile, ".tech")] == [msg]
+    for _ in range(10):  # while it lasts, the tile never shows a number
+        for name in ("HR", "RR"):
+            box = one(tile, f'.vital[data-vital="{name}"]')
+            assert one(box, ".value").text == "---"
+            assert box.get_attribute("data-valid") == "false"
+        time.sleep(0.2)
+    for other in ("bed-1", "bed-4"):  # the good beds raise none
+        assert not css(page_beds(browser)[other], ".tech")
 
 
 def test_page_matches_the_final_state(ward):
