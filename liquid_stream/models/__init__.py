@@ -19,14 +19,24 @@ KWS = "kws-sc10"  # the keyword spotter `liquid-stream kws` uses when no MODEL i
 # The vital-sign models `liquid-stream vitals` uses when no MODEL is given, by sensor set
 # (richest first): vitals-<set>-<target>. SpO2 needs the oximeter's raw IR and red
 # intensities (a single PLETH carries no SpO2 cue): SPO2_MODEL, added whenever the record
-# has both, with or without the HR / RR models of a set.
-VITALS_SETS: dict[str, tuple[str, ...]] = {"ppg-ecg": ("PLETH", "II"), "ppg": ("PLETH",)}
+# has both, with or without the HR / RR models of a set. A set fits when every model of it
+# that is not in VITALS_OPTIONAL is installed (the optional ones join when they are): the ECG
+# set ships HR only (no RR model from II alone yet).
+VITALS_SETS: dict[str, tuple[str, ...]] = {
+    "ppg-ecg": ("PLETH", "II"), "ppg": ("PLETH",), "ecg": ("II",),
+}  # fmt: skip
 VITALS_TARGETS: dict[str, tuple[str, ...]] = {
     "ppg-ecg": ("vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr"),
     "ppg": ("vitals-ppg-hr", "vitals-ppg-rr"),
+    "ecg": ("vitals-ecg-hr", "vitals-ecg-rr"),
 }
+VITALS_OPTIONAL: frozenset[str] = frozenset({"vitals-ecg-rr"})
 OXIMETER: tuple[str, ...] = ("IR", "RED")
 SPO2_MODEL = "vitals-oximeter-spo2"
+# RR where the breaths are measured: a record with a respiration channel (impedance
+# pneumography, a belt) gets its RR from RESP_RR_MODEL instead of the set's RR model.
+RESP: tuple[str, ...] = ("RESP",)
+RESP_RR_MODEL = "vitals-resp-rr"
 
 
 class ShippedModelMissing(FileNotFoundError):
@@ -51,21 +61,30 @@ def shipped(name: str) -> Path:
 def vitals_for(channels) -> list[Path]:
     """The shipped vital-sign models for a record with these channel names (BIDMC style,
     ``"PLETH,"`` or ``"pleth"``): those of the richest sensor set the record carries whose
-    files are all installed, and the SpO2 model if it has IR and RED; ``ShippedModelMissing``
-    (naming what the record has and what would be needed) when none fits."""
+    files are all installed (those in VITALS_OPTIONAL when they are), with RR from the RESP
+    model instead when it has RESP, and the SpO2 model if it has IR and RED;
+    ``ShippedModelMissing`` (naming what the record has and what would be
+    needed) when none fits."""
     have = {channel_key(c) for c in channels}
     found: list[Path] = []
     for name, needs in VITALS_SETS.items():
         paths = [HERE / f"{m}.onnx" for m in VITALS_TARGETS[name]]
-        if {channel_key(c) for c in needs} <= have and all(p.is_file() for p in paths):
-            found = paths
+        needed = [p for p in paths if p.stem not in VITALS_OPTIONAL]
+        if {channel_key(c) for c in needs} <= have and all(p.is_file() for p in needed):
+            found = [p for p in paths if p.is_file()]
             break
+    resp = HERE / f"{RESP_RR_MODEL}.onnx"
+    if {channel_key(c) for c in RESP} <= have and resp.is_file():
+        found = [p for p in found if not p.stem.endswith("-rr")] + [resp]
     spo2 = HERE / f"{SPO2_MODEL}.onnx"
     if {channel_key(c) for c in OXIMETER} <= have and spo2.is_file():
         found.append(spo2)
     if found:
         return found
-    wanted = " or ".join("+".join(v) for v in (*VITALS_SETS.values(), OXIMETER))
+    sets = [v for k, v in VITALS_SETS.items()  # the sets whose models are installed
+            if all((HERE / f"{m}.onnx").is_file() for m in VITALS_TARGETS[k]
+                   if m not in VITALS_OPTIONAL)]  # fmt: skip
+    wanted = " or ".join("+".join(v) for v in (*sets, RESP, OXIMETER))
     raise ShippedModelMissing(
         f"no shipped vital-sign models for channels {sorted(have) or 'none'}: they need "
         f"{wanted} (installed: {', '.join(available()) or 'none'})"
