@@ -224,7 +224,8 @@ def test_vitals_cli_lsl_without_model_uses_the_shipped_models_for_the_channels(r
                                     "--no-ui", "--out", str(tmp_path)])  # fmt: skip
     replay.stop()
     assert res.exit_code == 0, res.output
-    assert "no MODEL given: the shipped models vitals-ppg-hr, vitals-ppg-rr" in res.output
+    # (the record's RESP gives the RR)
+    assert "no MODEL given: the shipped models vitals-ppg-hr, vitals-resp-rr" in res.output
     assert "ignored: 'Fp1'" in res.output and "[     4 s] hr" in res.output
 
 
@@ -243,7 +244,7 @@ def test_vitals_cli_lsl_adds_the_spo2_model_for_an_oximeter_stream(tmp_path):
                                     "--no-ui", "--out", str(tmp_path / "out")])  # fmt: skip
     replay.stop()
     assert res.exit_code == 0, res.output
-    assert ("no MODEL given: the shipped models vitals-ppg-hr, vitals-ppg-rr, "
+    assert ("no MODEL given: the shipped models vitals-ppg-hr, vitals-resp-rr, "
             "vitals-oximeter-spo2") in res.output  # fmt: skip
     got = [float(v) for v in re.findall(r"spo2 ([0-9.]+) % \(ok\)", res.output)]
     truth = rec["truth"]["spo2"][-32 * 125 :].mean()  # the last estimate's 32 s window

@@ -19,6 +19,7 @@ from liquid_stream.training.data.vitals_sim import IR, RED, simulate_randomised
 FS = 125
 PLETH = SIG_NAMES.index("PLETH,")
 II = SIG_NAMES.index("II,")
+RESP = SIG_NAMES.index("RESP,")
 CLEAN = {  # a record without rhythm or artefact surprises, so the truth is unambiguous
     "ectopic_prob": 0.0, "af_episodes": [], "motion_bursts": [], "sensor_off": [],
     "perfusion": 1.0, "hr_sd": 0.0, "hr_changes": [],
@@ -50,7 +51,8 @@ def window_truth(x: np.ndarray, n: int) -> np.ndarray:
                                         ("vitals-ppg-ecg-hr", [PLETH, II]),
                                         ("vitals-ppg-rr", [PLETH]),
                                         ("vitals-ppg-ecg-rr", [PLETH, II]),
-                                        ("vitals-ppg-ecg-rr-lite", [PLETH, II])])  # fmt: skip
+                                        ("vitals-ppg-ecg-rr-lite", [PLETH, II]),
+                                        ("vitals-resp-rr", [RESP])])  # fmt: skip
 def test_estimate_does_not_depend_on_the_signal_units(name, cols):
     """Gain 0.01-100 and offsets of +-1000 units change no estimate by 1 bpm / breath per
     minute (measured: at most 0.07, the RR model of PLETH alone)."""
@@ -120,7 +122,8 @@ def test_vitals_app_picks_the_shipped_models_matching_the_record(tmp_path):
                "--alarm", "hr>60,hr>120", "--out", str(tmp_path / "out")],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "vitals-ppg-ecg-hr" in result.output and "vitals-ppg-ecg-rr" in result.output
+    # HR from PLETH + II; RR from the record's respiration channel
+    assert "vitals-ppg-ecg-hr" in result.output and "vitals-resp-rr" in result.output
     assert "vitals-oximeter-spo2" in result.output  # the record has the oximeter's IR, RED
     summary = json.loads((tmp_path / "out" / "bidmc01_summary.json").read_text())
     assert set(summary["models"]) == {"hr", "rr", "spo2"}
@@ -131,15 +134,33 @@ def test_vitals_app_picks_the_shipped_models_matching_the_record(tmp_path):
     assert not any(check["hr>120"].values())  # never on, never breached
 
 
+def test_resp_model_reads_the_breathing_rate_of_a_respiration_channel():
+    """The RESP model on clean simulated breathing at 8, 15 and 30 /min: once its window
+    has filled, every second within 2 breaths/min of the trailing-window truth."""
+    for k, rr in enumerate((8.0, 15.0, 30.0)):
+        rec = record(20 + k, minutes=2.0, rr0=rr, rr_sd=0.5, rr_changes=[])
+        got = estimates("vitals-resp-rr", rec["signals"][:, [RESP]])[40:]
+        truth = window_truth(rec["truth"]["rr"], len(got) + 40)[40:]
+        assert np.abs(got - truth).max() <= 2.0, (rr, np.abs(got - truth).max())
+
+
 def test_picker_prefers_the_richest_sensor_set_and_names_what_is_missing():
-    assert [p.stem for p in vitals_for(["RESP,", "PLETH,", "V,", "AVR,", "II,"])] == [
+    # a respiration channel gives the RR: the RESP model replaces the set's RR model
+    assert [p.stem for p in vitals_for(["RESP,", "PLETH,", "V,", "AVR,", "II,"])][-1] == (
+        "vitals-resp-rr"
+    )
+    assert [p.stem for p in vitals_for(["PLETH,", "V,", "II,"])] == [
         "vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr",
+    ]  # fmt: skip
+    assert [p.stem for p in vitals_for(["pleth", "resp"])] == [
+        "vitals-ppg-hr", "vitals-resp-rr",
     ]  # fmt: skip
     assert [p.stem for p in vitals_for(["pleth"])] == [
         "vitals-ppg-hr", "vitals-ppg-rr",
     ]  # fmt: skip
+    assert [p.stem for p in vitals_for(["RESP"])] == ["vitals-resp-rr"]
     with pytest.raises(ShippedModelMissing, match="no shipped vital-sign models for channels"):
-        vitals_for(["II,", "RESP,"])
+        vitals_for(["V,", "AVR,"])
     # the oximeter's raw intensities add the SpO2 model, with or without a PLETH set
     assert [p.stem for p in vitals_for(["PLETH,", "II,", "IR,", "RED,"])] == [
         "vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr", "vitals-oximeter-spo2",
