@@ -312,3 +312,21 @@ train runs/ox/spo2-2 "${SPO2[@]}" --set train.init=runs/ox/spo2-1/best.pt --set 
   --set optim.warmup_steps=50
 # (6f9eb83: the code of these runs, committed while the first one ran, unchanged since)
 ship runs/ox/spo2-2 vitals-oximeter-spo2 "$OX" "2 CPU cores" 6f9eb83
+
+# vitals-resp-rr (issue 64): RR from a respiration channel, 12.5 Hz settings, one thread.
+# Its card (liquid_stream/models/vitals-resp-rr.md) is written by hand in the Hugging Face
+# form with its real-recording results, so this part exports and does not call `ship`.
+S12=(--set model.frontend.hop=10 --set model.decoder_window=400 --set model.dt_min=0.002
+  --set model.dt_max=0.2 --set model.dropout=0)
+[ -d runs/ecgx/s0-1500 ] || $L data bidmc-sim runs/ecgx/s0-1500 --records 1500 --minutes 4 \
+  --randomised --seed 0 --workers 2
+RESP_RR=(--target rr --preset resp "${S12[@]}" --data runs/ecgx/s0-1500)
+train runs/resp/windows "${RESP_RR[@]}" --set optim.epochs=1 --set data.hop=1050
+CROPS=(--set data.crop_s=192 --set data.crop_hop_s=24 --set optim.batch_size=8 --set optim.epochs=1)
+train runs/resp/stream "${RESP_RR[@]}" "${CROPS[@]}" --set optim.lr=0.002 \
+  --set train.init=runs/resp/windows/best.pt
+train runs/resp/stream-2 "${RESP_RR[@]}" "${CROPS[@]}" --set optim.lr=0.0005 \
+  --set train.init=runs/resp/stream/best.pt
+$L evaluate runs/resp/stream-2/best.pt --baseline --device cpu --data runs/ecgx/s0-1500
+$L export runs/resp/stream-2/best.pt --onnx liquid_stream/models/vitals-resp-rr.onnx --chunk 125 \
+  --sub-block 1 --verify --verify-length 8000
