@@ -66,16 +66,6 @@ def _truth(events: np.ndarray, window: float) -> np.ndarray:
     return np.round(rs.rate(events, np.arange(SECONDS) + 0.5, window))
 
 
-def test_rate_is_the_simulators_definition():
-    from liquid_stream.training.data.vitals_sim import rate as sim_rate
-
-    rng = np.random.default_rng(3)
-    ev = np.cumsum(rng.uniform(0.3, 1.5, 400))
-    q = np.linspace(-5, ev[-1] + 5, 997)
-    for w in (8.0, 16.0):
-        np.testing.assert_array_equal(rs.rate(ev, q, w), sim_rate(ev, q, w))
-
-
 def test_conversion_writes_bidmc_records_with_true_references(tmp_path):
     raw, truth = _recording()
     rec = rs.convert(raw)

@@ -128,6 +128,7 @@ from pathlib import Path
 import numpy as np
 
 from . import cache
+from .vitals_sim import rate  # the label definition the models were trained on
 
 REAL_REVISION = 1  # bump when the same sources would give different records
 STAMP_NAME = ".real-samples-stamp.json"
@@ -458,22 +459,6 @@ def load(name: str, dist_path: Path) -> Raw:
 
 
 # ---------------------------------------------------------------------------- references
-
-
-def rate(events: np.ndarray, q: np.ndarray, window: float) -> np.ndarray:
-    """``60 / mean`` of the intervals of ``events`` (s, sorted) whose midpoints lie in
-    ``[q - window/2, q + window/2)``; the nearest interval when none does. q (n,) -> (n,).
-    The same definition (and code) as training/data/vitals_sim.py's ``rate``."""
-    d = np.diff(events)
-    m = events[:-1] + d / 2
-    cs = np.concatenate([[0.0], np.cumsum(d)])
-    lo = np.searchsorted(m, q - window / 2, side="left")
-    hi = np.searchsorted(m, q + window / 2, side="left")
-    cnt = hi - lo
-    mean = (cs[hi] - cs[lo]) / np.maximum(cnt, 1)
-    near = np.clip(np.searchsorted(m, q), 1, len(m) - 1)
-    near -= (q - m[near - 1]) < (m[near] - q)
-    return 60.0 / np.where(cnt > 0, mean, d[near])
 
 
 @dataclass(frozen=True)
