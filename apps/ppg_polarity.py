@@ -26,8 +26,8 @@ small dicrotic wave), where polarity matters least. The measured effect on the m
 docs/benchmarks.md (polarity) and the experiment above.
 
 Used by :class:`~liquid_stream.apps.vitals_monitor.VitalsMonitor`: the decision is taken
-on the first 8 s window of a PLETH channel that the signal-quality index passes after each
-model reset; the model is then reset and re-fed that window with the sign, so nothing it
+on the first 8 s window of a PLETH channel that the signal-quality index passes, with no
+interpolated or refused sample in it, after each model reset; the model is then reset and re-fed that window with the sign, so nothing it
 saw before the decision (the samples of the warm-up) depends on the polarity.
 """
 

@@ -233,6 +233,7 @@ class _Lane:
                 and self.pol_col is not None
                 and j >= self.Q
                 and int(i) - self.Q + 1 >= self.first_fed
+                and self.last_bridged < int(i) - self.Q + 1  # nothing interpolated, refused
                 and self.model.channels[self.pol_col] not in verdicts
             ):  # the first full window of a PLETH worth reading: which way up is it?
                 decided = polarity(window[self.pol_col], self.sps)
