@@ -293,6 +293,10 @@ Code: git commit {commit}; {epochs(done)}{cut} ({last["step"]} steps), {a.hardwa
 {spo2_limit}
 - Not a medical device.
 """
+    old = MODELS / f"{a.name}.md"  # the real-recordings section comes from bench/vitals_real.py
+    real = "\n## Real recordings\n"
+    if old.is_file() and real in (prev := old.read_text()):
+        text = text.rstrip("\n") + "\n" + real + prev.split(real, 1)[1]
     (MODELS / f"{a.name}.md").write_text(text)
     print(f"wrote {MODELS / (a.name + '.md')}")
 
