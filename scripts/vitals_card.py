@@ -287,8 +287,9 @@ Code: git commit {commit}; {epochs(done)}{cut} ({last["step"]} steps), {a.hardwa
 {chr(10).join(table)}
 {conditions}
 ## Limits
-- **Simulated signals only.** No real PPG or ECG was available here; the randomised
-  simulator is the proxy for sensors and patients never seen. Expect larger errors on
+- **Trained on simulated signals only.** The randomised simulator is the proxy for
+  sensors and patients never seen; the few real recordings it was checked on are under
+  "Real recordings". Expect larger errors on
   real recordings, and check against a reference before relying on it.
 {spo2_limit}
 - Not a medical device.
