@@ -330,3 +330,8 @@ train runs/resp/stream-2 "${RESP_RR[@]}" "${CROPS[@]}" --set optim.lr=0.0005 \
 $L evaluate runs/resp/stream-2/best.pt --baseline --device cpu --data runs/ecgx/s0-1500
 $L export runs/resp/stream-2/best.pt --onnx liquid_stream/models/vitals-resp-rr.onnx --chunk 125 \
   --sub-block 1 --verify --verify-length 8000
+# vitals-ecg-hr (II alone, issue 64 item 3): NOT shipped. Tried 2026-12-07 on one thread: the
+# PPG+ECG HR pair's member 0 narrowed to II, then five passes of crops with ectopy-rich records
+# (`bidmc-sim --randomised --ectopy rich`) in the training split; held-out ectopy-rich RMSE
+# 15.09 bpm (58.5 % within ±5) against the goal of 5. Commands and numbers:
+# experiments/2026-12-07-ecg-hr/run.sh and result.md.
