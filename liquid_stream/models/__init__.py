@@ -84,7 +84,9 @@ def vitals_for(channels) -> list[Path]:
     sets = [v for k, v in VITALS_SETS.items()  # the sets whose models are installed
             if all((HERE / f"{m}.onnx").is_file() for m in VITALS_TARGETS[k]
                    if m not in VITALS_OPTIONAL)]  # fmt: skip
-    wanted = " or ".join("+".join(v) for v in (*sets, RESP, OXIMETER))
+    if (HERE / f"{RESP_RR_MODEL}.onnx").is_file():
+        sets.append(RESP)
+    wanted = " or ".join("+".join(v) for v in (*sets, OXIMETER))
     raise ShippedModelMissing(
         f"no shipped vital-sign models for channels {sorted(have) or 'none'}: they need "
         f"{wanted} (installed: {', '.join(available()) or 'none'})"
