@@ -225,12 +225,14 @@ def vitals_cmd(
 ):  # fmt: skip
     """Stream a WFDB RECORD (or the live LSL stream --lsl NAME) through 1-3 exported
     vital-sign MODELS (hr / rr / spo2); with no MODEL, the shipped models that fit the
-    channels (PLETH + II, or PLETH).
+    channels (PLETH + II, or PLETH; RR from RESP when there is one; SpO2 from IR + RED).
 
-    Emits HR/RR/SpO2 once per second from the models' causal outputs, raises alarms with
-    hysteresis, compares with the record's numerics (RMSE/MAE), and writes a CSV and a
-    PNG. NaN gaps up to --max-gap seconds are interpolated (estimates flagged invalid while
-    the window covers them); longer gaps reset the models, which then re-warm. A sample
+    Emits HR/RR/SpO2 once per second from the models' causal outputs (none for a second
+    whose signal cannot back it: a flat, clipped, noise-only or hum-only channel raises a
+    TECHNICAL ALARM instead), raises alarms with hysteresis, compares with the record's
+    numerics (RMSE/MAE), and writes a CSV and a PNG. NaN gaps up to --max-gap seconds are
+    interpolated (estimates flagged invalid while the window covers them); longer gaps
+    reset the models, which then re-warm. A sample
     beyond a model's input bound (10^6 input standard deviations: a corrupt value) counts
     as a NaN. A record at another sampling rate is resampled (causal polyphase FIR) to the
     models' rate.

@@ -22,7 +22,9 @@ hold the most of its squared error, with what the simulator drew for them (``par
 record of that rate, with the same numerics, so the monitor resamples them back to the
 models' rate, as it does for a monitor or oximeter that writes another rate.
 ``--flat CHANNEL``: the records are rewritten with that channel reading its median
-throughout (a PPG+ECG model read on the ECG alone, with ``--flat PLETH``), the rest as is.
+throughout (a PPG+ECG model read on the ECG alone, with ``--flat PLETH``), the rest as is;
+since the monitor marks a flat channel as no signal (design §12), its models then have no
+valid second to score (the row says so).
 """
 
 from __future__ import annotations
@@ -199,6 +201,10 @@ def main() -> None:
     for m in args.models:
         t, e, y, which = streamed(m, records)
         d, tol = e - y, WITHIN[t]
+        if not len(d):  # e.g. --flat PLETH: the monitor shows no number for a flat line
+            rows.append(f"| {m} | {t} | 0 | no valid second (no signal) | | | | |")
+            print(rows[-1], flush=True)
+            continue
         slope = float(np.polyfit(y, e, 1)[0])
         rows.append(f"| {m} | {t} | {len(d)} | {np.sqrt(np.mean(d**2)):.3f} | "
                     f"{np.mean(np.abs(d)):.3f} | {d.mean():+.3f} | ±{tol:g}: "
