@@ -472,19 +472,26 @@ def test_rr_base_spans_move_only_the_base_rate() -> None:
             vs.check_rr_base(bad)
 
 
-def test_rr_base_is_stamped_and_given_by_the_cli(tmp_path) -> None:
+def cli_set_stamp(tmp_path, key: str, name: str, records: int, option: list[str]):
+    """The stamp of a set `data bidmc-sim --randomised` writes with ``option``, after
+    checking that a default set's stamp has no ``key`` (what it was before the option);
+    returns (stamp, the CLI runner, the command)."""
     from click.testing import CliRunner
 
     from liquid_stream.training.data.cli import bidmc_sim_cmd
 
     vs.write_vitals_sim(tmp_path / "plain", records=1, minutes=MINUTES, seed=22, progress=False)
-    doc = json.loads((tmp_path / "plain" / vs.PARAMS_NAME).read_text())
-    assert "rr_base" not in doc  # the stamp of a default set is what it was before the option
+    assert key not in json.loads((tmp_path / "plain" / vs.PARAMS_NAME).read_text())
     run = CliRunner().invoke
-    r = run(bidmc_sim_cmd, [str(tmp_path / "ends"), "--records", "2", "--minutes", "1",
-                            "--randomised", "--seed", "22", "--rr-base", "6:9,34:37"])  # fmt: skip
+    r = run(bidmc_sim_cmd, [str(tmp_path / name), "--records", str(records), "--minutes", "1",
+                            "--randomised", "--seed", "22", *option])  # fmt: skip
     assert r.exit_code == 0, r.output
-    doc = json.loads((tmp_path / "ends" / vs.PARAMS_NAME).read_text())
+    return json.loads((tmp_path / name / vs.PARAMS_NAME).read_text()), run, bidmc_sim_cmd
+
+
+def test_rr_base_is_stamped_and_given_by_the_cli(tmp_path) -> None:
+    doc, run, bidmc_sim_cmd = cli_set_stamp(tmp_path, "rr_base", "ends", 2,
+                                            ["--rr-base", "6:9,34:37"])  # fmt: skip
     assert doc["rr_base"] == [[6.0, 9.0], [34.0, 37.0]]
     assert all(p["rr0"] < 9 or p["rr0"] > 34 for p in doc["per_record"].values())
     for args, msg in ((["--rr-base", "6-9", "--randomised"], "LO:HI"),
@@ -581,18 +588,8 @@ def test_ectopy_rich_pauses_and_hr_label_over_all_beats() -> None:
 
 
 def test_ectopy_is_stamped_and_given_by_the_cli(tmp_path) -> None:
-    from click.testing import CliRunner
-
-    from liquid_stream.training.data.cli import bidmc_sim_cmd
-
-    vs.write_vitals_sim(tmp_path / "plain", records=1, minutes=MINUTES, seed=22, progress=False)
-    doc = json.loads((tmp_path / "plain" / vs.PARAMS_NAME).read_text())
-    assert "ectopy" not in doc  # the stamp of a default set is what it was before the option
-    run = CliRunner().invoke
-    r = run(bidmc_sim_cmd, [str(tmp_path / "rich"), "--records", "3", "--minutes", "1",
-                            "--randomised", "--seed", "22", "--ectopy", "rich"])  # fmt: skip
-    assert r.exit_code == 0, r.output
-    doc = json.loads((tmp_path / "rich" / vs.PARAMS_NAME).read_text())
+    doc, run, bidmc_sim_cmd = cli_set_stamp(tmp_path, "ectopy", "rich", 3,
+                                            ["--ectopy", "rich"])  # fmt: skip
     assert doc["ectopy"] == "rich"
     assert all(p["ectopy_pattern"] in vs.ECTOPY_PATTERNS for p in doc["per_record"].values())
     r = run(bidmc_sim_cmd, [str(tmp_path / "bad"), "--records", "1", "--ectopy", "rich"])
