@@ -27,8 +27,9 @@ docs/benchmarks.md (polarity) and the experiment above.
 
 Used by :class:`~liquid_stream.apps.vitals_monitor.VitalsMonitor`: the decision is taken
 on the first 8 s window of a PLETH channel that the signal-quality index passes, with no
-interpolated or refused sample in it, after each model reset; the model is then reset and re-fed that window with the sign, so nothing it
-saw before the decision (the samples of the warm-up) depends on the polarity.
+interpolated or refused sample in it, after each model reset; the model is then reset and
+re-fed that window with the sign, so nothing it saw before the decision (the samples of the
+warm-up) depends on the polarity.
 """
 
 from __future__ import annotations
