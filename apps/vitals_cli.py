@@ -267,6 +267,9 @@ def vitals_cmd(
         except (WfdbError, ShippedModelMissing) as e:
             raise click.ClickException(str(e)) from None
         click.echo(f"no MODEL given: the shipped models {', '.join(Path(m).stem for m in models)}")
+        if not any(Path(m).stem.endswith("-hr") for m in models):
+            click.echo("note: no shipped HR model reads these channels (an ECG alone has none "
+                       "yet): no HR", err=True)  # fmt: skip
     try:
         rules = parse_alarms(list(alarms), hold_s=alarm_hold)
         monitor, source = open_record(models, record, rules, max_gap, threads)

@@ -144,6 +144,28 @@ def test_resp_model_reads_the_breathing_rate_of_a_respiration_channel():
         assert np.abs(got - truth).max() <= 2.0, (rr, np.abs(got - truth).max())
 
 
+def test_an_ecg_and_belt_record_gets_its_rr_from_the_belt(tmp_path):
+    """A record with II and RESP only (an ECG + belt recording, like systole's): the app takes
+    RR from the RESP model, valid once warm and near the truth, and says it has no HR model
+    for an ECG alone (while none is shipped) instead of stopping."""
+    from liquid_stream.cli import main
+
+    if "vitals-ecg-hr" in available():
+        pytest.skip("an ECG-only HR model is shipped: tests/test_ecg_only.py covers the pick")
+    rec = record(5, minutes=1.0, rr0=14.0, rr_sd=0.5, rr_changes=[])
+    keep = [SIG_NAMES.index("II,"), RESP]
+    rec = {**rec, "signals": rec["signals"][:, keep], "sig_names": ["II,", "RESP,"],
+           "sig_units": ["mV", "NU"]}  # fmt: skip
+    write_record(tmp_path, "bidmc01", rec)
+    res = CliRunner().invoke(main, ["vitals", "--record", str(tmp_path / "bidmc01"), "--speed",
+                                    "max", "--no-ui", "--out", str(tmp_path / "out")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "the shipped models vitals-resp-rr" in res.output and "no HR" in res.output
+    summary = json.loads((tmp_path / "out" / "bidmc01_summary.json").read_text())
+    m = summary["metrics"]["rr"]
+    assert m["valid"] >= 25 and m["rmse_window"] < 2.0, m
+
+
 def test_picker_prefers_the_richest_sensor_set_and_names_what_is_missing():
     # a respiration channel gives the RR: the RESP model replaces the set's RR model
     assert [p.stem for p in vitals_for(["RESP,", "PLETH,", "V,", "AVR,", "II,"])][-1] == (
