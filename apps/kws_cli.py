@@ -231,26 +231,6 @@ def _live_view(worker, spotter, source_name: str):
     return table
 
 
-def _interrupt_on_signals():
-    """Make SIGINT (even when inherited as ignored, e.g. from a background job) and SIGTERM
-    raise KeyboardInterrupt in the main thread; returns a function restoring the handlers."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def restore() -> None:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-    return restore
-
-
 def run_kws(spotter, source, *, mic: bool, ui: bool, echo=click.echo) -> dict:
     """Run ``source`` through ``spotter`` in a worker thread until the source ends or
     Ctrl-C; print detections; return the summary dict."""
@@ -267,8 +247,10 @@ def run_kws(spotter, source, *, mic: bool, ui: bool, echo=click.echo) -> dict:
             stamp = _wall(wall) if mic else _clock(det.time_s)
             print_fn(f"{stamp}  {det.keyword}  {det.score:.3f}")
 
+    from liquid_stream.apps.interrupt import interrupt_on_signals
+
     live = None
-    restore = _interrupt_on_signals()
+    restore = interrupt_on_signals()
     try:
         worker.start()
         if ui:

@@ -299,19 +299,13 @@ def vitals_cmd(
     for a in monitor.alarms:
         echo(f"alarm {a.rule}")
 
-    use_ui = not no_ui and sys.stdout.isatty()
-    if use_ui:
-        result = _run_with_ui(monitor, source, speed, run_record)
-    else:
-        next_report = [60]
+    from liquid_stream.apps.interrupt import interrupt_on_signals
 
-        def on_estimate(e):
-            _echo_events(e, echo)
-            if speed is not None and e.time_s >= next_report[0]:
-                next_report[0] += 60
-                echo(f"[{e.time_s:6d} s] " + _reading(e, monitor.units))
-
-        result = run_record(monitor, source, speed, on_estimate)
+    restore = interrupt_on_signals()  # SIGTERM stops the run like Ctrl-C: results written
+    try:
+        result = _run_record(monitor, source, speed, no_ui, echo, run_record)
+    finally:
+        restore()
     if result.interrupted:
         echo("interrupted: writing what was streamed so far", err=True)
     if result.error:
@@ -322,6 +316,22 @@ def vitals_cmd(
                    echo)  # fmt: skip
     if result.error:
         raise click.ClickException(f"record {source.name}: {result.error}")
+
+
+def _run_record(monitor, source, speed, no_ui: bool, echo, run_record):
+    """The record run: the live rich view on a terminal (unless ``no_ui``), else the events
+    and a reading a minute as lines."""
+    if not no_ui and sys.stdout.isatty():
+        return _run_with_ui(monitor, source, speed, run_record)
+    next_report = [60]
+
+    def on_estimate(e):
+        _echo_events(e, echo)
+        if speed is not None and e.time_s >= next_report[0]:
+            next_report[0] += 60
+            echo(f"[{e.time_s:6d} s] " + _reading(e, monitor.units))
+
+    return run_record(monitor, source, speed, on_estimate)
 
 
 def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo) -> None:
@@ -417,11 +427,17 @@ def _vitals_lsl(
             _echo_events(e, echo)
             echo(f"[{e.time_s:6d} s] " + _reading(e, monitor.units))
 
+        from liquid_stream.apps.interrupt import interrupt_on_signals
+
         source = LslSource(name, reader.rate, list(reader.channels), list(reader.warnings))
-        result = run_lsl(
-            monitor, reader, publisher, on_estimate, block_s=block_s, duration_s=duration,
-            source=source,
-        )  # fmt: skip
+        restore = interrupt_on_signals()  # SIGTERM stops like Ctrl-C: results written
+        try:
+            result = run_lsl(
+                monitor, reader, publisher, on_estimate, block_s=block_s, duration_s=duration,
+                source=source,
+            )  # fmt: skip
+        finally:
+            restore()
     finally:
         reader.close()
         if publisher is not None:

@@ -438,3 +438,32 @@ def test_monitor_api_errors(models):
         m.push(np.zeros((5, 3)))
     est = m.push({"PLETH": np.full(FS, 0.5), "II": np.full(FS, 0.1)})
     assert [e.time_s for e in est] == [1] and est[0].status == {"hr": "warmup"}
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_sigterm_stops_like_ctrl_c_and_writes_what_was_streamed(models, records, tmp_path, sig):
+    """`liquid-stream vitals` paced at real time, stopped by SIGTERM (what systemd, docker
+    and `timeout` send) or SIGINT (Ctrl-C) after a few seconds: the same thing either way —
+    exit 0, the CSV, plot and summary of the seconds streamed, marked interrupted."""
+    import signal
+
+    from fixtures_kws import sigint_default
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "liquid_stream.cli", "vitals", str(models["hr"][0]),
+           "--record", str(records["clean"]), "--speed", "1", "--no-ui", "--out", str(out)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=sigint_default)  # fmt: skip
+    t0 = time.monotonic()
+    while p.poll() is None and time.monotonic() - t0 < 8:  # start-up, then a few seconds
+        time.sleep(0.1)
+    assert p.poll() is None, p.communicate()[0]  # still streaming its 60 s record
+    p.send_signal(getattr(signal, sig))
+    text, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, text
+    assert "interrupted: writing what was streamed so far" in text
+    summary = json.loads((out / "bidmc01_summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert 1 <= summary["seconds"] < 60
+    rows = read_csv(out / "bidmc01_vitals.csv")
+    assert len(rows) == summary["seconds"] and (out / "bidmc01_vitals.png").is_file()
