@@ -36,6 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from liquid_stream.apps.signal_quality import band_pass
+from liquid_stream.bidmc_vocab import channel_key
+
 BAND_HZ = (0.5, 8.0)
 CHANNELS = ("pleth",)  # channel keys turned the right way up (IR / RED keep their sign:
 # the SpO2 model reads their DC levels)
@@ -43,17 +46,14 @@ CHANNELS = ("pleth",)  # channel keys turned the right way up (IR / RED keep the
 
 def needs_polarity(channel: str) -> bool:
     """Whether ``channel`` (BIDMC style, any case) is a PPG whose sign is decided."""
-    return channel.strip().rstrip(",").strip().lower() in CHANNELS
+    return channel_key(channel) in CHANNELS
 
 
 def slope_skewness(x: np.ndarray, fs: float) -> float:
     """The skewness of the slope of ``x`` in the cardiac band (module docstring); 0 for a
     window with no slope at all."""
     x = np.asarray(x, dtype=np.float64)
-    spec = np.fft.rfft(x - x.mean())
-    f = np.fft.rfftfreq(len(x), 1.0 / fs)
-    spec[(f < BAND_HZ[0]) | (f > BAND_HZ[1])] = 0.0
-    d = np.diff(np.fft.irfft(spec, len(x)))
+    d = np.diff(band_pass(x - x.mean(), fs, *BAND_HZ))
     m2 = float(np.mean(d**2))
     if m2 <= 0.0:
         return 0.0

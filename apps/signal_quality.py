@@ -49,6 +49,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from liquid_stream.bidmc_vocab import channel_key
+
 SHORT_S = 2.0  # window of the flat / quantisation / clipping tests
 LONG_S = 8.0  # window of the spectral and periodicity tests
 MAX_LEVELS = 4  # at most this many distinct values: quantisation noise only
@@ -86,7 +88,7 @@ _PPG_NAMES = {"pleth", "ir", "red", "ppg"}
 def channel_kind(channel: str) -> Kind:
     """PLETH / IR / RED (any case, BIDMC's trailing comma ignored) -> PPG, RESP ->
     respiration, anything else -> an ECG lead."""
-    key = channel.strip().rstrip(",").strip().lower()
+    key = channel_key(channel)
     if key in _PPG_NAMES:
         return PPG
     if key == "resp":
@@ -111,7 +113,7 @@ def _hum_mask(f: np.ndarray, fs: float) -> np.ndarray:
     return mask
 
 
-def _band_pass(y: np.ndarray, fs: float, lo: float, hi: float) -> np.ndarray:
+def band_pass(y: np.ndarray, fs: float, lo: float, hi: float) -> np.ndarray:
     """Zero-phase FFT brick-wall band-pass of one window (a judgement of a window, not a
     stream filter: causality holds because the window is the past)."""
     spec = np.fft.rfft(y)
@@ -165,10 +167,10 @@ def features(x: np.ndarray, fs: float, kind: Kind) -> dict[str, float]:
     above = float(p[(f > 0) & (f >= kind.floor_hz)].sum())
     out["band"] = float(p[(f >= lo) & (f <= hi)].sum()) / above if above > 0 else 0.0
     if kind.spiky:  # QRS spikes: the 5-30 Hz band's kurtosis; rhythm: the QRS energy's
-        qrs = _band_pass(y, fs, 5.0, 30.0)
+        qrs = band_pass(y, fs, 5.0, 30.0)
         m2 = float(np.mean(qrs**2))
         out["kurt"] = float(np.mean(qrs**4)) / m2**2 if m2 > 0 else 0.0
-        energy = _band_pass(np.abs(np.diff(_band_pass(y, fs, lo, hi), prepend=0.0)), fs, 0.5, 8.0)
+        energy = band_pass(np.abs(np.diff(band_pass(y, fs, lo, hi), prepend=0.0)), fs, 0.5, 8.0)
         out["ac"] = _ac_peak(energy, fs, kind.rate_per_min)
     return out
 
