@@ -70,3 +70,20 @@ def test_kws_without_model_uses_the_shipped_spotter_and_detects(unseen_voices_st
     # model detects ~0, a random one fires false accepts
     assert len(rows) >= 30 and rate >= 0.5 and n_fa <= 1, r.output
     assert np.isfinite(rate)
+
+
+@pytest.mark.parametrize("name", available())
+def test_every_model_card_opens_with_hugging_face_front_matter(name):
+    """The card starts with YAML front matter in the Hugging Face form: licence, intended
+    and out-of-scope use, training data, and metrics whose entries name the data and give
+    a number (the card's own tables hold the rest)."""
+    import yaml
+
+    text = card(name)
+    assert text.startswith("---\n"), f"{name}.md has no front matter"
+    front = yaml.safe_load(text.split("---\n", 2)[1])
+    for key in ("license", "intended_use", "out_of_scope_use", "training_data", "metrics"):
+        assert front.get(key), f"{name}.md front matter lacks {key!r}"
+    assert front["model_name"] == name
+    for m in front["metrics"]:
+        assert m["name"] and m["data"] and isinstance(m["value"], int | float), m
