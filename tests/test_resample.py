@@ -138,3 +138,15 @@ def test_audio_stream_resampler_needs_integer_rates():
     for bad in [(0, 8000), (8000, -1), (44100.5, 16000)]:
         with pytest.raises(AudioError, match="positive integer rates"):
             stream_resampler(*bad)
+
+
+@pytest.mark.parametrize("numtaps, cutoff", [(41, 0.5), (201, 0.1), (2561, 1 / 128), (20001, 1e-3)])
+def test_the_numpy_filter_design_is_scipys_firwin(numtaps, cutoff):
+    """The runtime designs its anti-aliasing filter without scipy: equal to
+    ``scipy.signal.firwin(…, window=("kaiser", 5))`` to rounding."""
+    from scipy.signal import firwin
+
+    from liquid_stream.apps.resample import kaiser_lowpass
+
+    ref = firwin(numtaps, cutoff, window=("kaiser", 5.0))
+    np.testing.assert_allclose(kaiser_lowpass(numtaps, cutoff), ref, rtol=0, atol=1e-15)
