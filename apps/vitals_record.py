@@ -6,8 +6,13 @@ references of its ``<record>n`` numerics record (no torch).
         ...
     window_ref, ref_1hz = source.reference("hr", time_s=40, window_s=32.0)
 
-The WFDB files are read by :mod:`liquid_stream.wfdb`; a truncated signal file is streamed
-as far as it goes (with a warning). References
+The WFDB files are read by :mod:`liquid_stream.wfdb`, which refuses bad headers (a sampling
+rate outside its range, unnamed or twice-named channels) and signal files whose size does
+not fit the header's format; a truncated signal file is streamed as far as it goes (with a
+warning). The monitor takes records sampled at :data:`MIN_FS` Hz or faster. The signals are
+read by sample ranges of :data:`BLOCK_FRAMES` frames as the stream goes
+(:class:`~liquid_stream.wfdb.SampleReader`), so memory does not grow with the record's
+length; the chunks are the same numbers as a whole read. References
 (numerics record ``<record>n``, 1 Hz, reading i describes second [i, i+1)): the estimate
 at time k s (samples up to k*fs) is compared with the *window* reference, the mean of the
 finite readings of the seconds its window covers, floor(k - W/fs) .. k-1 (what the bidmc
@@ -26,6 +31,7 @@ import numpy as np
 from liquid_stream.apps.vitals_model import VitalsError
 from liquid_stream.bidmc_vocab import NUMERICS_CHANNEL, strip_name
 from liquid_stream.wfdb import (
+    SampleReader,
     WfdbError,
     complete_samples,
     read_header,
@@ -34,12 +40,19 @@ from liquid_stream.wfdb import (
     signals_by_name,
 )
 
+# The slowest record the monitor takes: below 10 Hz a waveform holds too little of a pulse
+# or a QRS complex to estimate from (the models read 125 Hz; wfdb.FS_RANGE bounds the top).
+MIN_FS = 10.0
+# Frames read from the signal file at a time (1 MiB a channel in float64; 8.7 min at 125 Hz)
+BLOCK_FRAMES = 1 << 17
+
 
 class RecordSource:
     """A WFDB record (plus its ``<name>n`` numerics record, when present) as a 1-s stream.
 
-    The record is read at open (so problems show before streaming starts) and handed out
-    by :meth:`chunks` one second at a time, paced at ``speed`` times real time.
+    The header and the files' sizes are checked at open, and the first block read, so
+    problems show before streaming starts; :meth:`chunks` then reads the record block by
+    block and hands it out one second at a time, paced at ``speed`` times real time.
 
     Args:
         record: path without extension (``data/bidmc01``).
@@ -57,13 +70,19 @@ class RecordSource:
         self.path = record_path(record)
         self.name = self.path.name
         self.warnings: list[str] = []
+        hea = self.path.with_name(self.name + ".hea")
         try:
             header = read_header(self.path)
         except WfdbError as e:
             raise VitalsError(str(e)) from None
         if not header.n_sig or not header.fs:
-            raise VitalsError(f"{self.path.with_name(self.name + '.hea')} describes no signals")
+            raise VitalsError(f"{hea} describes no signals")
         self.fs = float(header.fs)
+        if self.fs < MIN_FS:
+            raise VitalsError(
+                f"{hea}: sampling rate {self.fs:g} Hz is below the {MIN_FS:g} Hz the vital-sign "
+                "monitor needs"
+            )
         names = [strip_name(n) for n in header.sig_name]
         self.all_channels = names
         wanted = list(names) if channels is None else [strip_name(c) for c in channels]
@@ -95,19 +114,46 @@ class RecordSource:
                 f"samples ({self.header_samples / self.fs:.1f} s), the signal file holds {n} "
                 f"({n / self.fs:.1f} s); streaming those"
             )
+        self._whole: np.ndarray | None = None
+        if n is None:  # a layout whose length the files do not tell: read it whole
+            self._whole = self._read_all(idx)
+            n = len(self._whole)
+        self.n_samples = int(n)
+        self._reader = SampleReader(self.path, header, idx, self.n_samples)
+        self._first = self._block(0)  # the first block: a read problem shows now
+        self.numerics, self.numerics_name = self._read_numerics()
+
+    def _read_all(self, idx: list[int]) -> np.ndarray:
         try:
-            rec = read_record(self.path, channels=idx, sampto=n)
+            rec = read_record(self.path, channels=idx)
         except WfdbError as e:
             raise VitalsError(f"record {self.name}: {e}") from None
         if rec.p_signal is None or len(rec.p_signal) == 0:
             raise VitalsError(f"record {self.name}: no samples")
-        self.signal = np.asarray(rec.p_signal, dtype=np.float64).reshape(-1, len(idx))
-        self.nan_samples = int((~np.isfinite(self.signal)).any(1).sum())
-        self.numerics, self.numerics_name = self._read_numerics()
+        return np.asarray(rec.p_signal, dtype=np.float64).reshape(-1, len(idx))
+
+    def _block(self, a: int) -> np.ndarray:
+        """Frames ``a`` to ``a + BLOCK_FRAMES`` (fewer at the end), (T, C) float64."""
+        b = min(self.n_samples, a + BLOCK_FRAMES)
+        if self._whole is not None:
+            return self._whole[a:b]
+        try:
+            return self._reader.read(a, b)
+        except WfdbError as e:
+            raise VitalsError(f"record {self.name}: {e}") from None
+
+    @property
+    def signal(self) -> np.ndarray:
+        """The whole streamed signal, ``(T, C)`` float64, read now (what :meth:`chunks`
+        hands out, concatenated; for tests and tools: a stream never holds it)."""
+        if self._whole is not None:
+            return self._whole
+        blocks = [self._block(a) for a in range(0, self.n_samples, BLOCK_FRAMES)]
+        return np.concatenate(blocks) if blocks else np.zeros((0, len(self.channels)))
 
     @property
     def duration_s(self) -> float:
-        return len(self.signal) / self.fs
+        return self.n_samples / self.fs
 
     def _read_numerics(self) -> tuple[dict[str, np.ndarray], str | None]:
         """The ``<name>n`` numerics at 1 Hz (binned when recorded faster) and that name;
@@ -129,17 +175,24 @@ class RecordSource:
 
     def chunks(self, speed: float | None = None, seconds: float = 1.0) -> Iterator[np.ndarray]:
         """Yield ``(≈fs*seconds, C)`` chunks; chunk k is released when its last sample is
-        due at ``speed`` times real time (``None``: as fast as possible)."""
-        n = len(self.signal)
+        due at ``speed`` times real time (``None``: as fast as possible). The record is read
+        a block at a time; a read failure mid-way is a :class:`VitalsError`."""
+        n = self.n_samples
         t0 = time.perf_counter()
         a, k = 0, 1
+        block, b0 = self._first, 0  # block holds frames b0 .. b0 + len(block)
         while a < n:
             b = min(n, int(round(k * seconds * self.fs)))
             if speed:
                 wait = t0 + (b / self.fs) / speed - time.perf_counter()
                 if wait > 0:
                     time.sleep(wait)
-            yield self.signal[a:b]
+            parts = [block[a - b0 : b - b0]]
+            while b > b0 + len(block):  # the chunk runs past the block: read the next one
+                b0 += len(block)
+                block = self._block(b0)
+                parts.append(block[: b - b0])
+            yield parts[0] if len(parts) == 1 else np.concatenate(parts)
             a, k = b, k + 1
 
     def reference(self, target: str, time_s: int, window_s: float) -> tuple[float, float]:

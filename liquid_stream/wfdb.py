@@ -12,6 +12,33 @@ interleaved samples in a WFDB format (:data:`FMT_BYTES`: bytes per sample).
 record still holds, so a reader can take those instead of failing. Every problem (missing
 header or signal file, unreadable or corrupt data) is a :class:`WfdbError` naming the file;
 callers add their own context. Used by the BIDMC training data and the vital-sign monitor.
+:class:`SampleReader` reads a record by sample ranges (blocks), so that a stream over a
+long record holds one block, not the record (the vital-sign monitor's record source).
+
+**What a header must say** (checked by :func:`read_header`, so every reader refuses the
+same records, with a :class:`WfdbError` naming the header and the field):
+
+- a sampling rate that is a plain decimal number in :data:`FS_RANGE` (0.001 Hz to 100 kHz:
+  slow numerics up to fast electrophysiology); an omitted rate is WFDB's default of
+  250 Hz. (``wfdb`` would read ``-125`` as the default 250 Hz and ``1e9`` as 1 Hz.)
+- a name for every signal, and no name twice (compared as the BIDMC names are matched,
+  :func:`~liquid_stream.bidmc_vocab.channel_key`): a reader that picks channels by name
+  would otherwise take the first of two ``II`` without a word.
+- the text is UTF-8 (ASCII is a part of it), so a record named ``réc_ü`` reads; ``wfdb``
+  itself drops the non-ASCII letters, so such a record needs a format of the fast path.
+
+**The signal file's size must fit its header's format** (:func:`complete_samples`, called
+by every reader). With ``L`` samples per signal declared, a file of ``F`` formats'
+bytes per frame needs ``ceil(L * F)`` bytes after its byte offset. The file is
+
+- *complete* when it holds that, plus less than one frame (or 4 bytes) of padding;
+- *of another format* (refused: the samples would be garbage) when it holds more than
+  that, or exactly the bytes that another WFDB format would need for the same ``L``
+  samples (16-bit data declared format 212 or 80 is longer than declared; 8-bit data
+  declared format 16 is exactly half);
+- *truncated* otherwise (shorter, e.g. a copy cut off): its whole frames are read, and the
+  vital-sign monitor streams them with a warning. A cut that lands exactly on another
+  format's size is refused as a format mismatch (the message says it may be a cut).
 
 **A faster path for the common layout.** ``wfdb.rdheader`` spends ~6 ms a header looking up
 its field table (a pandas frame) once per field and signal, ~60 % of reading a 7-channel
@@ -29,15 +56,19 @@ record) goes to ``wfdb.rdrecord``. Both give ``wfdb.Record`` objects equal to ``
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import numpy as np
 
-from .bidmc_vocab import strip_name
+from .bidmc_vocab import channel_key, strip_name
 
 # bytes per sample of the WFDB formats (to find how much of a truncated .dat is there)
 FMT_BYTES = {"8": 1, "16": 2, "61": 2, "80": 1, "160": 2, "24": 3, "32": 4, "212": 1.5,
              "310": 4 / 3, "311": 4 / 3}  # fmt: skip
+
+# the sampling rates a header may state, in Hz (module docstring)
+FS_RANGE = (1e-3, 1e5)
 
 
 class WfdbError(ValueError):
@@ -51,22 +82,69 @@ def record_path(record: str | Path) -> Path:
 
 
 def read_header(path: Path):
-    """The header of record ``path`` (``wfdb.Record`` without samples; module docstring)."""
+    """The header of record ``path`` (``wfdb.Record`` without samples; module docstring),
+    checked: a sampling rate in :data:`FS_RANGE`, every signal named once."""
     import wfdb
 
     hea = path.with_name(path.name + ".hea")
     if not hea.is_file():
         raise WfdbError(f"record not found: {hea} does not exist")
     try:
-        return _parse_header(hea.read_text(encoding="ascii", errors="ignore"))
-    except _Fallback:
-        pass
-    except Exception as e:  # noqa: BLE001 - the same message as wfdb's parse would give
+        text = hea.read_bytes().decode("utf-8", errors="replace")
+    except OSError as e:
         raise WfdbError(f"cannot read header {hea}: {e}") from None
     try:
-        return wfdb.rdheader(str(path))
-    except Exception as e:  # noqa: BLE001 - wfdb raises many kinds on bad headers
+        rec = _parse_header(text)
+    except _Fallback:
+        try:
+            rec = wfdb.rdheader(str(path))
+        except Exception as e:  # noqa: BLE001 - wfdb raises many kinds on bad headers
+            raise WfdbError(f"cannot read header {hea}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - the same message as wfdb's parse would give
         raise WfdbError(f"cannot read header {hea}: {e}") from None
+    _check_header(hea, text, rec)
+    return rec
+
+
+def _check_header(hea: Path, text: str, rec) -> None:
+    """Refuse a header whose sampling rate is not a plain number in :data:`FS_RANGE` (read
+    from the record line itself: ``wfdb``'s expression takes ``-125`` for no rate and
+    ``1e9`` for 1), or whose signals are unnamed or named twice (module docstring)."""
+    from wfdb.io.header import parse_header_content
+
+    lines, _ = parse_header_content(text)
+    fields = lines[0].split() if lines else []
+    fs_text = fields[2].split("/")[0] if len(fields) > 2 else ""
+    if fs_text:  # omitted: WFDB's default rate (250 Hz)
+        lo, hi = FS_RANGE
+        try:
+            fs = float(fs_text)
+        except ValueError:
+            raise WfdbError(f"{hea}: sampling rate {fs_text!r} is not a number") from None
+        if not math.isfinite(fs):
+            raise WfdbError(f"{hea}: sampling rate {fs_text!r} is not a finite number")
+        if not lo <= fs <= hi:
+            raise WfdbError(
+                f"{hea}: sampling rate {fs_text} Hz is outside the accepted range "
+                f"{lo:g} to {hi:g} Hz"
+            )
+        if rec.fs is None or float(rec.fs) != fs:
+            raise WfdbError(
+                f"{hea}: sampling rate {fs_text!r} is not written as a plain decimal number "
+                f"(read as {rec.fs} Hz)"
+            )
+    names = list(rec.sig_name or []) if rec.n_sig else []
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name is None or not strip_name(name):
+            raise WfdbError(f"{hea}: signal {i + 1} has no name (every signal must be named)")
+        key = channel_key(name)
+        if key in seen:
+            raise WfdbError(
+                f"{hea}: channel {strip_name(name)!r} is named twice (signals {seen[key] + 1} "
+                f"and {i + 1}): a record must name each channel once"
+            )
+        seen[key] = i
 
 
 class _Fallback(Exception):
@@ -141,34 +219,67 @@ def _parse_header(text: str):
 
 def complete_samples(path: Path, header) -> int | None:
     """Whole samples (frames) in the signal files of ``path``, at most the header's length
-    (None: a layout this cannot size, let ``wfdb`` decide). A missing file is a
-    :class:`WfdbError`."""
+    (None: a layout this cannot size, let ``wfdb`` decide). A missing file, or one whose
+    size does not fit the header's format (module docstring), is a :class:`WfdbError`."""
     n = int(header.sig_len or 0) or None
     files: dict[str, list[int]] = {}
-    for i, f in enumerate(header.file_name):
+    for i, f in enumerate(header.file_name or []):
         files.setdefault(f, []).append(i)
     for f, sigs in files.items():
         p = path.with_name(f)
         if not p.is_file():
             raise WfdbError(f"signal file {p} is missing")
         fmt = str(header.fmt[sigs[0]])
-        spf = header.samps_per_frame[sigs[0]] if header.samps_per_frame else 1
         if fmt not in FMT_BYTES or any(str(header.fmt[i]) != fmt for i in sigs):
             continue  # unknown layout: let wfdb decide
+        spf = sum((header.samps_per_frame[i] if header.samps_per_frame else 1) or 1 for i in sigs)
         offset = (header.byte_offset[sigs[0]] or 0) if header.byte_offset else 0
-        per_frame = FMT_BYTES[fmt] * len(sigs) * (spf or 1)
-        have = max(0, int((p.stat().st_size - offset) // per_frame))
+        size = p.stat().st_size - offset
+        _check_size(p, size, fmt, spf, header.sig_len)
+        have = max(0, int(size // (FMT_BYTES[fmt] * spf)))
         n = have if n is None else min(n, have)
     return n
 
 
+def _check_size(p: Path, size: int, fmt: str, per_frame: int, length: int | None) -> None:
+    """Refuse signal file ``p`` (``size`` bytes after its offset, ``per_frame`` samples a
+    frame) when it is longer than ``length`` frames of ``fmt`` need, or exactly as long as
+    another format would need for them (the rule of the module docstring)."""
+    if not length:
+        return  # the header gives no length to compare with
+
+    def need(f: str) -> int:
+        return math.ceil(length * per_frame * FMT_BYTES[f])
+
+    want = need(fmt)
+    slack = max(4, math.ceil(per_frame * FMT_BYTES[fmt]))
+    what = f"{length} samples of {per_frame} signal(s) in format {fmt} need {want} bytes"
+    if size >= want + slack:
+        raise WfdbError(
+            f"signal file {p} holds {size} bytes but its header's {what}: the format does "
+            "not match the file"
+        )
+    if size < want:
+        other = sorted({f for f in FMT_BYTES if FMT_BYTES[f] != FMT_BYTES[fmt] and need(f) == size})
+        if other:
+            raise WfdbError(
+                f"signal file {p} holds {size} bytes, exactly what format {other[0]} needs, "
+                f"but its header's {what}: the format does not match the file (or the file "
+                "was cut at exactly that size)"
+            )
+
+
 def read_record(path: Path, channels: list[int] | None = None, sampto: int | None = None):
     """Record ``path`` (``wfdb.Record``: ``p_signal`` in physical units, float64), its
-    ``channels`` (indices; None: all) up to sample ``sampto`` (None: the header's length)."""
+    ``channels`` (indices; None: all) up to sample ``sampto`` (None: the header's length).
+    The header and the files' sizes are checked first (:func:`read_header`,
+    :func:`complete_samples`)."""
     import wfdb
 
+    header = read_header(path)
+    complete_samples(path, header)
     try:
-        return _read_whole(path, channels, sampto)
+        return _read_whole(path, channels, sampto, header)
     except _Fallback:
         pass
     try:
@@ -182,41 +293,105 @@ _FAST_FMT = {"16": ("<i2", 0, -(2**15)), "61": (">i2", 0, -(2**15)),
              "80": ("u1", -128, -(2**7)), "32": ("<i4", 0, -(2**31))}  # fmt: skip
 
 
-def _read_whole(path: Path, channels: list[int] | None, sampto: int | None):
-    """The whole record ``path`` read with numpy (module docstring), or :class:`_Fallback`."""
-    try:
-        rec = read_header(path)
-    except WfdbError:
-        raise _Fallback from None  # wfdb gives its own message
-    n_sig, n = int(rec.n_sig or 0), rec.sig_len
-    if not n_sig or not n or (sampto is not None and sampto != n) or len(set(rec.fmt)) != 1:
-        raise _Fallback
-    if len(set(rec.file_name)) != 1 or rec.fmt[0] not in _FAST_FMT:
-        raise _Fallback
-    if any(s not in (None, 1) for s in rec.samps_per_frame) or any(rec.skew):
-        raise _Fallback
-    if len(set(rec.byte_offset)) != 1:
-        raise _Fallback
-    channels = list(range(n_sig)) if channels is None else [int(c) for c in channels]
-    if not channels or any(c < 0 or c >= n_sig for c in channels):
-        raise _Fallback
+def _fast_layout(rec) -> bool:
+    """Whether the fast path reads ``rec``'s samples: one signal file in one format of
+    :data:`_FAST_FMT`, one sample per frame, no skew, one byte offset."""
+    n_sig = int(rec.n_sig or 0)
+    return bool(
+        n_sig
+        and len(set(rec.fmt)) == 1
+        and len(set(rec.file_name)) == 1
+        and rec.fmt[0] in _FAST_FMT
+        and not any(s not in (None, 1) for s in rec.samps_per_frame)
+        and not any(rec.skew)
+        and len(set(rec.byte_offset)) == 1
+    )
+
+
+def _read_fast(rec, f: Path, channels: list[int], a: int, b: int) -> np.ndarray:
+    """Frames ``a`` to ``b`` of ``rec``'s ``channels`` from its signal file ``f``, in
+    physical units, float64, NaN for the format's invalid value: ``(d - baseline) /
+    adc_gain`` as ``wfdb`` computes it, sample by sample (so any block of frames gives the
+    same numbers as the whole record)."""
     dtype, shift, invalid = _FAST_FMT[rec.fmt[0]]
-    f = path.with_name(rec.file_name[0])
-    offset = int(rec.byte_offset[0] or 0)
-    need = n * n_sig
-    if not f.is_file() or f.stat().st_size - offset < need * np.dtype(dtype).itemsize:
-        raise _Fallback  # missing or truncated: wfdb's own error or reading
-    d = np.fromfile(f, dtype=dtype, count=need, offset=offset).reshape(n, n_sig)[:, channels]
+    n_sig = int(rec.n_sig)
+    size = np.dtype(dtype).itemsize
+    offset = int(rec.byte_offset[0] or 0) + a * n_sig * size
+    try:
+        d = np.fromfile(f, dtype=dtype, count=(b - a) * n_sig, offset=offset)
+    except OSError as e:
+        raise WfdbError(f"cannot read signal file {f}: {e}") from None
+    if len(d) != (b - a) * n_sig:
+        raise WfdbError(f"signal file {f} ends before sample {b}")
+    d = d.reshape(b - a, n_sig)[:, channels]
     d = d.astype(np.int64) + shift if shift else d
     nan = d == invalid
     p = d.astype(np.float64)
     np.subtract(p, [rec.baseline[c] for c in channels], p)
     np.divide(p, [rec.adc_gain[c] for c in channels], p)
     p[nan] = np.nan
+    return p
+
+
+def _read_whole(path: Path, channels: list[int] | None, sampto: int | None, rec=None):
+    """The whole record ``path`` read with numpy (module docstring), or :class:`_Fallback`.
+    ``rec``: its header, already read (it becomes the returned record)."""
+    if rec is None:
+        try:
+            rec = read_header(path)
+        except WfdbError:
+            raise _Fallback from None  # wfdb gives its own message
+    n_sig, n = int(rec.n_sig or 0), rec.sig_len
+    if not n or (sampto is not None and sampto != n) or not _fast_layout(rec):
+        raise _Fallback
+    channels = list(range(n_sig)) if channels is None else [int(c) for c in channels]
+    if not channels or any(c < 0 or c >= n_sig for c in channels):
+        raise _Fallback
+    f = path.with_name(rec.file_name[0])
+    need = n * n_sig * np.dtype(_FAST_FMT[rec.fmt[0]][0]).itemsize
+    if not f.is_file() or f.stat().st_size - int(rec.byte_offset[0] or 0) < need:
+        raise _Fallback  # missing or truncated: wfdb's own error or reading
+    p = _read_fast(rec, f, channels, 0, n)
     for field in _specs()[1]:  # the signal fields, per read channel (as wfdb arranges them)
         setattr(rec, field, [getattr(rec, field)[c] for c in channels])
     rec.n_sig, rec.p_signal = len(channels), p
     return rec
+
+
+class SampleReader:
+    """Samples of a record's channels read by ranges: ``read(a, b)`` is frames ``a`` to
+    ``b`` as ``(b - a, C)`` float64 in physical units, equal bit for bit to the same rows of
+    :func:`read_record` (the fast formats are converted by the same code; other layouts
+    are read by ``wfdb.rdrecord(sampfrom=a, sampto=b)``). Memory: one range at a time.
+
+    Args:
+        path: the record (without extension); ``header``: its :func:`read_header`.
+        channels: signal indices, in the column order wanted.
+        n: the frames the files hold (:func:`complete_samples`; the end of every range).
+    """
+
+    def __init__(self, path: Path, header, channels: list[int], n: int):
+        self.path, self.header, self.n = path, header, int(n)
+        self.channels = [int(c) for c in channels]
+        self._file = path.with_name(header.file_name[0]) if _fast_layout(header) else None
+
+    def read(self, a: int, b: int) -> np.ndarray:
+        """Frames ``a`` to ``b`` (``0 <= a <= b <= n``) as ``(b - a, C)`` float64."""
+        import wfdb
+
+        a, b = int(a), int(min(b, self.n))
+        if b <= a:
+            return np.zeros((0, len(self.channels)))
+        if self._file is not None:
+            return _read_fast(self.header, self._file, self.channels, a, b)
+        try:
+            rec = wfdb.rdrecord(str(self.path), sampfrom=a, sampto=b, channels=self.channels,
+                                return_res=64)  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - wfdb raises ValueError/IndexError/OSError
+            raise WfdbError(
+                f"cannot read WFDB record {self.path} ({type(e).__name__}: {e})"
+            ) from None
+        return np.asarray(rec.p_signal, dtype=np.float64).reshape(b - a, len(self.channels))
 
 
 def signals_by_name(rec) -> dict[str, np.ndarray]:

@@ -169,8 +169,9 @@ def read_whole_record(path: Path, what: str):
         raise BidmcDataError(f"{what}: header file not found: {hea}")
     try:
         rec = read_wfdb_record(path)
-    except WfdbError as e:
-        raise BidmcDataError(f"{what}: {e}; the .dat file may be truncated or corrupt") from e
+    except WfdbError as e:  # a bad header or file size names itself; a failed read may be
+        hint = "; the .dat file may be truncated or corrupt" if "cannot read WFDB" in str(e) else ""
+        raise BidmcDataError(f"{what}: {e}{hint}") from e
     sig = rec.p_signal
     if sig is None or sig.ndim != 2 or sig.shape[0] != rec.sig_len:
         raise BidmcDataError(
