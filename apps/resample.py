@@ -33,6 +33,12 @@ is applied causally, without delay compensation: the output lags the input by
 ``delay_s = half_len / (up * fs_in)`` seconds. Equal rates pass the signal through
 (``h = [1]``, no delay).
 
+The factors are bounded: ``max(up, down) <=`` :data:`MAX_FACTOR` (10⁵, a filter of at most
+2·10⁶ + 1 taps, 16 MB), so that a wrong rate (a model's metadata claiming 10¹² Hz, a record
+header's 10⁹ Hz) is a :class:`ResampleError` naming both rates, not an attempt to build a
+filter of terabytes. Audio and biosignal rates are far inside it (44.1 kHz -> 16 kHz is
+160/441; 100 kHz -> 125 Hz is 1/800).
+
 Computation is vectorised over outputs and channels (``h`` split into its ``up`` phases
 of ``K = ceil(len(h) / up)`` taps, the last ``K - 1`` inputs kept as history) in float64;
 float32 blocks give float32 output, other blocks float64.
@@ -45,18 +51,30 @@ from fractions import Fraction
 
 import numpy as np
 
+# The largest up or down factor a resampler is built for (module docstring).
+MAX_FACTOR = 10**5
+
 
 class ResampleError(ValueError):
-    """Bad sampling rates (not finite and positive) or a block of another channel count."""
+    """Bad sampling rates (not finite and positive, or too far apart: :data:`MAX_FACTOR`)
+    or a block of another channel count."""
 
 
 def _ratio(fs_in: float, fs_out: float) -> Fraction:
     if not all(math.isfinite(f) and f > 0 for f in (fs_in, fs_out)):
         raise ResampleError(f"resampling needs positive finite rates, got {fs_in} -> {fs_out}")
     if int(fs_in) == fs_in and int(fs_out) == fs_out:
-        return Fraction(int(fs_out), int(fs_in))
-    ratio = Fraction(fs_out).limit_denominator(10**6) / Fraction(fs_in).limit_denominator(10**6)
-    return ratio.limit_denominator(1000)
+        ratio = Fraction(int(fs_out), int(fs_in))
+    else:
+        ratio = Fraction(fs_out).limit_denominator(10**6) / Fraction(fs_in).limit_denominator(10**6)
+        ratio = ratio.limit_denominator(1000)
+    if max(ratio.numerator, ratio.denominator) > MAX_FACTOR:
+        raise ResampleError(
+            f"cannot resample {fs_in:g} Hz -> {fs_out:g} Hz: a factor of {ratio.numerator}/"
+            f"{ratio.denominator}, beyond the limit of {MAX_FACTOR:g} either way (is one of the "
+            "rates wrong?)"
+        )
+    return ratio
 
 
 def kaiser_lowpass(numtaps: int, cutoff: float, beta: float = 5.0) -> np.ndarray:
