@@ -14,6 +14,10 @@ S = V Λ Vᴴ. In the eigenbasis, A = V (Λ − P̃ P̃ᴴ) Vᴴ with P̃ = Vᴴ
 Eigenvalues of a real matrix come in conjugate pairs; we keep the M = N // 2
 with positive imaginary part (for odd N the single real eigenvalue is dropped,
 as in the S4 reference code) and restore the other half by conjugation.
+
+The LegS initialisations build and eigendecompose the dense N × N matrix, so N is bounded by
+:data:`MAX_D_STATE` (4096: a 256 MiB complex matrix; the presets use at most
+512): ``d_state=100000`` would need 149 GiB and is refused by name instead.
 """
 
 from __future__ import annotations
@@ -23,9 +27,22 @@ import math
 import numpy as np
 import torch
 
+# The largest d_state the dense LegS initialisation is built for (module docstring).
+MAX_D_STATE = 4096
+
+
+def _check_size(N: int) -> None:
+    if N > MAX_D_STATE:
+        raise ValueError(
+            f"d_state={N} is above the limit of {MAX_D_STATE} (MAX_D_STATE in "
+            f"liquid_stream/hippo.py): the LegS initialisation eigendecomposes a dense "
+            f"{N} x {N} matrix ({16 * N * N / 2**30:.3g} GiB)"
+        )
+
 
 def hippo_legs(N: int) -> tuple[np.ndarray, np.ndarray]:
     """Dense HiPPO-LegS matrices ``A (N, N)`` and ``B (N,)`` in float64."""
+    _check_size(N)
     q = np.sqrt(2.0 * np.arange(N) + 1.0)
     A = -np.tril(np.outer(q, q), -1) - np.diag(np.arange(N) + 1.0)
     return A, q.copy()

@@ -427,6 +427,16 @@ SSM_MODES = ("dplr", "diag")
 DISCRETISATIONS = ("bilinear", "zoh")  # zoh: diag only (liquid_stream.dplr / diag)
 
 
+def _d_state() -> Spec:
+    """``model.d_state``: an integer in 2 .. MAX_D_STATE (the dense LegS initialisation's
+    bound, :mod:`liquid_stream.hippo`: ``d_state=100000`` would need a 149 GiB matrix)."""
+    from liquid_stream.hippo import MAX_D_STATE
+
+    spec = integer(2, MAX_D_STATE)
+    return Spec(f"{spec.what} (MAX_D_STATE in liquid_stream/hippo.py: the LegS initialisation "
+                "eigendecomposes a dense d_state x d_state matrix)", spec.coerce)  # fmt: skip
+
+
 def model_fields() -> dict[str, Spec]:
     """The spec of every ``model:`` key (the arguments of ``LiquidS4Model``), with the
     choices the model code accepts (:mod:`liquid_stream.model`, ``.liquid``, ``.cauchy``)."""
@@ -438,7 +448,7 @@ def model_fields() -> dict[str, Spec]:
     return {
         "d_model": integer(1),
         "n_layers": integer(1),
-        "d_state": integer(2),
+        "d_state": _d_state(),
         "mode": choice(SSM_MODES),
         "liquid": choice(tuple(k for k in LIQUID_KINDS if k), null=None in LIQUID_KINDS),
         "liquid_order": integer(2, MAX_LIQUID_ORDER),
