@@ -336,16 +336,35 @@ def _run_record(monitor, source, speed, no_ui: bool, echo, run_record):
 
 def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo) -> None:
     """``<stem>_vitals.csv``, ``_vitals.png`` and ``_summary.json`` into ``out``; prints the
-    summary and the paths. A failed write is a one-line error."""
+    summary and the paths. The three are written to hidden temporary files first and
+    renamed into place only when all three are complete (:mod:`liquid_stream.atomic`), so a
+    full disk or any other failed write publishes none of them (an older run's files stay
+    as they were) and is a one-line error after the printed summary: nothing of the run is
+    lost from the terminal, and no CSV is left without its summary."""
+    import os
+    from contextlib import ExitStack
+
+    from liquid_stream.atomic import atomic_path
+
+    paths = [out / f"{stem}_vitals.csv", out / f"{stem}_vitals.png", out / f"{stem}_summary.json"]
+    mask = os.umask(0)
+    os.umask(mask)
     try:
-        csv_path = result.write_csv(out / f"{stem}_vitals.csv")
-        png_path = result.plot(out / f"{stem}_vitals.png", title=title)
-        json_path = out / f"{stem}_summary.json"
-        json_path.write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+        with ExitStack() as stack:  # renamed in reverse order once every file is written
+            tmps = [stack.enter_context(atomic_path(p)) for p in paths]
+            result.write_csv(tmps[0])
+            result.plot(tmps[1], title=title)
+            tmps[2].write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+            for tmp in tmps:  # the mode an ordinary write gives (the temporaries are 0600)
+                os.chmod(tmp, 0o666 & ~mask)
     except OSError as e:
-        raise click.ClickException(f"cannot write results to {out}: {e}") from None
+        _print_summary(summary, echo)
+        why = e.strerror or str(e)
+        raise click.ClickException(
+            f"cannot write results to {out}: {why}; nothing written (the summary is above)"
+        ) from None
     _print_summary(summary, echo)
-    echo(f"wrote {csv_path}, {png_path}, {json_path}")
+    echo(f"wrote {paths[0]}, {paths[1]}, {paths[2]}")
 
 
 def _describe_monitor(monitor, source_rate: str, echo) -> None:

@@ -181,7 +181,7 @@ class RunResult:
         if title:
             axes[0, 0].set_title(title)
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        fig.savefig(path, dpi=100, format="png")  # PNG whatever the name (a temporary)
         plt.close(fig)
         return path
 
