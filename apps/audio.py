@@ -10,7 +10,11 @@
   non-WAV file or a truncated WAV each raised as a clear :class:`AudioError`.
   Multichannel files are reduced to channel 0 (the caller gets a note to show).
 - :class:`WavSource` yields a file in blocks, paced to real time (as a microphone would)
-  or as fast as the consumer takes them (``realtime=False``).
+  or as fast as the consumer takes them (``realtime=False``). It reads the file as it
+  goes (:class:`liquid_stream.wav.WavReader`, a slab of at most ``READ_FRAMES`` frames at
+  a time), so its memory does not grow with the file's length (a day-long recording
+  streams in a few MB); a bad header or a truncated file is still refused when the
+  source is opened, before any block.
 - :class:`MicSource` wraps ``sounddevice.InputStream``; its callback only copies the block
   into a bounded queue. A full queue drops the block (counted in ``dropped``); PortAudio's
   ``input_overflow`` flags are counted in ``overflows``; neither ever raises.
@@ -38,6 +42,8 @@ from liquid_stream.wav import write_wav
 from .resample import StreamResampler
 
 __all__ = ["AudioError", "MicSource", "WavSource", "read_wav", "stream_resampler", "write_wav"]
+
+READ_FRAMES = 1 << 16  # frames a WavSource reads from its file at a time (~4 s at 16 kHz)
 
 
 class AudioError(ValueError):
@@ -76,23 +82,39 @@ class WavSource:
 
     ``realtime=True`` sleeps so blocks come at the pace of a live microphone;
     ``realtime=False`` yields them as fast as they are consumed. ``stop()`` ends it early.
+    The file is opened and its header checked here (:class:`AudioError`); the samples
+    are read in slabs as :meth:`blocks` goes (module docstring), decoded exactly as
+    :func:`read_wav` decodes them. :attr:`samples` reads the whole file (a plot of it);
+    streaming never touches it.
     """
 
     kind = "file"
 
     def __init__(self, path: str | os.PathLike, block_ms: float = 10.0, realtime: bool = True):
         self.path = Path(path)
-        self.samples, self.rate, self.notes = read_wav(self.path)
+        try:
+            with wav.WavReader(self.path) as r:  # header and length checked now
+                self.rate, self.n_samples, self.notes = r.rate, r.frames, list(r.notes)
+        except wav.WavError as e:
+            raise AudioError(str(e)) from None
         self.block = max(1, int(round(self.rate * block_ms / 1000)))
         self.realtime = realtime
         self.dropped = 0
         self.overflows = 0
         self.name = str(self.path)
         self._stop = threading.Event()
+        self._samples: np.ndarray | None = None
 
     @property
     def duration_s(self) -> float:
-        return len(self.samples) / self.rate
+        return self.n_samples / self.rate
+
+    @property
+    def samples(self) -> np.ndarray:
+        """The whole file as float32 mono (read on first use, then kept)."""
+        if self._samples is None:
+            self._samples = read_wav(self.path)[0]
+        return self._samples
 
     def __enter__(self) -> WavSource:
         return self
@@ -104,15 +126,32 @@ class WavSource:
         self._stop.set()
 
     def blocks(self) -> Iterator[np.ndarray]:
+        """The file's blocks of ``block`` samples (the last one shorter), read as they go;
+        :class:`AudioError` if the file can no longer be read (it shrank meanwhile)."""
         t0 = time.perf_counter()
-        for pos in range(0, len(self.samples), self.block):
-            if self._stop.is_set():
-                return
-            if self.realtime:
-                wait = t0 + pos / self.rate - time.perf_counter()
-                if wait > 0 and self._stop.wait(wait):
+        slab = max(self.block, READ_FRAMES // self.block * self.block)  # whole blocks
+        try:
+            reader = wav.WavReader(self.path)
+        except wav.WavError as e:
+            raise AudioError(str(e)) from None
+        with reader:
+            pos = 0
+            while pos < self.n_samples:
+                try:
+                    x = reader.read(min(slab, self.n_samples - pos))
+                except wav.WavError as e:
+                    raise AudioError(str(e)) from None
+                if not len(x):
                     return
-            yield self.samples[pos : pos + self.block]
+                for a in range(0, len(x), self.block):
+                    if self._stop.is_set():
+                        return
+                    if self.realtime:
+                        wait = t0 + (pos + a) / self.rate - time.perf_counter()
+                        if wait > 0 and self._stop.wait(wait):
+                            return
+                    yield x[a : a + self.block]
+                pos += len(x)
 
 
 class MicSource:

@@ -44,75 +44,145 @@ def read_wav(path: str | os.PathLike) -> tuple[np.ndarray, int, list[str]]:
 
     ``notes`` lists what was changed (e.g. "3 channels: using channel 0"). Raises
     :class:`WavError` for a missing or unreadable file, a file that is not RIFF/WAVE,
-    an unsupported encoding, or a truncated data chunk.
+    an unsupported encoding, or a truncated data chunk. The whole file is in memory:
+    a long recording is read in blocks with :class:`WavReader` instead.
     """
-    path = Path(path)
-    if not path.exists():
-        raise WavError(f"audio file not found: {path}")
-    if not path.is_file():
-        raise WavError(f"not a file: {path}")
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise WavError(f"cannot read {path}: {e}") from e
-    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise WavError(f"{path} is not a WAV file (no RIFF/WAVE header)")
-    fmt = None
-    pos = 12
-    while pos + 8 <= len(data):
-        cid, size = data[pos : pos + 4], struct.unpack("<I", data[pos + 4 : pos + 8])[0]
-        body = pos + 8
-        if cid == b"fmt ":
-            if size < 16 or body + 16 > len(data):
-                raise WavError(f"{path}: truncated WAV (fmt chunk cut short)")
-            tag, ch, rate, _, _, bits = struct.unpack("<HHIIHH", data[body : body + 16])
-            if tag == _EXTENSIBLE and size >= 40 and body + 26 <= len(data):
-                tag = struct.unpack("<H", data[body + 24 : body + 26])[0]  # sub-format GUID
-            fmt = (tag, ch, rate, bits)
-        elif cid == b"data":
-            if fmt is None:
-                raise WavError(f"{path}: malformed WAV (data chunk before fmt chunk)")
-            raw = data[body : body + size]
-            if len(raw) < size:
-                raise WavError(
-                    f"{path}: truncated WAV (header says {size} data bytes, file holds {len(raw)})"
-                )
-            return _decode(path, raw, *fmt)
-        pos = body + size + (size & 1)
-    if fmt is None:
-        raise WavError(f"{path}: truncated or malformed WAV (no fmt chunk)")
-    raise WavError(f"{path}: truncated or malformed WAV (no data chunk)")
+    with WavReader(path) as r:
+        return r.read(r.frames), r.rate, list(r.notes)
 
 
-def _decode(path: Path, raw: bytes, tag: int, ch: int, rate: int, bits: int):
-    if ch < 1 or rate < 1:
-        raise WavError(f"{path}: malformed WAV ({ch} channels, {rate} Hz)")
+class WavReader:
+    """A WAV file read in blocks: memory bounded by the block, not the file's length.
+
+        with WavReader("day.wav") as r:        # header checked here (WavError)
+            while len(x := r.read(16000)):      # float32 mono blocks in [-1, 1]
+                ...
+
+    Opening parses the chunks (without reading the samples) and refuses, with the
+    messages of :func:`read_wav`, a missing or unreadable file, a file that is not
+    RIFF/WAVE, a data chunk longer than the file holds (truncated), an unsupported
+    encoding; so a bad file is refused before anything is processed. :meth:`read`
+    decodes the next frames exactly as :func:`read_wav` decodes them (it is built on
+    this reader): channel 0, PCM 8/16/24/32-bit scaled to [-1, 1], float as stored.
+
+    Attributes: ``rate`` (Hz), ``channels`` (in the file), ``frames`` (samples per
+    channel), ``notes`` (what is changed: "3 channels, using channel 0"), ``position``
+    (frames read so far).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = path = Path(path)
+        if not path.exists():
+            raise WavError(f"audio file not found: {path}")
+        if not path.is_file():
+            raise WavError(f"not a file: {path}")
+        try:
+            self._f = open(path, "rb")  # noqa: SIM115 - closed by close() / __exit__
+        except OSError as e:
+            raise WavError(f"cannot read {path}: {e}") from e
+        try:
+            self._parse()
+        except BaseException:
+            self._f.close()
+            raise
+        self.position = 0
+
+    def _parse(self) -> None:
+        path, f = self.path, self._f
+        try:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(12)
+        except OSError as e:
+            raise WavError(f"cannot read {path}: {e}") from e
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            raise WavError(f"{path} is not a WAV file (no RIFF/WAVE header)")
+        fmt = None
+        pos = 12
+        while pos + 8 <= size:
+            f.seek(pos)
+            hdr = f.read(8)
+            cid, n = hdr[:4], struct.unpack("<I", hdr[4:8])[0]
+            body = pos + 8
+            if cid == b"fmt ":
+                if n < 16 or body + 16 > size:
+                    raise WavError(f"{path}: truncated WAV (fmt chunk cut short)")
+                raw = f.read(min(n, 26, size - body))
+                tag, ch, rate, _, _, bits = struct.unpack("<HHIIHH", raw[:16])
+                if tag == _EXTENSIBLE and n >= 40 and len(raw) >= 26:
+                    tag = struct.unpack("<H", raw[24:26])[0]  # sub-format GUID
+                fmt = (tag, ch, rate, bits)
+            elif cid == b"data":
+                if fmt is None:
+                    raise WavError(f"{path}: malformed WAV (data chunk before fmt chunk)")
+                held = min(n, size - body)
+                if held < n:
+                    raise WavError(
+                        f"{path}: truncated WAV (header says {n} data bytes, file holds {held})"
+                    )
+                self._setup(body, n, *fmt)
+                return
+            pos = body + n + (n & 1)
+        if fmt is None:
+            raise WavError(f"{path}: truncated or malformed WAV (no fmt chunk)")
+        raise WavError(f"{path}: truncated or malformed WAV (no data chunk)")
+
+    def _setup(self, start: int, nbytes: int, tag: int, ch: int, rate: int, bits: int) -> None:
+        path = self.path
+        if ch < 1 or rate < 1:
+            raise WavError(f"{path}: malformed WAV ({ch} channels, {rate} Hz)")
+        if not ((tag == _PCM and bits in (8, 16, 24, 32)) or (tag == _FLOAT and bits in (32, 64))):
+            kind = {_PCM: "PCM", _FLOAT: "float"}.get(tag, f"format tag 0x{tag:04x}")
+            raise WavError(
+                f"{path}: unsupported WAV encoding ({kind}, {bits}-bit); use 8/16/24/32-bit PCM "
+                "or 32/64-bit float"
+            )
+        self._tag, self._bits, self._width = tag, bits, bits // 8
+        self.channels, self.rate = int(ch), int(rate)
+        self._frame = self._width * self.channels  # bytes per frame
+        self.frames = nbytes // self._frame  # a partial last frame is left out
+        self._start = start
+        self.notes = [f"{path.name}: {ch} channels, using channel 0"] if ch > 1 else []
+
+    def read(self, frames: int) -> np.ndarray:
+        """The next ``frames`` samples of channel 0 (fewer at the end; none after it) as
+        float32 in [-1, 1]. WavError if the file shrank since it was opened."""
+        n = max(0, min(int(frames), self.frames - self.position))
+        if n == 0:
+            return np.zeros(0, np.float32)
+        try:
+            self._f.seek(self._start + self.position * self._frame)
+            raw = self._f.read(n * self._frame)
+        except OSError as e:
+            raise WavError(f"cannot read {self.path}: {e}") from e
+        if len(raw) < n * self._frame:
+            raise WavError(f"{self.path}: truncated WAV (the file ended while it was read)")
+        self.position += n
+        return _decode(raw, self._tag, self.channels, self._bits)
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> WavReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _decode(raw: bytes, tag: int, ch: int, bits: int) -> np.ndarray:
+    """Whole frames ``raw`` of a checked encoding -> channel 0 as float32 in [-1, 1]."""
     width = bits // 8
-    if tag == _PCM and bits in (8, 16, 24, 32):
-        n = len(raw) // (width * ch)
-        raw = raw[: n * width * ch]
-        if bits == 8:
-            x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
-        elif bits == 24:
-            b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
-            v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
-            x = (np.where(v >= 1 << 23, v - (1 << 24), v) / float(1 << 23)).astype(np.float32)
-        else:
-            x = np.frombuffer(raw, f"<i{width}").astype(np.float32) / float(1 << (bits - 1))
-    elif tag == _FLOAT and bits in (32, 64):
-        n = len(raw) // (width * ch)
-        x = np.frombuffer(raw[: n * width * ch], f"<f{width}").astype(np.float32)
+    if tag == _PCM and bits == 8:
+        x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif tag == _PCM and bits == 24:
+        b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
+        v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
+        x = (np.where(v >= 1 << 23, v - (1 << 24), v) / float(1 << 23)).astype(np.float32)
+    elif tag == _PCM:
+        x = np.frombuffer(raw, f"<i{width}").astype(np.float32) / float(1 << (bits - 1))
     else:
-        kind = {_PCM: "PCM", _FLOAT: "float"}.get(tag, f"format tag 0x{tag:04x}")
-        raise WavError(
-            f"{path}: unsupported WAV encoding ({kind}, {bits}-bit); use 8/16/24/32-bit PCM "
-            "or 32/64-bit float"
-        )
-    notes = []
-    x = x.reshape(-1, ch)
-    if ch > 1:
-        notes.append(f"{path.name}: {ch} channels, using channel 0")
-    return np.ascontiguousarray(x[:, 0]), int(rate), notes
+        x = np.frombuffer(raw, f"<f{width}").astype(np.float32)
+    return np.ascontiguousarray(x.reshape(-1, ch)[:, 0])
 
 
 def read_pcm16(
