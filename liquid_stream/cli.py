@@ -36,6 +36,11 @@ COMMANDS = {
 
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
+# third-party modules of an extra (pyproject.toml) → the extra; the base install (the apps)
+# has none of them, so a command that needs one says which extra to install
+EXTRA_OF = {"torch": "train", "scipy": "train", "neurokit2": "train", "yaml": "train",
+            "tqdm": "train", "tensorboard": "train", "PIL": "train",
+            "matplotlib": "plots"}  # fmt: skip
 
 
 class LazyGroup(click.Group):
@@ -60,6 +65,20 @@ class LazyGroup(click.Group):
                 return None  # the module is not in this checkout
             self.add_command(getattr(module, attr), name)
         return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context):
+        """Run the command; a module of a missing extra becomes one line naming the extra."""
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as e:
+            root = (e.name or "").split(".")[0]
+            if root not in EXTRA_OF:
+                raise
+            extra = EXTRA_OF[root]
+            raise click.ClickException(
+                f"`liquid-stream {ctx.invoked_subcommand}` needs {root!r}, which the base "
+                f"install leaves out: pip install 'liquid-stream[{extra}]'"
+            ) from None
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings=CONTEXT)

@@ -1,0 +1,31 @@
+"""Test-suite wiring shared by every module.
+
+**Two installs.** The full suite runs in the development venv (``make test``: the base
+install plus the ``train`` and ``dev`` extras). ``make test-runtime`` (run by CI) installs
+the base package alone — the apps and the shipped models on onnxruntime, no torch, scipy or
+matplotlib — into a fresh venv and runs there only the modules marked
+``pytestmark = pytest.mark.runtime``: with torch absent (or ``LIQUID_STREAM_RUNTIME_ONLY=1``)
+every other module is left out of collection, since importing it would need an extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+RUNTIME_ONLY = (
+    os.environ.get("LIQUID_STREAM_RUNTIME_ONLY") == "1" or importlib.util.find_spec("torch") is None
+)
+RUNTIME_MARK = "pytestmark = pytest.mark.runtime"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """In the runtime-only install, collect only the modules marked ``runtime``."""
+    if not RUNTIME_ONLY or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    return RUNTIME_MARK not in collection_path.read_text(encoding="utf-8")
