@@ -168,7 +168,7 @@ def main() -> None:
             f"equaliser of the cardiac band (`data.pulse_eq`, knot gains within ±{db:g} dB, "
             "training/data/pulse_eq.py: another pulse morphology, the same beats), toward "
             "pulse shapes the simulator does not draw; what it gains and costs: "
-            "docs/benchmarks.md §5.2."
+            "docs/benchmarks.md §5.3 (the study: docs/archive/benchmarks-history.md §5.2)."
         )
     data_arg = f" --data {a.data}" if a.data is not None else ""
     ckpts = " ".join(f"{r}/best.pt" for r in runs)
