@@ -93,7 +93,12 @@ def export_cmd(checkpoints, onnx_path, chunk, opset, sub_block, verify, verify_l
             )  # fmt: skip
             reports = [report]
     except (CheckpointError, ValueError, RuntimeError) as e:  # MetaError is a ValueError
-        raise click.ClickException(str(e)) from e
+        raise click.ClickException(str(e)) from None
+    except OSError as e:  # a full disk, a read-only folder: the output as it was
+        raise click.ClickException(
+            f"export failed: {e.strerror or e}; {onnx_path} not written (an existing one is "
+            "untouched)"
+        ) from None
     click.echo(f"wrote {describe(info)}")
     if "float32_verify" in info:
         click.echo(info["float32_verify"])

@@ -61,6 +61,7 @@ from onnx import helper
 from liquid_stream.atomic import atomic_write_bytes
 from liquid_stream.checkpoint import model_from_checkpoint
 from liquid_stream.meta import SAME_ESTIMATE, ModelMeta, ensemble_weights
+from liquid_stream.quantized import INTEGRITY_KEY, stamp_integrity
 
 from .pipeline import (
     CONTRACT_RTOL,
@@ -223,6 +224,7 @@ def merge_members(
     model.ir_version = members[0].ir_version
     onnx.checker.check_model(model)
     meta = ModelMeta.from_dict(first.to_dict())
+    meta.integrity = None  # member 0's: the ensemble graph is stamped when it is written
     meta.state_spec = spec
     # members exported for one chunk may accept different longest calls (a front end
     # rounds the chunk up to its hop: 125 samples → 130 with hop 10, 125 with hop 5); the
@@ -233,13 +235,29 @@ def merge_members(
     meta.ensemble = {
         "members": K,
         "combine": combine if weights is None else f"weighted {combine}",
-        "member_sha256": [hashlib.sha256(m.SerializeToString()).hexdigest() for m in members],
+        # of each member as exported before the content hash (its integrity entry left
+        # out): the same digests as the ensembles shipped before it
+        "member_sha256": [hashlib.sha256(_unstamped(m).SerializeToString()).hexdigest()
+                          for m in members],  # fmt: skip
     }
     if weights is not None:
         meta.ensemble["weights"] = weights
     if any(m.model_config != first.model_config for m in metas):  # members of other sizes
         meta.ensemble["member_model_configs"] = [m.model_config for m in metas]
     return model, meta
+
+
+def _unstamped(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without its ``integrity`` entry (the content hash)."""
+    if not any(p.key == INTEGRITY_KEY for p in model.metadata_props):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [(p.key, p.value) for p in out.metadata_props if p.key != INTEGRITY_KEY]
+    del out.metadata_props[:]
+    for k, v in kept:
+        out.metadata_props.add(key=k, value=v)
+    return out
 
 
 def export_ensemble(
@@ -280,6 +298,7 @@ def export_ensemble(
         props = meta.to_onnx_props()
         for key, value in props.items():
             model.metadata_props.add(key=key, value=value)
+        stamp_integrity(model)  # the content hash, last (liquid_stream/quantized.py)
         path = Path(tmp) / "ensemble.onnx"
         path.write_bytes(model.SerializeToString())
         if verify:

@@ -7,6 +7,12 @@ With ``quantize="int8"`` the float32 graph is written to a temporary file, verif
 the torch model (the float32 contract), quantized (:mod:`.quantize`) into the output and
 verified against the float32 graph with the looser :data:`.quantize.QUANT_RTOL`.
 
+Publishing: the graph is written to a hidden sibling of the output, verified there, and
+renamed onto the output only once it passed (``os.replace``: atomic). So the output is
+never an unverified graph (a kill during verification leaves the hidden file only), and a
+failed verification leaves an existing output as it was (re-exporting over a good graph
+cannot lose it). Every graph carries the content hash of :mod:`liquid_stream.quantized`.
+
 The checkpoint's ``meta`` is copied into the graph's metadata through the schema of
 :mod:`liquid_stream.meta`: an unknown (e.g. renamed) key or a malformed value, and for a
 checkpoint of a training task a key it must carry and lacks, is a
@@ -26,10 +32,11 @@ import numpy as np
 import onnx
 import torch
 
-from liquid_stream.atomic import atomic_write_bytes
+from liquid_stream.atomic import atomic_path, atomic_write_bytes
 from liquid_stream.checkpoint import model_from_checkpoint
 from liquid_stream.meta import ModelMeta
 from liquid_stream.model import LiquidS4Model
+from liquid_stream.quantized import stamp_integrity
 
 from .quantize import QuantVerifyReport, quantize_file
 from .to_onnx import build_onnx, default_sub_block, metadata_props
@@ -71,6 +78,7 @@ def export_model(
     ModelMeta.from_onnx_props(props, strict=True)  # every entry readable by the apps
     for key, value in props.items():
         model_proto.metadata_props.add(key=key, value=value)
+    stamp_integrity(model_proto)  # the content hash, last (liquid_stream/quantized.py)
     onnx.checker.check_model(model_proto)
     out = Path(out)
     atomic_write_bytes(out, model_proto.SerializeToString())
@@ -195,14 +203,21 @@ def _export_verified(
     model: LiquidS4Model, meta: dict, out, chunk, opset, sub_block, verify, verify_length,
     ltc_op: str = "graph",
 ) -> tuple[dict, VerifyReport | None]:  # fmt: skip
-    info = export_model(model, out, chunk, opset, sub_block, meta, ltc_op=ltc_op)
+    """Export to a hidden sibling of ``out``, verify that file (with ``verify``), and only
+    then rename it onto ``out`` (module docstring): ``out`` never holds an unverified graph,
+    a failed verification leaves an old ``out`` as it was, a kill leaves at most the
+    hidden sibling (removed by the next write into the folder, liquid_stream/atomic.py)."""
     report = None
-    if verify:
-        report = verify_onnx(model, out, length=verify_length, meta=meta)
-        if not report.ok:
-            Path(out).unlink(missing_ok=True)
-            raise RuntimeError(f"exported graph breaks the exactness contract; removed. {report}")
-    return info, report
+    with atomic_path(out) as tmp:
+        info = export_model(model, tmp, chunk, opset, sub_block, meta, ltc_op=ltc_op)
+        if verify:
+            report = verify_onnx(model, tmp, length=verify_length, meta=meta)
+            if not report.ok:
+                raise RuntimeError(
+                    f"exported graph breaks the exactness contract; {out} not written "
+                    f"(an existing one is untouched). {report}"
+                )
+    return dict(info, path=str(out)), report
 
 
 def describe(info: dict) -> str:

@@ -74,9 +74,17 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from liquid_stream.atomic import atomic_write_bytes
+from liquid_stream.atomic import atomic_path
 from liquid_stream.meta import ModelMeta
-from liquid_stream.quantized import QuantizationError, check_quantized, quantization_record
+from liquid_stream.quantized import (
+    INTEGRITY_KEY,
+    IntegrityError,
+    QuantizationError,
+    check_integrity,
+    check_quantized,
+    quantization_record,
+    stamp_integrity,
+)
 
 __all__ = [
     "QUANT_RTOL",
@@ -254,10 +262,12 @@ def quantize_graph(
         "params": params,
     }
     del q.metadata_props[:]
+    props.pop(INTEGRITY_KEY, None)  # the float graph's: this graph is stamped anew below
     props["quantization"] = json.dumps(record)
     ModelMeta.from_onnx_props(props, strict=True)  # every entry readable by the apps
     for key, value in props.items():
         q.metadata_props.add(key=key, value=value)
+    stamp_integrity(q)  # the content hash, last (liquid_stream/quantized.py)
     onnx.checker.check_model(q)
     return q, record
 
@@ -269,27 +279,33 @@ def quantize_file(
     verify_length: int = 16000,
     roles: tuple[str, ...] = QUANTIZED_ROLES,
 ) -> tuple[dict, QuantVerifyReport | None]:
-    """Quantize the float32 graph ``src`` into ``out`` (atomically); with ``verify``, check
-    it against ``src`` and remove ``out`` if it fails (RuntimeError). Returns the export
+    """Quantize the float32 graph ``src`` into ``out``: written to a hidden sibling of
+    ``out``, with ``verify`` checked against ``src`` there, and renamed onto ``out`` only if
+    it passes (a failure, RuntimeError, leaves an existing ``out`` untouched). Returns the export
     info (``path``, ``nodes``, ``bytes``, ``quantized``, ``source_bytes``) and the report."""
     src, out = Path(src), Path(out)
     try:
         model = onnx.load(src)
     except Exception as e:  # noqa: BLE001 - protobuf raises several kinds
         raise ValueError(f"{src} is not an ONNX model ({e})") from None
+    try:  # a corrupt source would be quantized, and stamped, as if it were good
+        check_integrity(model)
+    except IntegrityError as e:
+        raise ValueError(f"{src}: {e}") from None
     q, record = quantize_graph(model, roles)
-    atomic_write_bytes(out, q.SerializeToString())
-    info = {"path": str(out), "nodes": sum(1 for _ in _nodes(q.graph)),
-            "bytes": out.stat().st_size, "source_bytes": src.stat().st_size,
-            "quantized": len(record["quantized"])}  # fmt: skip
+    report = None
+    with atomic_path(out) as tmp:  # verified on the hidden sibling, published if it passes
+        tmp.write_bytes(q.SerializeToString())
+        info = {"path": str(out), "nodes": sum(1 for _ in _nodes(q.graph)),
+                "bytes": tmp.stat().st_size, "source_bytes": src.stat().st_size,
+                "quantized": len(record["quantized"])}  # fmt: skip
+        if verify:
+            report = verify_quantized(src, tmp, length=verify_length)
+            if not report.ok:
+                raise RuntimeError(f"int8 graph outside its tolerance; removed, {out} not "
+                                   f"written (an existing one is untouched). {report}")  # fmt: skip
     props = {p.key: p.value for p in q.metadata_props}
     info.update((k, json.loads(props[k])) for k in ("sub_block", "max_chunk") if k in props)
-    report = None
-    if verify:
-        report = verify_quantized(src, out, length=verify_length)
-        if not report.ok:
-            out.unlink(missing_ok=True)
-            raise RuntimeError(f"int8 graph outside its tolerance; removed. {report}")
     return info, report
 
 

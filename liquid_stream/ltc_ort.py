@@ -259,12 +259,21 @@ def uses_op(model) -> bool:
     return any(o.domain == DOMAIN for o in model.opset_import)
 
 
-def register(options, path: str | Path | None = None) -> None:
+def register(options, path: str | Path | None = None, model=None) -> None:
     """Register the op library with ``onnxruntime.SessionOptions`` ``options``; with
-    ``path`` (an .onnx file), only when that model uses it."""
-    if path is not None:
+    ``path`` (an .onnx file) or ``model`` (its ``onnx.ModelProto``, already loaded), only
+    when that model uses it."""
+    if model is None and path is not None:
         import onnx
 
-        if not uses_op(onnx.load(str(path), load_external_data=False)):
-            return
-    options.register_custom_ops_library(str(library_path()))
+        model = onnx.load(str(path), load_external_data=False)
+    if model is not None and not uses_op(model):
+        return
+    lib = library_path()
+    if not ltc_cpp.cached_ok(lib):  # changed since this process built or checked it
+        library_path.cache_clear()
+        lib = library_path()
+    try:
+        options.register_custom_ops_library(str(lib))
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own kinds
+        raise LtcOpUnavailable(f"the fused LTC op library {lib} does not load ({e})") from None

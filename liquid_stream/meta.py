@@ -11,7 +11,7 @@ malformed value is a :class:`MetaError` there, not a crash in the field), adds t
 fields and stores all as ONNX ``metadata_props``; ``kws-tune`` adds the tuning fields;
 the apps read them back. Fields (None: not stored):
 
-- task: ``task``, ``labels``, ``sample_rate`` (Hz), ``input_mean`` / ``input_std`` (the
+- task: ``task``, ``labels`` (distinct), ``sample_rate`` (Hz), ``input_mean`` / ``input_std`` (the
   raw-input standardisation the graph folds in: a number or one per channel),
   ``d_input``, ``d_output``;
 - keyword spotting (``speech-stream``): ``silence_class`` (the no-keyword class),
@@ -25,7 +25,9 @@ the apps read them back. Fields (None: not stored):
   checksums of the quantization parameters: :mod:`liquid_stream.quantized`), and for
   an ensemble ``ensemble`` (members, how they are combined — the mean, or the weighted
   mean with ``weights`` summing to 1 (:func:`ensemble_weights`), of classifiers' posteriors
-  or of regressors' estimates — their graphs' SHA-256: export/ensemble.py);
+  or of regressors' estimates — their graphs' SHA-256: export/ensemble.py); and last,
+  ``integrity``: the content hash of the graph and of every other entry, written by
+  every tool that writes a graph and checked by every load (:mod:`liquid_stream.quantized`);
 - tuning (``kws-tune``): ``kws_threshold``, ``kws_smooth_ms``, ``kws_tuning``;
 - ``extra``: the tasks' provenance (``PROVENANCE``: data root, split records, subset, ...),
   which no reader relies on.
@@ -79,6 +81,12 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a number or a list of numbers",
     ),
     "strings": (_is_list_of(lambda v: isinstance(v, str)), "a list of strings"),
+    # class labels: a label printed for class i must name class i alone (a repeated one
+    # would print the detections of one class under another's name)
+    "names": (
+        lambda v: _is_list_of(lambda x: isinstance(x, str))(v) and len(set(v)) == len(v),
+        "a list of distinct strings",
+    ),
     "object": (lambda v: isinstance(v, dict), "a JSON object"),
     "list": (lambda v: isinstance(v, list), "a JSON list"),
 }
@@ -139,7 +147,7 @@ class ModelMeta:
 
     # task (training)
     task: str | None = field(default=None, metadata=_kind("str"))
-    labels: list[str] | None = field(default=None, metadata=_kind("strings"))
+    labels: list[str] | None = field(default=None, metadata=_kind("names"))
     sample_rate: float | None = field(default=None, metadata=_kind("positive"))
     input_mean: float | list[float] | None = field(default=None, metadata=_kind("numbers"))
     input_std: float | list[float] | None = field(default=None, metadata=_kind("numbers"))
@@ -167,6 +175,7 @@ class ModelMeta:
     state_spec: list[dict] | None = field(default=None, metadata=_kind("list"))
     quantization: dict | None = field(default=None, metadata=_kind("object"))
     ensemble: dict | None = field(default=None, metadata=_kind("object"))
+    integrity: dict | None = field(default=None, metadata=_kind("object"))
     # keyword-spotter tuning (kws-tune)
     kws_threshold: float | None = field(default=None, metadata=_kind("number"))
     kws_smooth_ms: float | None = field(default=None, metadata=_kind("number"))

@@ -22,14 +22,20 @@ as if the refused one had never been sent, and no input can leave the state non-
 Model files: a missing, corrupt or foreign file, and a liquid-stream model whose metadata
 is missing or malformed (``state_spec``, ``d_input``, ``d_output``, ``max_chunk``,
 ``chunk``, ``sample_rate``, ``labels``; read through :mod:`liquid_stream.meta`'s schema),
-raise :class:`OnnxModelError` naming the file and the entry; so does an int8 graph whose
-quantization parameters do not match the checksums in its ``quantization`` entry
-(:mod:`liquid_stream.quantized`: a scale changed or not finite).
+raise :class:`OnnxModelError` naming the file and the entry (a ``state_spec`` whose shape
+or dtype is not the graph's state input: the state, named, not a failed run later); so
+does a graph whose content does not match its content hash (the ``integrity`` entry: a
+changed weight or node, a changed, removed or added metadata entry), an int8 graph whose
+quantization parameters do not match the checksums in its ``quantization`` entry, or one
+that holds int8 nodes without that entry (:mod:`liquid_stream.quantized`). A graph without
+a content hash (exported before it existed) loads with a one-line warning on stderr. The
+file is read once: the bytes checked are the bytes onnxruntime runs.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +55,10 @@ from .validate import (
 
 __all__ = ["MAX_STD", "OnnxModelError", "OnnxStreamer", "StreamInputError"]
 
+# onnxruntime's input type names → numpy dtypes (the state dtypes the graphs use)
+_ORT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(double)": np.dtype(np.float64),
+              "tensor(int64)": np.dtype(np.int64), "tensor(int32)": np.dtype(np.int32)}  # fmt: skip
+
 # The metadata entries the streamer reads (schema: liquid_stream/meta.py).
 STREAMER_KEYS = (
     "state_spec", "d_input", "d_output", "max_chunk", "chunk", "sample_rate", "labels", "task"
@@ -57,6 +67,16 @@ STREAMER_KEYS = (
 
 class OnnxModelError(ValueError):
     """The file is missing, not ONNX, corrupt, or not a liquid-stream streaming model."""
+
+
+_WARNED: set[str] = set()  # files already warned about (no content hash), per process
+
+
+def _parse(data: bytes):
+    """The ``onnx.ModelProto`` of a file's bytes (DecodeError for a file that is not one)."""
+    import onnx
+
+    return onnx.load_from_string(data)
 
 
 class OnnxStreamer:
@@ -89,12 +109,17 @@ class OnnxStreamer:
         if threads:
             options.intra_op_num_threads = int(threads)
         options.log_severity_level = 3
+        try:  # one read: the bytes checked below are the bytes that run
+            data = path.read_bytes()
+        except OSError as e:
+            raise OnnxModelError(f"{path}: cannot read the model ({e.strerror or e})") from None
         try:
-            ltc_ort.register(options, path)  # only a graph with the fused LTC op needs it
-            self.session = ort.InferenceSession(str(path), options, providers=providers)
+            proto = _parse(data)
+            ltc_ort.register(options, model=proto)  # only a graph with the fused op needs it
+            self.session = ort.InferenceSession(data, options, providers=providers)
         except ltc_ort.LtcOpUnavailable as e:
             raise OnnxModelError(f"{path}: {e}") from None
-        except Exception as e:  # noqa: BLE001 - onnxruntime raises several kinds
+        except Exception as e:  # noqa: BLE001 - onnx / onnxruntime raise several kinds
             raise OnnxModelError(f"{path} is not a valid ONNX model ({e})") from e
         meta = self.session.get_modelmeta().custom_metadata_map
         if "state_spec" not in meta:
@@ -102,8 +127,9 @@ class OnnxStreamer:
         self.path = path
         self.metadata: dict[str, str] = dict(meta)
         self._parse_metadata()
-        if "quantization" in meta:
-            self._check_quantized()
+        if "quantization" in meta:  # first: its message names the changed tensor
+            self._check_quantized(proto)
+        self._check_integrity(proto)
         self.batch = int(batch)
         self.input_center, self.input_half_width = self._input_range()
         self._outputs = ["y"] + [f"next.{s['name']}" for s in self.state_spec]
@@ -154,6 +180,17 @@ class OnnxStreamer:
         missing += [n for n in ("y", *(f"next.{s['name']}" for s in spec)) if n not in outputs]
         if missing:
             raise self._bad_meta("state_spec", f"does not match the graph (no {missing[0]!r})")
+        graph_in = {i.name: i for i in self.session.get_inputs()}
+        for s in spec:
+            g = graph_in[f"state.{s['name']}"]
+            dims = [d if isinstance(d, int) else "batch" for d in g.shape]
+            want = [d if isinstance(d, int) else "batch" for d in s["shape"]]
+            dtype = _ORT_TYPES.get(g.type)
+            if dims != want or (dtype is not None and np.dtype(s["dtype"]) != dtype):
+                raise self._bad_meta(
+                    "state_spec", f"gives state {s['name']!r} shape {s['shape']} "
+                    f"{s['dtype']}, the graph's input takes {dims} {g.type}"
+                )  # fmt: skip
         self.state_spec: list[dict] = spec
         self.d_input: int = meta.d_input
         self.d_output: int = meta.d_output
@@ -165,16 +202,31 @@ class OnnxStreamer:
         self.labels: list[str] = [] if meta.labels is None else meta.labels
         self.task: str = meta.task or ""
 
-    def _check_quantized(self) -> None:
+    def _check_integrity(self, proto) -> None:
+        """The graph against its content hash (:func:`liquid_stream.quantized.
+        check_integrity`): OnnxModelError naming the file and what changed; a graph without
+        the hash loads, with a one-line warning on stderr (once per file and process)."""
+        from .quantized import IntegrityError, check_integrity
+
+        try:
+            hashed = check_integrity(proto)
+        except IntegrityError as e:
+            raise OnnxModelError(f"{self.path}: {e}; re-export the model") from None
+        key = str(self.path.resolve())
+        if not hashed and key not in _WARNED:
+            _WARNED.add(key)
+            print(f"warning: {self.path} has no content hash (exported before liquid-stream "
+                  "stamped one): its weights cannot be checked; re-export it to add one",
+                  file=sys.stderr)  # fmt: skip
+
+    def _check_quantized(self, proto) -> None:
         """An int8 graph: its quantization parameters must match the checksums in its
         metadata (:func:`liquid_stream.quantized.check_quantized`), else OnnxModelError."""
-        import onnx
-
         from .quantized import QuantizationError, check_quantized
 
         try:
             raw = {"quantization": self.metadata["quantization"]}
-            check_quantized(onnx.load(self.path), ModelMeta.from_onnx_props(raw).quantization)
+            check_quantized(proto, ModelMeta.from_onnx_props(raw).quantization)
         except (MetaError, QuantizationError) as e:
             raise OnnxModelError(
                 f"{self.path}: {e}; re-export the model (liquid-stream export … --quantize int8)"

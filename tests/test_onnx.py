@@ -19,6 +19,7 @@ from liquid_stream.checkpoint import save_checkpoint
 from liquid_stream.cli import main
 from liquid_stream.export.pipeline import export_model, verify_onnx
 from liquid_stream.onnx_streamer import OnnxModelError
+from liquid_stream.quantized import stamp_integrity
 
 
 def model(mode, liquid, P, norm, decoder="window", d_state=7, seed=0, **kw):
@@ -319,6 +320,7 @@ def test_whole_call_matmul(tmp_path, kind):
         if t.name in tables:
             t.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(t) * 1.01, t.name))
     bad = tmp_path / "scaled.onnx"
+    stamp_integrity(proto)  # scaled on purpose: stamped so that it loads
     onnx.save(proto, bad)
     assert np.abs(run(bad, x, whole) - ref).max() > 1e-3 * np.abs(ref).max()
     assert np.abs(run(bad, x, other) - ref).max() <= 1e-4 * np.abs(ref).max()

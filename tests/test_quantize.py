@@ -27,7 +27,7 @@ from liquid_stream.export.quantize import (
 from liquid_stream.meta import ModelMeta
 from liquid_stream.models import shipped
 from liquid_stream.onnx_streamer import OnnxModelError
-from liquid_stream.quantized import QuantizationError, tensor_digest
+from liquid_stream.quantized import QuantizationError, stamp_integrity, tensor_digest
 
 KWS, VITALS = shipped("kws-sc10"), shipped("vitals-ppg-hr")
 
@@ -101,9 +101,10 @@ def test_int8_graph_metadata_and_what_stays_float32(kws_int8):
         "frontend": [n for n, r in roles.items() if r == "frontend"],
     }
     assert record["params"] and all(len(v) == 16 for v in record["params"].values())
-    # every other entry of the float32 graph's metadata is carried over unchanged
+    # every other entry of the float32 graph's metadata is carried over unchanged (the
+    # content hash is the int8 graph's own)
     for key, value in _props(f32).items():
-        assert props[key] == value, key
+        assert key == "integrity" or props[key] == value, key
     # the state path: same inputs and outputs, same float32 types; the state spec unchanged
     assert _io_types(q) == _io_types(f32)
     # every float initializer (SSM tables, scan powers, front end, norms, biases) bit for bit
@@ -162,6 +163,7 @@ def _restamped(src, dst, edit) -> None:
     del q.metadata_props[:]
     for k, v in props.items():
         q.metadata_props.add(key=k, value=v)
+    stamp_integrity(q)  # and the content hash
     onnx.save(q, dst)
 
 
