@@ -39,14 +39,19 @@ functions are compiled for x86-64-v4 (AVX-512), v3 (AVX2 + FMA) and the baseline
 picks one per CPU (``target_clones``), so the built file is portable; elsewhere plain
 ``-O3``. A library is cached by a hash of its source, the flags and the compiler's version:
 in ``.cache/ltc_kernel`` of a source checkout (compiled once per clone), otherwise in
-``$LIQUID_STREAM_CACHE/ltc_kernel`` (default ``~/.cache/liquid-stream``). What a failed build
-means is the caller's: the training kernel falls back to the torch scan with a warning
-(:func:`liquid_stream.ltc_kernel.library`), the custom op says why it is unavailable.
+``$LIQUID_STREAM_CACHE/ltc_kernel`` (default ``~/.cache/liquid-stream``). A cached library is
+used only when it has the size and SHA-256 recorded next to it at its build
+(``<name>.so.sha256``, :func:`cached_ok`); otherwise (truncated, emptied, no record) it is
+rebuilt: a truncated library crashes the process that loads it with SIGBUS, no message.
+What a failed build means is the caller's: the training kernel falls back to the torch scan
+with a warning (:func:`liquid_stream.ltc_kernel.library`), the custom op says why it is
+unavailable.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -458,7 +463,7 @@ def build(
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
     key = "\n".join([source, " ".join(flags), version.stdout, platform.machine(), salt])
     out = cache_dir() / f"{stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
-    if out.is_file():
+    if cached_ok(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
@@ -470,5 +475,32 @@ def build(
             lines = done.stderr.strip().splitlines() or ["(no output)"]
             tail = next((x for x in lines if "error" in x), lines[-1]).strip()
             raise RuntimeError(f"{cxx} failed ({done.returncode}): {tail}")
+        record = json.dumps(_digest(lib))
         os.replace(lib, out)  # atomic: a concurrent build of the same key writes the same file
+        stamp = Path(tmp) / "stamp"
+        stamp.write_text(record)
+        os.replace(stamp, _stamp_path(out))  # last: the library is trusted from now on
     return out
+
+
+def _stamp_path(lib: Path) -> Path:
+    return lib.with_name(lib.name + ".sha256")
+
+
+def _digest(lib: Path) -> dict:
+    data = lib.read_bytes()
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def cached_ok(lib: Path) -> bool:
+    """Whether the cached library ``lib`` is the file its build recorded: its stamp
+    ``<lib>.sha256`` (written after the build) gives its size and SHA-256 and the file has
+    them. A truncated or emptied cache (a full disk, a killed copy) would crash the process
+    that loads it (SIGBUS) or be reported as something else: :func:`build` rebuilds it."""
+    try:
+        want = json.loads(_stamp_path(lib).read_text())
+        if lib.stat().st_size != want["bytes"]:
+            return False
+        return _digest(lib) == want
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
