@@ -88,6 +88,23 @@ def read_meta(streamer: OnnxStreamer) -> ModelMeta:
         raise KwsModelError(f"{streamer.path.name}: {e}") from None
 
 
+MAX_TUNED_SMOOTH_MS = 10_000.0  # 10 s: ten times any keyword; no tuning chooses more
+
+
+def check_tuning(path: str | os.PathLike, threshold: float | None, smooth_ms: float | None) -> None:
+    """The tuned defaults in a model's metadata (``kws-tune``): ``kws_threshold`` in (0, 1]
+    (a posterior), ``kws_smooth_ms`` in [0, :data:`MAX_TUNED_SMOOTH_MS`]; else
+    :class:`KwsModelError` naming the file and the key (a threshold of 7 would never fire,
+    a negative window is no window: the model would run and spot nothing, silently)."""
+    if threshold is not None and not 0 < threshold <= 1:
+        raise KwsModelError(f"{path}: metadata kws_threshold must be in (0, 1], got "
+                            f"{threshold!r}; re-run kws-tune")  # fmt: skip
+    if smooth_ms is not None and not 0 <= smooth_ms <= MAX_TUNED_SMOOTH_MS:
+        raise KwsModelError(f"{path}: metadata kws_smooth_ms must be in [0, "
+                            f"{MAX_TUNED_SMOOTH_MS:g}] ms, got {smooth_ms!r}; re-run "
+                            "kws-tune")  # fmt: skip
+
+
 def check_kws_model(streamer: OnnxStreamer, meta: ModelMeta) -> int:
     """Validate an opened model (and its ``meta``) for keyword spotting; return its
     no-keyword class index."""
@@ -176,6 +193,7 @@ class KeywordSpotter:
         # None: the values chosen on a validation stream by ``kws-tune`` (ONNX metadata
         # kws_threshold / kws_smooth_ms), else 0.8 and 100 ms
         tuned = self.meta.kws_threshold, self.meta.kws_smooth_ms
+        check_tuning(path, *tuned)
         if threshold is None:
             threshold = DEFAULT_THRESHOLD if tuned[0] is None else tuned[0]
         if smooth_ms is None:

@@ -404,6 +404,7 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
     import json
     from pathlib import Path
 
+    from liquid_stream.atomic import atomic_path, atomic_write_bytes
     from liquid_stream.labels import read_label_csv
 
     from .kws import evaluate_detections
@@ -457,12 +458,21 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
     if res["ignored_words"]:
         click.echo(f"note: keywords in the labels the model does not spot: "
                    f"{', '.join(res['ignored_words'])}", err=True)  # fmt: skip
-    if out_path:
+    if out_path:  # both files or neither: the plot first, the JSON last, each atomically
         out = Path(out_path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=2) + "\n")
         png = out.with_suffix(".png")
-        _plot_eval(png, source, worker.trace, spotter, truth, dets, until_s=duration)
+        try:
+            with atomic_path(png) as tmp:
+                _plot_eval(tmp, source, worker.trace, spotter, truth, dets, until_s=duration)
+            try:
+                atomic_write_bytes(out, (json.dumps(res, indent=2) + "\n").encode())
+            except BaseException:
+                png.unlink(missing_ok=True)
+                raise
+        except OSError as e:  # a full disk: one line, nothing half-written
+            raise click.ClickException(
+                f"cannot write {out} / {png.name}: {e.strerror or e}; no report written"
+            ) from None
         click.echo(f"wrote {out} and {png}")
     if refused is not None:
         click.echo(f"note: scored the first {duration:.3f} s only", err=True)
@@ -497,8 +507,10 @@ def _plot_eval(path, source, trace, spotter, truth, dets, until_s=None) -> None:
     if len(spotter.keywords) <= 12:
         ax[1].legend(loc="upper right", fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=100, format="png")  # path may be a hidden .tmp sibling
+    finally:
+        plt.close(fig)
 
 
 @click.command("kws-tune")
@@ -521,6 +533,7 @@ def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, chunk_
     import json
     from pathlib import Path
 
+    from liquid_stream.atomic import atomic_write_bytes
     from liquid_stream.labels import read_label_csv
 
     from .audio import AudioError, read_wav
@@ -542,9 +555,18 @@ def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, chunk_
         f"{res.smooth_ms:g} ms → detection rate {res.detection_rate:.3f}, "
         f"{res.false_accepts_per_hour:.1f} false accepts/h (target ≤ {max_fa_per_hour:g})"
     )
-    if out_path:
-        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(out_path).write_text(json.dumps(res.table, indent=1) + "\n")
+    # a full disk or a read-only folder: one line; the model and --out as they were
+    where = out_path
+    try:
+        if out_path:
+            atomic_write_bytes(out_path, (json.dumps(res.table, indent=1) + "\n").encode())
+        where = model
+        if write:
+            write_tuning(model, res, Path(stream_path).name)
+    except OSError as e:
+        raise click.ClickException(f"cannot write {where}: {e.strerror or e}; {model} is "
+                                   "unchanged") from None  # fmt: skip
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
     if write:
-        write_tuning(model, res, Path(stream_path).name)
         click.echo(f"wrote kws_threshold / kws_smooth_ms into {model}")

@@ -22,12 +22,13 @@ Torch-free.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.atomic import atomic_write_bytes
+from liquid_stream.atomic import atomic_path
 from liquid_stream.labels import TrueEvent
 from liquid_stream.meta import VERSION_KEY, ModelMeta
 
@@ -166,11 +167,22 @@ def write_tuning(model: str | os.PathLike, result: TuneResult, source: str) -> N
     """Store the chosen threshold and smoothing in the ONNX file's metadata (atomically):
     the file's entries read and written back through :class:`~liquid_stream.meta.ModelMeta`
     (a malformed one is a :class:`~liquid_stream.meta.MetaError`); a graph from before the
-    schema (no ``meta_schema``) is left without one."""
+    schema (no ``meta_schema``) is left without one. The graph must match its content hash
+    (a corrupt one is refused, ValueError: stamping it would make it look good) and is
+    stamped anew (:mod:`liquid_stream.quantized`). A symlink is written through: its target
+    gets the new content and the link stays a link; the file keeps its permission bits
+    (an OSError, e.g. a full disk, leaves the file as it was)."""
     import onnx
 
+    from liquid_stream.quantized import IntegrityError, check_integrity, stamp_integrity
+
     path = Path(model)
-    proto = onnx.load(str(path))
+    target = path.resolve()  # through symlinks: the file the apps will read
+    proto = onnx.load(str(target))
+    try:
+        check_integrity(proto)
+    except IntegrityError as e:
+        raise ValueError(f"{path}: {e}; not tuned") from None
     old = {p.key: p.value for p in proto.metadata_props}
     meta = ModelMeta.from_onnx_props(old)
     meta.kws_threshold = result.threshold
@@ -180,10 +192,15 @@ def write_tuning(model: str | os.PathLike, result: TuneResult, source: str) -> N
         "detection_rate": result.detection_rate,
         "false_accepts_per_hour": result.false_accepts_per_hour,
     }
+    meta.integrity = None  # stamped anew below
     props = meta.to_onnx_props()
     if VERSION_KEY not in old:
         del props[VERSION_KEY]
     del proto.metadata_props[:]
     for k, v in props.items():
         proto.metadata_props.add(key=k, value=v)
-    atomic_write_bytes(path, proto.SerializeToString())
+    stamp_integrity(proto)
+    mode = stat.S_IMODE(target.stat().st_mode)
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(proto.SerializeToString())
+        os.chmod(tmp, mode)
