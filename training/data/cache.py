@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from liquid_stream.atomic import atomic_path
+from liquid_stream.atomic import atomic_path, owner_tag, remove_stale
 
 
 def cache_dir() -> Path:
@@ -70,11 +70,15 @@ def check_replaceable(out: Path, stamp_name: str, overwrite: bool, what: str) ->
 
 @contextmanager
 def atomic_dir(out: Path) -> Iterator[Path]:
-    """Yield a new hidden sibling folder of ``out`` (mode 755); when the block ends
-    normally it replaces ``out`` (an old ``out`` is removed first), on any exception it is
-    removed. So ``out`` is always complete or absent (:func:`liquid_stream.atomic.atomic_path`)."""
+    """Yield a new hidden sibling folder ``.<name>.tmp-<host>-<pid>-<random>`` of ``out``
+    (mode 755); when the block ends normally it replaces ``out`` (an old ``out`` is removed
+    first), on any exception it is removed. So ``out`` is always complete or absent
+    (:func:`liquid_stream.atomic.atomic_path`). The folders of killed builds into ``out``
+    are removed first when stale (:func:`liquid_stream.atomic.remove_stale`: their process
+    is gone; never a live build's)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    remove_stale(out)  # killed builds' folders (the rule: liquid_stream/atomic.py)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{owner_tag()}-", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is an ordinary folder
     with atomic_path(out, tmp) as tmp:
         yield tmp
