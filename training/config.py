@@ -432,9 +432,9 @@ def _d_state() -> Spec:
     bound, :mod:`liquid_stream.hippo`: ``d_state=100000`` would need a 149 GiB matrix)."""
     from liquid_stream.hippo import MAX_D_STATE
 
-    spec = integer(2, MAX_D_STATE)
-    return Spec(f"{spec.what} (MAX_D_STATE in liquid_stream/hippo.py: the LegS initialisation "
-                "eigendecomposes a dense d_state x d_state matrix)", spec.coerce)  # fmt: skip
+    return Spec(f"an integer >= 2 and <= {MAX_D_STATE} (MAX_D_STATE in liquid_stream/hippo.py: "
+                "the LegS initialisation eigendecomposes a dense d_state x d_state matrix)",
+                integer(2, MAX_D_STATE).coerce)  # fmt: skip
 
 
 def model_fields() -> dict[str, Spec]:
