@@ -28,8 +28,9 @@ same records, with a :class:`WfdbError` naming the header and the field):
   itself drops the non-ASCII letters, so such a record needs a format of the fast path.
 
 **The signal file's size must fit its header's format** (:func:`complete_samples`, called
-by every reader). With ``L`` samples per signal declared, a file of ``F`` formats'
-bytes per frame needs ``ceil(L * F)`` bytes after its byte offset. The file is
+by every reader). With ``L`` frames declared and a format taking ``F`` bytes a frame (its
+bytes per sample times the signals in the file), a file needs ``ceil(L * F)`` bytes after
+its byte offset. The file is
 
 - *complete* when it holds that, plus less than one frame (or 4 bytes) of padding;
 - *of another format* (refused: the samples would be garbage) when it holds more than
@@ -50,7 +51,9 @@ sample per frame, no skew) with ``numpy.fromfile``, and converts them as ``wfdb`
 ``(d - baseline) / adc_gain`` in float64 with the format's invalid value as NaN; anything
 else (other formats, several files, a file shorter than its header says, part of a
 record) goes to ``wfdb.rdrecord``. Both give ``wfdb.Record`` objects equal to ``wfdb``'s
-(tests/test_wfdb_io.py compares every field and the samples bit for bit).
+(tests/test_wfdb_io.py compares every field and the samples bit for bit). A
+:class:`SampleReader` reads its ranges the same two ways (``numpy.fromfile`` at the
+range's byte offset, or ``wfdb.rdrecord(sampfrom=, sampto=)``).
 """
 
 from __future__ import annotations
@@ -133,7 +136,7 @@ def _check_header(hea: Path, text: str, rec) -> None:
                 f"{hea}: sampling rate {fs_text!r} is not written as a plain decimal number "
                 f"(read as {rec.fs} Hz)"
             )
-    names = list(rec.sig_name or []) if rec.n_sig else []
+    names = list(getattr(rec, "sig_name", None) or []) if getattr(rec, "n_sig", 0) else []
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if name is None or not strip_name(name):
