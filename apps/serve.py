@@ -18,10 +18,20 @@ threads: onnxruntime releases the GIL, so a model can use more than one core.
 **Protocol** (``ws://HOST:PORT/stream``; docs/serving.md has it in full). One stream per
 connection. The client sends a JSON text message ``{"op": "open", "model": NAME,
 "sample_rate": Hz, "channels": [...], "alarms": "hr>120", "id": "bed-3", "token": ...,
-"overflow": "drop"|"wait"}`` and gets ``{"type": "opened", "id", "model", "task",
-"info", ...}`` or ``{"type": "error", "message"}``. Then sample blocks: binary frames of
+"overflow": "drop"|"wait", "framing": "counted"|"raw"}`` and gets ``{"type": "opened",
+"id", "model", "task", "info", ...}`` or ``{"type": "error", "message"}``; a connection
+that has opened no stream ``open_timeout_s`` (10 s) after it connected is told so and
+closed (code 1008), so idle sockets cannot pile up. Then sample blocks: binary frames of
 float32 little-endian ``(T, C)`` samples (row-major, any T), or ``{"op": "samples",
-"data": [[...], ...]}`` (float64, ``null`` for a missing sample); and finally
+"data": [[...], ...]}`` (float64, ``null`` for a missing sample; its shape is checked).
+With ``"framing": "counted"`` (the default of a vitals stream, and what
+:class:`~.serve_client.ServeClient` asks for) each binary frame starts with its channel
+count C as a uint32 little-endian: a block of the wrong channels is refused even when its
+size happens to be whole rows of the stream's C (a frame cannot say its shape otherwise);
+``"raw"`` (the default of a keyword stream, whose one channel is mono audio) sends the
+samples alone. A vitals stream's ``sample_rate`` must carry what its models read: at least
+twice the top of the band of each channel (:func:`needed_rate`: PPG 16 Hz, RESP 4 Hz, an
+ECG lead 60 Hz), or the open is refused with that reason. And finally
 ``{"op": "close"}``, answered by the stream's last events and ``{"type": "closed",
 "stats"}``. The server sends the bank's events as JSON text messages, one per message:
 ``estimate``, ``detection``, ``scores``, ``error``, plus ``dropped`` (input blocks the
@@ -52,6 +62,12 @@ their streams' outboxes, from which one sender task per connection writes them.
 - A client that vanishes (socket closed, process killed) ends its stream: the bank
   forgets it (``bank.close``), the stream count drops; the others go on. A malformed
   message or block is an ``error`` for that stream only, which stays open.
+- A finite sample of a vitals stream beyond its models' input bound (a corrupt value:
+  :mod:`liquid_stream.validate`) is made a NaN, i.e. a gap the monitor's gap rules
+  bridge or reset, as ``vitals --record`` does; the rest of the block is used and the
+  client gets one ``error`` event per such block (channel, value, stream time, count).
+  Before, the bank refused the whole block (a second of every channel lost for one
+  sample).
 - ``max_streams`` caps the open streams (and each bank its own): the ``open`` is refused
   with ``server full``. A ``token`` (required when listening beyond the loopback
   interface) must come with the handshake (``Authorization: Bearer T`` or ``?token=T``)
@@ -97,6 +113,10 @@ DEFAULT_OUT_QUEUE = 256
 DEFAULT_OUT_HARD = 8192
 DEFAULT_MAX_BATCH = 256  # streams per step (more wait for the next, at once)
 MAX_MESSAGE = 1 << 22  # bytes of one WebSocket message
+DEFAULT_OPEN_TIMEOUT_S = 10.0  # a connection must open a stream within this
+DEFAULT_PING_S = 20.0  # WebSocket keepalive: ping interval, and how long a pong may take
+FRAMINGS = ("counted", "raw")
+QRS_TOP_HZ = 30.0  # top of the QRS band signal_quality tests on an ECG lead (5-30 Hz)
 KEEP_CLOSED = 200  # closed streams kept on the dashboard (connected: false)
 KEEP_CLOSED_S = 300.0
 STATE_EVERY_S = 0.2  # /api/state is rebuilt at most this often
@@ -263,6 +283,18 @@ def _model_path(spec: str) -> Path:
     )
 
 
+def needed_rate(channel: str) -> float:
+    """The lowest sampling rate in Hz at which ``channel`` still carries what the vitals
+    monitor reads in it: twice the top of the band its signal-quality judge tests
+    (:mod:`.signal_quality`: a PPG's pulse band 0.5-8 Hz -> 16 Hz, RESP 0.05-2 Hz -> 4 Hz,
+    an ECG lead's QRS band 5-30 Hz -> 60 Hz). Below it the pulse, the breaths or the QRS
+    complexes are aliased away and the models would read noise as a signal."""
+    from liquid_stream.apps.signal_quality import channel_kind
+
+    kind = channel_kind(channel)
+    return 2.0 * (QRS_TOP_HZ if kind.spiky else kind.band_hz[1])
+
+
 def is_loopback(host: str) -> bool:
     """True for localhost / 127.x / ::1 (a server there needs no token)."""
     if host in ("localhost", "ip6-localhost"):
@@ -303,6 +335,9 @@ class _Stream:
         self.open = True
         self.listener = None  # called with every event of the stream (a source's owner)
         self.scores = True  # send the kws scores events (false: detections only)
+        self.framing = "raw"  # binary frames: "counted" (a uint32 channel count first) or not
+        self.bound: tuple[np.ndarray, np.ndarray] | None = None  # vitals: (lo, hi) per column
+        self.names: list[str] = []  # the columns' channel names
 
     def __hash__(self) -> int:
         return id(self)
@@ -328,6 +363,10 @@ class StreamServer:
             default); with ``write_limit`` (websockets' high-water mark of a
             connection's write buffer) it bounds the bytes a stalled client holds in
             transit, past which its messages wait in the bounded outbox.
+        open_timeout_s: a connection that has opened no stream this long after it
+            connected is sent an error and closed (code 1008).
+        ping_s: WebSocket keepalive: a ping every ``ping_s`` seconds; a peer that does not
+            answer within ``ping_s`` is closed (code 1011).
     """
 
     def __init__(
@@ -347,6 +386,8 @@ class StreamServer:
         send_buffer: int | None = None,
         write_limit: int = 1 << 15,
         max_batch: int = DEFAULT_MAX_BATCH,
+        open_timeout_s: float = DEFAULT_OPEN_TIMEOUT_S,
+        ping_s: float = DEFAULT_PING_S,
     ):
         if not hosts:
             raise ServeError("no models to serve")
@@ -374,6 +415,10 @@ class StreamServer:
                 raise ServeError(f"{what} must be >= 1, got {v}")
         if not (budget_ms >= 0 and math.isfinite(budget_ms)) or not queue_s > 0:
             raise ServeError("budget_ms must be >= 0 and queue_s > 0")
+        for what, v in (("open_timeout_s", open_timeout_s), ("ping_s", ping_s)):
+            if not (v > 0 and math.isfinite(v)):
+                raise ServeError(f"{what} must be a positive number of seconds, got {v}")
+        self.open_timeout_s, self.ping_s = float(open_timeout_s), float(ping_s)
         self.hosts = {name: banks[0] for name, banks in self.shards.items()}
         self.banks = [h for banks in self.shards.values() for h in banks]
         self.bind, self.port, self.token = host, int(port), token
@@ -416,8 +461,8 @@ class StreamServer:
             max_size=MAX_MESSAGE,
             write_limit=self.write_limit,
             max_queue=64,
-            ping_interval=20,
-            ping_timeout=20,
+            ping_interval=self.ping_s,
+            ping_timeout=self.ping_s,
             logger=log,
             server_header="liquid-stream",
             # no permessage-deflate: blocks are float32 samples and events short JSON;
@@ -561,16 +606,24 @@ class StreamServer:
         stream: _Stream | None = None
         sender: asyncio.Task | None = None
         graceful = False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.open_timeout_s
         try:
+            while stream is None:  # the open, within open_timeout_s of connecting
+                try:
+                    msg = await asyncio.wait_for(conn.recv(), max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    why = f"no stream opened within {self.open_timeout_s:g} s of connecting"
+                    await self._send_now(conn, {"type": "error", "message": f"{why}; closing"})
+                    await conn.close(1008, why)
+                    return
+                stream, fatal = await self._open(conn, msg, query, authed)
+                if fatal:
+                    await conn.close(1008, fatal)
+                    return
+                if stream is not None:
+                    sender = asyncio.create_task(self._sender(stream))
             async for msg in conn:
-                if stream is None:
-                    stream, fatal = await self._open(conn, msg, query, authed)
-                    if fatal:
-                        await conn.close(1008, fatal)
-                        return
-                    if stream is not None:
-                        sender = asyncio.create_task(self._sender(stream))
-                    continue
                 if isinstance(msg, bytes):
                     block = self._binary_block(stream, msg)
                 else:
@@ -619,6 +672,7 @@ class StreamServer:
         except ValueError as e:
             await self._send_now(conn, {"type": "error", "message": str(e)})
             return None, None
+        framing = req.get("framing", "counted" if host.task == "vitals" else "raw")
         self._reserved.add(sid)
         host.opening += 1
         try:
@@ -634,6 +688,8 @@ class StreamServer:
         view = StreamView(sid, host.task, host.name, rate)
         stream = _Stream(sid, host, conn, columns, rate, overflow, view)
         stream.scores = req.get("scores", True)
+        stream.framing = framing
+        self._set_bound(stream, kwargs.get("channels"))
         self.streams[sid] = stream
         host.streams[sid] = stream
         self.views.pop(sid, None)
@@ -650,6 +706,7 @@ class StreamServer:
                 "columns": columns,
                 "sample_rate": rate,
                 "overflow": overflow,
+                "framing": framing,
                 "info": info,
                 "limits": {
                     "queue_blocks": self.queue_blocks,
@@ -672,6 +729,7 @@ class StreamServer:
             "token",
             "overflow",
             "scores",
+            "framing",
         }
         if unknown:
             raise ValueError(f"unknown open field(s): {', '.join(sorted(unknown))}")
@@ -703,6 +761,8 @@ class StreamServer:
         overflow = req.get("overflow", "drop")
         if overflow not in ("drop", "wait"):
             raise ValueError(f'overflow must be "drop" or "wait", got {overflow!r}')
+        if req.get("framing", "raw") not in FRAMINGS:
+            raise ValueError(f'framing must be "counted" or "raw", got {req["framing"]!r}')
         rate = req.get("sample_rate", host.sample_rate)
         if (
             isinstance(rate, bool)
@@ -724,12 +784,60 @@ class StreamServer:
             )
         if alarms is not None and not isinstance(alarms, str):
             raise ValueError(f'alarms must be a string like "hr>120,spo2<90", got {alarms!r}')
+        self._check_vitals_rate(host, channels, float(rate))
         kwargs = {"channels": channels, "sample_rate": rate, "alarms": alarms}
         return self._shard(host), sid, kwargs, len(channels), float(rate), overflow
 
     def _shard(self, host: HostedModel) -> HostedModel:
         """The bank of ``host``'s model that takes a new stream: the one with fewest."""
         return min(self.shards[host.name], key=lambda h: len(h.streams) + h.opening)
+
+    @staticmethod
+    def _used_models(host: HostedModel, channels: list[str]) -> list[int]:
+        """The indices of ``host``'s models whose channels the stream has (those it runs)."""
+        from liquid_stream.bidmc_vocab import strip_name
+
+        have = {strip_name(c) for c in channels if isinstance(c, str)}
+        return [i for i, need in enumerate(host.needs) if set(need) <= have]
+
+    def _check_vitals_rate(self, host: HostedModel, channels: list[str], rate: float) -> None:
+        """Refuse a vitals stream whose rate cannot carry a channel its models read
+        (:func:`needed_rate`, at most the models' own rate)."""
+        used = self._used_models(host, channels)
+        read = list(dict.fromkeys(c for i in used for c in host.needs[i]))
+        if not read:
+            return  # no model fits: the bank refuses the open, naming the channels
+        need = {c: min(needed_rate(c), host.sample_rate) for c in read}
+        worst = max(read, key=lambda c: need[c])
+        if rate < need[worst] - 1e-9:
+            raise ValueError(
+                f"sample_rate {rate:g} Hz is too low for {host.name}: its {worst} channel "
+                f"needs at least {need[worst]:g} Hz (twice the top of the band the monitor "
+                f"reads in it; the models run at {host.sample_rate:g} Hz)"
+            )
+
+    def _set_bound(self, s: _Stream, channels: list[str] | None) -> None:
+        """A vitals stream's accepted range per column: within the input bound of every
+        model it runs that reads that channel (:mod:`liquid_stream.validate`)."""
+        if s.host.task != "vitals" or not channels:
+            return
+        from liquid_stream.bidmc_vocab import strip_name
+
+        s.names = [strip_name(c) for c in channels]
+        lo = np.full(len(channels), -np.inf)
+        hi = np.full(len(channels), np.inf)
+        models = s.host.bank.models
+        for i in self._used_models(s.host, channels):
+            m = models[i]
+            center = np.broadcast_to(np.asarray(m.streamer.input_center, np.float64).reshape(-1),
+                                     (len(m.channels),))  # fmt: skip
+            half = np.broadcast_to(np.asarray(m.streamer.input_half_width, np.float64).reshape(-1),
+                                   (len(m.channels),))  # fmt: skip
+            for j, c in enumerate(m.channels):
+                k = s.names.index(c)
+                lo[k] = max(lo[k], center[j] - half[j])
+                hi[k] = min(hi[k], center[j] + half[j])
+        s.bound = (lo, hi)
 
     def _pick_host(self, model, channels) -> HostedModel:
         if model is not None and not isinstance(model, str):
@@ -750,6 +858,18 @@ class StreamServer:
 
     def _binary_block(self, s: _Stream, msg: bytes) -> np.ndarray | None:
         size = 4 * s.columns
+        if s.framing == "counted":
+            got = int.from_bytes(msg[:4], "little") if len(msg) >= 4 else None
+            if got != s.columns:
+                what = "no channel count" if got is None else f"a count of {got} channels"
+                self._error(
+                    s,
+                    f"binary block has {what}, the stream has {s.columns} "
+                    f"({', '.join(s.names) or 'audio'}): each frame starts with its channel "
+                    "count (uint32 little-endian), then the float32 rows; block refused",
+                )
+                return None
+            msg = memoryview(msg)[4:]
         if len(msg) % size:
             self._error(
                 s,
@@ -807,6 +927,8 @@ class StreamServer:
                 "send shorter blocks; block refused",
             )
             return
+        if s.bound is not None:
+            block = self._out_of_range_as_gaps(s, block)
         host = s.host
         full = s.queued_blocks >= self.queue_blocks or (
             s.queued_samples + n > self.queue_s * s.rate
@@ -829,6 +951,26 @@ class StreamServer:
         if s.queued_blocks >= self.queue_blocks or s.queued_samples >= self.queue_s * s.rate:
             s.room.clear()
         self._mark_pending(s)
+
+    def _out_of_range_as_gaps(self, s: _Stream, block: np.ndarray) -> np.ndarray:
+        """A vitals block with each finite sample beyond its column's bound made NaN (a
+        gap for the monitor, as ``vitals --record`` does), the client told once."""
+        lo, hi = s.bound
+        with np.errstate(invalid="ignore"):
+            bad = (block < lo) | (block > hi)  # NaN compares False; ±inf is a gap already
+        bad &= np.isfinite(block)
+        if not bad.any():
+            return block
+        t, c = (int(i) for i in np.argwhere(bad)[0])
+        at = (s.view.received_samples - len(block) + t) / s.rate
+        count = int(bad.sum())
+        self._error(
+            s,
+            f"{s.names[c]} sample value {float(block[t, c]):.4g} at {at:.3f} s is outside the "
+            f"accepted range {lo[c]:.4g} … {hi[c]:.4g} of the models' input (a corrupt value): "
+            f"{count} sample(s) of this block made a gap, the rest used",
+        )
+        return np.where(bad, np.nan, block)
 
     def _mark_pending(self, s: _Stream) -> None:
         host = s.host
@@ -993,6 +1135,7 @@ class StreamServer:
             raise
         view = StreamView(sid, host.task, host.name, rate)
         stream = _Stream(sid, host, None, columns, rate, "wait", view)
+        self._set_bound(stream, kwargs.get("channels"))
         stream.open = False  # nobody to send to: the events feed the view (and on_event)
         stream.listener = on_event
         self.streams[sid] = host.streams[sid] = stream

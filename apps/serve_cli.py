@@ -123,6 +123,14 @@ TOKEN_ENV = "LIQUID_STREAM_TOKEN"
     help="Most streams one step of a bank takes (the longest waiting first).",
 )
 @click.option(
+    "--open-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Seconds a connection may take to open its stream; then it is told so and "
+    "closed (code 1008), so idle connections cannot pile up.",
+)
+@click.option(
     "--lsl",
     "lsl",
     multiple=True,
@@ -152,6 +160,7 @@ def serve_cmd(
     threads,
     workers,
     max_batch,
+    open_timeout,
     lsl,
     lsl_alarm,
     lsl_timeout,
@@ -192,6 +201,7 @@ def serve_cmd(
             out_queue=out_queue,
             out_hard=max(8192, out_queue),
             max_batch=max_batch,
+            open_timeout_s=open_timeout,
         )
     except ValueError as e:  # ServeError, a model the banks refuse
         raise click.ClickException(str(e)) from None
@@ -379,7 +389,7 @@ def stream_to_cmd(
             for ev in c.close():
                 show(ev)
             stats = (c.closed or {}).get("stats", {})
-    except ServeClientError as e:
+    except (ServeClientError, ValueError) as e:  # the server ended it; a file went bad
         raise click.ClickException(str(e)) from None
     wall = time.perf_counter() - t0
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no events"

@@ -14,11 +14,16 @@ stream a WAV file, a WFDB record or a microphone (no torch).
     url = shard("bed-3", ["ws://a:8765", "ws://b:8765"])            # stream affinity
 
 Protocol: :mod:`liquid_stream.apps.serve` (docs/serving.md). Blocks go as binary
-float32 little-endian ``(T, C)`` frames (:meth:`ServeClient.send`; float64 JSON with
-:meth:`ServeClient.send_json`). A stream's id travels in the URL query too (``?id=``),
-so a load balancer can route by it (:func:`shard` is the same idea in the client:
-rendezvous hashing, stable when a server is added or removed: only the streams of that
-server move).
+float32 little-endian ``(T, C)`` frames, each after its channel count C (a uint32: the
+``"counted"`` framing these clients open with, so the server refuses a block of the wrong
+channels; :meth:`ServeClient.send`), or as float64 JSON (:meth:`ServeClient.send_json`).
+When the server ends the connection (it shuts down: code 1001; a keepalive ping went
+unanswered: 1011; the client sent no open in time: 1008) every call raises
+:class:`ServeClientError` saying so in one line, never websockets' own exception.
+
+A stream's id travels in the URL query too (``?id=``), so a load balancer can route by
+it (:func:`shard` is the same idea in the client: rendezvous hashing, stable when a
+server is added or removed: only the streams of that server move).
 """
 
 from __future__ import annotations
@@ -69,9 +74,10 @@ def shard(stream_id: str, urls: Sequence[str]) -> str:
     return max(urls, key=score)
 
 
-def encode_block(block, columns: int | None = None) -> bytes:
+def encode_block(block, columns: int | None = None, counted: bool = False) -> bytes:
     """A ``(T, C)`` (or mono ``(T,)``) block as the binary frame: float32 little-endian,
-    row-major. int16 audio is scaled by 1/32768 first."""
+    row-major, after C as a uint32 little-endian when ``counted`` (the ``"counted"``
+    framing). int16 audio is scaled by 1/32768 first."""
     x = np.asarray(block)
     if x.dtype == np.int16:
         x = x.astype(np.float32) / 32768.0
@@ -79,7 +85,28 @@ def encode_block(block, columns: int | None = None) -> bytes:
         x = x[:, None]
     if x.ndim != 2 or (columns is not None and x.shape[1] != columns):
         raise ValueError(f"expected a (T, {columns or 'C'}) block, got shape {np.shape(block)}")
-    return np.ascontiguousarray(x, dtype="<f4").tobytes()
+    head = int(x.shape[1]).to_bytes(4, "little") if counted else b""
+    return head + np.ascontiguousarray(x, dtype="<f4").tobytes()
+
+
+CLOSE_MEANING = {
+    1001: "the server is shutting down",
+    1008: "the server ended it (policy)",
+    1011: "the server closed it (an internal error, or its keepalive ping went unanswered)",
+}
+
+
+def closed_message(e: Exception) -> str:
+    """One line for websockets' ``ConnectionClosed`` ``e``: who closed, the code, its
+    meaning and the server's reason."""
+    rcvd = getattr(e, "rcvd", None)
+    if rcvd is None:
+        return "connection lost (no close frame from the server)"
+    meaning = CLOSE_MEANING.get(rcvd.code, "")
+    reason = f": {rcvd.reason}" if rcvd.reason else ""
+    return f"connection closed by the server, code {rcvd.code}{reason}" + (
+        f" ({meaning})" if meaning else ""
+    )
 
 
 def open_message(
@@ -92,6 +119,7 @@ def open_message(
     overflow="drop",
     token=None,
     scores=None,
+    framing="counted",
 ) -> dict:
     """The ``open`` request (fields left out when None)."""
     msg = {
@@ -104,6 +132,7 @@ def open_message(
         "overflow": overflow,
         "token": token,
         "scores": scores,
+        "framing": framing,
     }
     return {k: v for k, v in msg.items() if v is not None}
 
@@ -140,6 +169,7 @@ class ServeClient:
         self.opened: dict | None = None
         self.closed: dict | None = None
         self.columns = 1
+        self.counted = False  # binary frames start with their channel count (the reply's)
         try:
             self.ws = connect(
                 self.url,
@@ -169,7 +199,7 @@ class ServeClient:
         """Open the stream; returns the server's ``opened`` message. ServeClientError with
         the server's reason when it refuses. ``scores=False``: no kws ``scores`` events
         (detections only: less traffic)."""
-        self.ws.send(
+        self._send(
             json.dumps(
                 open_message(
                     model,
@@ -191,11 +221,20 @@ class ServeClient:
         self.opened = reply
         self.stream_id = reply["id"]
         self.columns = int(reply["columns"])
+        self.counted = reply.get("framing") == "counted"
         return reply
+
+    def _send(self, message: str | bytes) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            self.ws.send(message)
+        except ConnectionClosed as e:
+            raise ServeClientError(closed_message(e)) from None
 
     def send(self, block) -> None:
         """Send a ``(T, C)`` block (binary float32)."""
-        self.ws.send(encode_block(block, self.columns))
+        self._send(encode_block(block, self.columns, self.counted))
 
     def send_json(self, block) -> None:
         """Send a ``(T, C)`` block as JSON (float64; NaN as null)."""
@@ -203,11 +242,11 @@ class ServeClient:
         if x.ndim == 1:
             x = x[:, None]
         data = [[None if not np.isfinite(v) else float(v) for v in row] for row in x]
-        self.ws.send(json.dumps({"op": "samples", "data": data}))
+        self._send(json.dumps({"op": "samples", "data": data}))
 
     def send_raw(self, message: str | bytes) -> None:
         """Send a message as it is (tests, custom ops)."""
-        self.ws.send(message)
+        self._send(message)
 
     def recv(self, timeout: float | None = None) -> dict | None:
         """The next message (a dict), or None after ``timeout`` s. ServeClientError when
@@ -219,7 +258,7 @@ class ServeClient:
         except TimeoutError:
             return None
         except ConnectionClosed as e:
-            raise ServeClientError(f"connection closed: {e}") from None
+            raise ServeClientError(closed_message(e)) from None
         return json.loads(msg)
 
     def drain(self) -> list[dict]:
@@ -237,7 +276,7 @@ class ServeClient:
 
         out: list[dict] = []
         try:
-            self.ws.send(json.dumps({"op": "close"}))
+            self._send(json.dumps({"op": "close"}))
             end = time.monotonic() + timeout
             while self.closed is None:
                 left = end - time.monotonic()
@@ -250,8 +289,10 @@ class ServeClient:
                     self.closed = ev
                 else:
                     out.append(ev)
-        except (ConnectionClosed, ServeClientError):
+        except (ConnectionClosed, ServeClientError) as e:
             if self.closed is None:
+                if isinstance(e, ConnectionClosed):
+                    raise ServeClientError(closed_message(e)) from None
                 raise
         finally:
             self.ws.close()
@@ -289,6 +330,7 @@ class AsyncServeClient:
         self.opened: dict | None = None
         self.closed: dict | None = None
         self.columns = 1
+        self.counted = False
 
     @classmethod
     async def connect(
@@ -329,10 +371,11 @@ class AsyncServeClient:
             raise ServeClientError(reply.get("message", f"open refused: {reply}"))
         self.opened, self.stream_id = reply, reply["id"]
         self.columns = int(reply["columns"])
+        self.counted = reply.get("framing") == "counted"
         return reply
 
     async def send(self, block) -> None:
-        await self.ws.send(encode_block(block, self.columns))
+        await self.ws.send(encode_block(block, self.columns, self.counted))
 
     async def recv(self) -> dict:
         return json.loads(await self.ws.recv())

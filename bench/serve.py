@@ -210,8 +210,10 @@ async def run_stream(
         await ws.close()
         return
     pending: deque[tuple[float, float, bool]] = deque()  # (end time s, send time, counted)
+    counted = reply.get("framing") == "counted"  # each frame after its channel count
+    head = np.shape(data)[1].to_bytes(4, "little") if counted else b""
     frames = [
-        np.ascontiguousarray(data[i : i + block], "<f4").tobytes()
+        head + np.ascontiguousarray(data[i : i + block], "<f4").tobytes()
         for i in range(0, len(data) - block + 1, block)
     ]
 
