@@ -72,8 +72,8 @@ test: $(STAMP) $(ORT_H)
 demo: $(STAMP) $(ORT_H)
 	$(PY) -m liquid_stream.main_job
 
-# The runtime alone: a fresh venv with the base install (no extras: no torch, scipy or
-# matplotlib), its size, and the tests marked `runtime` run there against the installed
+# The runtime alone: a fresh venv with the base install (no extras: no torch, scipy,
+# matplotlib or wfdb), its size, and the tests marked `runtime` run there against the installed
 # package (tests/conftest.py collects only those when torch is absent). CI runs it after
 # `make test` (.ci/run).
 RT_VENV := .venv-runtime
@@ -81,7 +81,7 @@ test-runtime:
 	rm -rf $(RT_VENV)
 	$(PYTHON) -m venv $(RT_VENV)
 	$(RT_VENV)/bin/python -m pip install -q . pytest
-	@$(RT_VENV)/bin/python -c "import importlib.util as u, sys; bad = [m for m in ('torch',) if u.find_spec(m)]; sys.exit(f'base install pulled {bad}' if bad else 0)"
+	@$(RT_VENV)/bin/python -c "import importlib.util as u, sys; bad = [m for m in ('torch', 'scipy', 'matplotlib', 'wfdb', 'pandas') if u.find_spec(m)]; sys.exit(f'base install pulled {bad}' if bad else 0)"
 	@echo "base install: $$(du -sm $$($(RT_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') | cut -f1) MB site-packages (pytest and pip included)"
 	cd tests && LIQUID_STREAM_RUNTIME_ONLY=1 ../$(RT_VENV)/bin/python -m pytest -q -p no:cacheprovider --rootdir=. .
 

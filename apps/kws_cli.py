@@ -459,11 +459,15 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
         click.echo(f"note: keywords in the labels the model does not spot: "
                    f"{', '.join(res['ignored_words'])}", err=True)  # fmt: skip
     if out_path:  # both files or neither: the plot first, the JSON last, each atomically
+        import importlib.util
+
         out = Path(out_path)
         png = out.with_suffix(".png")
+        plot = importlib.util.find_spec("matplotlib") is not None  # the `plots` extra
         try:
-            with atomic_path(png) as tmp:
-                _plot_eval(tmp, source, worker.trace, spotter, truth, dets, until_s=duration)
+            if plot:
+                with atomic_path(png) as tmp:
+                    _plot_eval(tmp, source, worker.trace, spotter, truth, dets, until_s=duration)
             try:
                 atomic_write_bytes(out, (json.dumps(res, indent=2) + "\n").encode())
             except BaseException:
@@ -473,7 +477,11 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
             raise click.ClickException(
                 f"cannot write {out} / {png.name}: {e.strerror or e}; no report written"
             ) from None
-        click.echo(f"wrote {out} and {png}")
+        if plot:
+            click.echo(f"wrote {out} and {png}")
+        else:
+            click.echo(f"wrote {out}; no plot: matplotlib is not installed "
+                       "(pip install 'liquid-stream[plots]')")  # fmt: skip
     if refused is not None:
         click.echo(f"note: scored the first {duration:.3f} s only", err=True)
         raise click.ClickException(f"{source.name}: {refused}")

@@ -341,20 +341,25 @@ def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo
     full disk or any other failed write publishes none of them (an older run's files stay
     as they were) and is a one-line error after the printed summary: nothing of the run is
     lost from the terminal, and no CSV is left without its summary."""
+    import importlib.util
     import os
     from contextlib import ExitStack
 
     from liquid_stream.atomic import atomic_path
 
-    paths = [out / f"{stem}_vitals.csv", out / f"{stem}_vitals.png", out / f"{stem}_summary.json"]
+    plot = importlib.util.find_spec("matplotlib") is not None  # the `plots` extra
+    paths = [out / f"{stem}_vitals.csv", out / f"{stem}_summary.json"]
+    if plot:
+        paths.insert(1, out / f"{stem}_vitals.png")
     mask = os.umask(0)
     os.umask(mask)
     try:
         with ExitStack() as stack:  # renamed in reverse order once every file is written
             tmps = [stack.enter_context(atomic_path(p)) for p in paths]
             result.write_csv(tmps[0])
-            result.plot(tmps[1], title=title)
-            tmps[2].write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+            if plot:
+                result.plot(tmps[1], title=title)
+            tmps[-1].write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
             for tmp in tmps:  # the mode an ordinary write gives (the temporaries are 0600)
                 os.chmod(tmp, 0o666 & ~mask)
     except OSError as e:
@@ -364,7 +369,9 @@ def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo
             f"cannot write results to {out}: {why}; nothing written (the summary is above)"
         ) from None
     _print_summary(summary, echo)
-    echo(f"wrote {paths[0]}, {paths[1]}, {paths[2]}")
+    echo(f"wrote {', '.join(map(str, paths))}")
+    if not plot:
+        echo("note: no plot: matplotlib is not installed (pip install 'liquid-stream[plots]')")
 
 
 def _describe_monitor(monitor, source_rate: str, echo) -> None:

@@ -1,4 +1,5 @@
-"""Reading WFDB records (PhysioNet's waveform format) through the ``wfdb`` package (no torch).
+"""Reading WFDB records (PhysioNet's waveform format) with numpy (no torch, no ``wfdb`` for
+the common layouts).
 
     path = record_path("data/bidmc01.hea")          # -> data/bidmc01
     header = read_header(path)                      # sampling rate, signal names, formats
@@ -41,25 +42,31 @@ its byte offset. The file is
   vital-sign monitor streams them with a warning. A cut that lands exactly on another
   format's size is refused as a format mismatch (the message says it may be a cut).
 
-**A faster path for the common layout.** ``wfdb.rdheader`` spends ~6 ms a header looking up
-its field table (a pandas frame) once per field and signal, ~60 % of reading a 7-channel
-BIDMC record, which a training run over 2997 records pays four times. :func:`read_header`
-matches each line with ``wfdb``'s own expressions and applies the same defaults and types
-from that table, read once; multi-segment headers go to ``wfdb``. :func:`read_record` reads
-whole single-segment records whose signals share one file in format 16, 61, 80 or 32 (one
-sample per frame, no skew) with ``numpy.fromfile``, and converts them as ``wfdb`` does,
-``(d - baseline) / adc_gain`` in float64 with the format's invalid value as NaN; anything
-else (other formats, several files, a file shorter than its header says, part of a
-record) goes to ``wfdb.rdrecord``. Both give ``wfdb.Record`` objects equal to ``wfdb``'s
-(tests/test_wfdb_io.py compares every field and the samples bit for bit). A
-:class:`SampleReader` reads its ranges the same two ways (``numpy.fromfile`` at the
-range's byte offset, or ``wfdb.rdrecord(sampfrom=, sampto=)``).
+**Our own reader for the common layout; the ``wfdb`` package for the rest.** The runtime
+(the vital-sign app, in the base install) reads records without the ``wfdb`` package, which
+pulls pandas, scipy and matplotlib (~320 MB). :func:`read_header` parses single-segment
+headers itself, by the header grammar of WFDB's ``header(5)``: the record line ``name
+n_sig [fs[/counter_freq[(base_counter)]] [sig_len]]``, the signal lines ``file
+fmt[xspf][:skew][+offset] [gain[(baseline)][/units] [adc_res [adc_zero [init_value
+[checksum [block_size [description]]]]]]]``, with ``wfdb``'s defaults (250 Hz, gain 200,
+baseline = adc_zero or 0, units mV) and types, into a :class:`Record` with the attributes of
+a ``wfdb.Record``. It is also faster: ``wfdb.rdheader`` spends ~6 ms a header in its pandas
+field table. :func:`read_record` reads whole single-segment records whose signals share
+one file in format 16, 61, 80 or 32 (one sample per frame, no skew) with
+``numpy.fromfile``, and converts them as ``wfdb`` does, ``(d - baseline) / adc_gain`` in
+float64 with the format's invalid value as NaN. Anything else (a multi-segment header or
+one with a base time / date, other formats such as 212, several files, part of a record)
+goes to ``wfdb.rdheader`` / ``wfdb.rdrecord``, installed with the ``train`` extra; without
+it that record is a one-line :class:`WfdbError` naming the extra. Both ways give records
+equal to ``wfdb``'s in every attribute (tests/test_wfdb_io.py compares every field and the
+samples bit for bit). A :class:`SampleReader` reads its ranges the same two ways
+(``numpy.fromfile`` at the range's byte offset, or ``wfdb.rdrecord(sampfrom=, sampto=)``).
 """
 
 from __future__ import annotations
 
-import functools
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +85,40 @@ class WfdbError(ValueError):
     """A WFDB record that cannot be read (message names the file and why)."""
 
 
+# a ``wfdb.Record``'s attributes: a record read here has exactly these
+RECORD_FIELDS = ("record_name", "n_sig", "fs", "counter_freq", "base_counter", "sig_len",
+                 "base_time", "base_date", "comments", "sig_name", "p_signal", "d_signal",
+                 "e_p_signal", "e_d_signal", "file_name", "fmt", "samps_per_frame", "skew",
+                 "byte_offset", "adc_gain", "baseline", "units", "adc_res", "adc_zero",
+                 "init_value", "checksum", "block_size")  # fmt: skip
+# the per-signal ones (lists, one entry per signal)
+SIGNAL_FIELDS = ("file_name", "fmt", "samps_per_frame", "skew", "byte_offset", "adc_gain",
+                 "baseline", "units", "adc_res", "adc_zero", "init_value", "checksum",
+                 "block_size", "sig_name")  # fmt: skip
+
+
+class Record:
+    """A WFDB record (header fields, and ``p_signal`` once read) with the attributes of a
+    ``wfdb.Record`` (:data:`RECORD_FIELDS`, None until set)."""
+
+    def __init__(self, **fields):
+        for f in RECORD_FIELDS:
+            setattr(self, f, fields.get(f))
+
+
+def _wfdb(path: Path, what: str):
+    """The ``wfdb`` package, for a layout this module does not read itself; without it a
+    :class:`WfdbError` naming the record and the extra that installs it."""
+    try:
+        import wfdb
+    except ModuleNotFoundError:
+        raise WfdbError(
+            f"{path}: {what} needs the wfdb package, which the base install leaves out: "
+            "pip install 'liquid-stream[train]'"
+        ) from None
+    return wfdb
+
+
 def record_path(record: str | Path) -> Path:
     """``dir/bidmc01``, ``dir/bidmc01.hea`` or ``dir/bidmc01.dat`` -> ``dir/bidmc01``."""
     p = Path(record)
@@ -85,10 +126,8 @@ def record_path(record: str | Path) -> Path:
 
 
 def read_header(path: Path):
-    """The header of record ``path`` (``wfdb.Record`` without samples; module docstring),
+    """The header of record ``path`` (a :class:`Record` without samples; module docstring),
     checked: a sampling rate in :data:`FS_RANGE`, every signal named once."""
-    import wfdb
-
     hea = path.with_name(path.name + ".hea")
     if not hea.is_file():
         raise WfdbError(f"record not found: {hea} does not exist")
@@ -99,23 +138,23 @@ def read_header(path: Path):
     try:
         rec = _parse_header(text)
     except _Fallback:
+        wfdb = _wfdb(hea, "a multi-segment header or one with a base time or date")
         try:
             rec = wfdb.rdheader(str(path))
         except Exception as e:  # noqa: BLE001 - wfdb raises many kinds on bad headers
             raise WfdbError(f"cannot read header {hea}: {e}") from None
-    except Exception as e:  # noqa: BLE001 - the same message as wfdb's parse would give
+    except Exception as e:  # noqa: BLE001 - a line that does not parse
+        _check_header(hea, text, None)  # a bad rate is named as such
         raise WfdbError(f"cannot read header {hea}: {e}") from None
     _check_header(hea, text, rec)
     return rec
 
 
-def _check_header(hea: Path, text: str, rec) -> None:
+def _check_header(hea: Path, text: str, rec: Record | None) -> None:
     """Refuse a header whose sampling rate is not a plain number in :data:`FS_RANGE` (read
     from the record line itself: ``wfdb``'s expression takes ``-125`` for no rate and
     ``1e9`` for 1), or whose signals are unnamed or named twice (module docstring)."""
-    from wfdb.io.header import parse_header_content
-
-    lines, _ = parse_header_content(text)
+    lines, _ = _header_lines(text)
     fields = lines[0].split() if lines else []
     fs_text = fields[2].split("/")[0] if len(fields) > 2 else ""
     if fs_text:  # omitted: WFDB's default rate (250 Hz)
@@ -131,7 +170,7 @@ def _check_header(hea: Path, text: str, rec) -> None:
                 f"{hea}: sampling rate {fs_text} Hz is outside the accepted range "
                 f"{lo:g} to {hi:g} Hz"
             )
-        if rec.fs is None or float(rec.fs) != fs:
+        if rec is not None and (rec.fs is None or float(rec.fs) != fs):
             raise WfdbError(
                 f"{hea}: sampling rate {fs_text!r} is not written as a plain decimal number "
                 f"(read as {rec.fs} Hz)"
@@ -154,70 +193,92 @@ class _Fallback(Exception):
     """A layout the fast path leaves to ``wfdb``."""
 
 
-@functools.cache
-def _specs() -> tuple[dict, dict]:
-    """``{field: (read default, kind)}`` of ``wfdb``'s record and signal fields (kind: int,
-    float or str), read once from its field tables."""
-    from wfdb.io import _header
-
-    def table(specs) -> dict:
-        out = {}
-        for field in specs.index:
-            types = specs.loc[field, "allowed_types"]
-            kind = float if float in types else int if int in types else str
-            out[field] = (specs.loc[field, "read_default"], kind)
-        return out
-
-    return table(_header.RECORD_SPECS), table(_header.SIGNAL_SPECS)
+def _header_lines(text: str) -> tuple[list[str], list[str]]:
+    """The header's record and signal lines, and its comment lines (stripped)."""
+    lines, comments = [], []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            comments.append(line)
+        elif line:
+            lines.append(line)
+    return lines, comments
 
 
-def _parse_header(text: str):
-    """``wfdb.rdheader``'s result for a single-segment header's ``text`` (the same
-    expressions, defaults and types; see ``wfdb.io._header``), or :class:`_Fallback`."""
-    import wfdb
-    from wfdb.io.header import HeaderSyntaxError, parse_header_content, rx_record, rx_signal
+_NUM = r"\d*\.?\d*"
+# the record line's rate field: fs[/counter_freq[(base_counter)]]
+_RX_FS = re.compile(rf"(?P<fs>{_NUM})(?:/(?P<cf>-?{_NUM})(?:\((?P<bc>-?{_NUM})\))?)?")
+# a signal line's format field: fmt[xspf][:skew][+offset]
+_RX_FMT = re.compile(r"(?P<fmt>\d+)(?:x(?P<spf>\d+))?(?::(?P<skew>\d+))?(?:\+(?P<off>\d+))?")
+# a signal line's gain field: gain[(baseline)][/units]
+_RX_GAIN = re.compile(
+    r"(?P<gain>-?[\d.]*(?:e[+-]?\d+)?)(?:\((?P<base>-?\d+)\))?(?:/(?P<units>\S*))?"
+)
+_RX_INT = re.compile(r"-?\d+")
 
-    lines, comments = parse_header_content(text)
-    rec_specs, sig_specs = _specs()
-    m = rx_record.match(lines[0])
-    if m is None:
-        raise HeaderSyntaxError("invalid syntax in record line")
-    fields = m.groupdict()
-    if fields["n_seg"] or fields["base_time"] or fields["base_date"]:
-        raise _Fallback  # multi-segment, or a date / time to parse: wfdb's own code
-    record = wfdb.Record()
-    for f, v in fields.items():
-        default, kind = rec_specs[f]
-        if v == "":
-            v = default
-        elif kind is not str:
-            v = kind(v)
-            if f == "fs" and round(v, 8) == float(int(v)):
-                v = int(v)
-        if f != "n_seg":
-            setattr(record, f, v)
-    sig: dict[str, list] = {f: [] for f in sig_specs}
+
+def _int(s: str | None) -> int | None:
+    return int(s) if s else None
+
+
+def _float(s: str | None) -> float | None:
+    return float(s) if s else None
+
+
+def _parse_header(text: str) -> Record:
+    """A single-segment header's ``text`` as ``wfdb.rdheader`` reads it (module docstring:
+    the grammar, defaults and types), or :class:`_Fallback` (multi-segment, a base time or
+    date). A line that does not parse is a ``ValueError``."""
+    lines, comments = _header_lines(text)
+    if not lines:
+        raise ValueError("no record line")
+    head = lines[0].split()
+    name, _, n_seg = head[0].partition("/")
+    if n_seg or len(head) > 4:
+        raise _Fallback
+    if len(head) < 2 or not re.fullmatch(r"[-\w]+", name) or not head[1].isdigit():
+        raise ValueError("invalid syntax in record line")
+    rec = Record(record_name=name, n_sig=int(head[1]), fs=250)
+    if len(head) > 2:
+        m = _RX_FS.fullmatch(head[2])
+        if m is None or m["fs"] in ("", "."):
+            raise ValueError("invalid syntax in record line")
+        fs = float(m["fs"])
+        rec.fs = int(fs) if round(fs, 8) == float(int(fs)) else fs
+        rec.counter_freq, rec.base_counter = _float(m["cf"]), _float(m["bc"])
+    if len(head) > 3:
+        if not head[3].isdigit():
+            raise ValueError("invalid syntax in record line")
+        rec.sig_len = int(head[3])
+    sig: dict[str, list] = {f: [] for f in SIGNAL_FIELDS}
     for line in lines[1:]:
-        m = rx_signal.match(line)
-        if m is None:
-            raise HeaderSyntaxError("invalid syntax in signal line")
-        g = m.groupdict()
-        for f, (default, kind) in sig_specs.items():
-            v = g[f]
-            if v == "":
-                v = default
-                if f == "baseline" and g["adc_zero"] != "":
-                    v = int(g["adc_zero"])
-            elif kind is not str:
-                v = kind(v)
-                if f == "adc_gain" and v == 0:
-                    v = 200.0
-            sig[f].append(v)
+        p = line.split(None, 8)  # file, format, gain, adc_res ... block_size, description
+        f = _RX_FMT.fullmatch(p[1]) if len(p) > 1 else None
+        g = _RX_GAIN.fullmatch(p[2]) if len(p) > 2 else None
+        if f is None or (len(p) > 2 and g is None) or not all(map(_RX_INT.fullmatch, p[3:8])):
+            raise ValueError("invalid syntax in signal line")
+        gain = _float(g["gain"]) if g else None
+        base = _int(g["base"]) if g else None
+        adc_zero = _int(p[4]) if len(p) > 4 else None
+        sig["file_name"].append(p[0])
+        sig["fmt"].append(f["fmt"])
+        sig["samps_per_frame"].append(int(f["spf"]) if f["spf"] else 1)
+        sig["skew"].append(_int(f["skew"]))
+        sig["byte_offset"].append(_int(f["off"]))
+        sig["adc_gain"].append(gain or 200.0)  # a gain of 0 means the default too
+        sig["baseline"].append(base if base is not None else adc_zero or 0)
+        sig["units"].append(g["units"] if g and g["units"] else "mV")
+        sig["adc_res"].append(_int(p[3]) if len(p) > 3 else None)
+        sig["adc_zero"].append(adc_zero)
+        sig["init_value"].append(_int(p[5]) if len(p) > 5 else None)
+        sig["checksum"].append(_int(p[6]) if len(p) > 6 else None)
+        sig["block_size"].append(_int(p[7]) if len(p) > 7 else None)
+        sig["sig_name"].append(p[8] if len(p) > 8 else None)
     if lines[1:]:
-        for f, v in sig.items():
-            setattr(record, f, v)
-    record.comments = [c.strip(" \t#") for c in comments]
-    return record
+        for k, v in sig.items():
+            setattr(rec, k, v)
+    rec.comments = [c.strip(" \t#") for c in comments]
+    return rec
 
 
 def complete_samples(path: Path, header) -> int | None:
@@ -277,14 +338,13 @@ def read_record(path: Path, channels: list[int] | None = None, sampto: int | Non
     ``channels`` (indices; None: all) up to sample ``sampto`` (None: the header's length).
     The header and the files' sizes are checked first (:func:`read_header`,
     :func:`complete_samples`)."""
-    import wfdb
-
     header = read_header(path)
     complete_samples(path, header)
     try:
         return _read_whole(path, channels, sampto, header)
     except _Fallback:
         pass
+    wfdb = _wfdb(path, f"this layout (format {', '.join(sorted(set(header.fmt or [])))})")
     try:
         return wfdb.rdrecord(str(path), channels=channels, sampto=sampto, return_res=64)
     except Exception as e:  # noqa: BLE001 - wfdb raises ValueError/IndexError/OSError
@@ -355,7 +415,7 @@ def _read_whole(path: Path, channels: list[int] | None, sampto: int | None, rec=
     if not f.is_file() or f.stat().st_size - int(rec.byte_offset[0] or 0) < need:
         raise _Fallback  # missing or truncated: wfdb's own error or reading
     p = _read_fast(rec, f, channels, 0, n)
-    for field in _specs()[1]:  # the signal fields, per read channel (as wfdb arranges them)
+    for field in SIGNAL_FIELDS:  # the signal fields, per read channel (as wfdb arranges them)
         setattr(rec, field, [getattr(rec, field)[c] for c in channels])
     rec.n_sig, rec.p_signal = len(channels), p
     return rec
@@ -380,13 +440,13 @@ class SampleReader:
 
     def read(self, a: int, b: int) -> np.ndarray:
         """Frames ``a`` to ``b`` (``0 <= a <= b <= n``) as ``(b - a, C)`` float64."""
-        import wfdb
-
         a, b = int(a), int(min(b, self.n))
         if b <= a:
             return np.zeros((0, len(self.channels)))
         if self._file is not None:
             return _read_fast(self.header, self._file, self.channels, a, b)
+        fmts = ", ".join(sorted(set(self.header.fmt or [])))
+        wfdb = _wfdb(self.path, f"this layout (format {fmts})")
         try:
             rec = wfdb.rdrecord(str(self.path), sampfrom=a, sampto=b, channels=self.channels,
                                 return_res=64)  # fmt: skip

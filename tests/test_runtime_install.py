@@ -71,8 +71,8 @@ def read_vitals_csv(path: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.skipif(not RUNTIME_ONLY, reason="checks the base-install venv of make test-runtime")
-def test_the_base_install_has_no_torch():
-    for module in ("torch", "tensorboard", "neurokit2"):
+def test_the_base_install_has_no_torch_scipy_matplotlib_or_wfdb():
+    for module in ("torch", "scipy", "matplotlib", "wfdb", "pandas", "neurokit2"):
         assert importlib.util.find_spec(module) is None, f"{module} is installed"
     assert importlib.util.find_spec("liquid_stream.apps.vitals_monitor") is not None
 
