@@ -29,3 +29,13 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if not collection_path.name.startswith("test_"):
         return None
     return RUNTIME_MARK not in collection_path.read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty folder a hostile-input case runs in (the current directory); every output
+    of the case points into it, so "nothing written" means it stays empty."""
+    w = tmp_path / "work"
+    w.mkdir()
+    monkeypatch.chdir(w)
+    return w

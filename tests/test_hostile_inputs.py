@@ -42,7 +42,6 @@ import numpy as np
 import pytest
 import scipy.io.wavfile
 import torch
-from click.testing import CliRunner
 from fixtures_kws import (
     EVENTS,
     SR,
@@ -54,6 +53,7 @@ from fixtures_kws import (
     write_tone_wav,
 )
 from fixtures_vitals import export_vital_model, signals, truncate_record, write_record
+from hostile import assert_one_line_error, invoke
 
 from liquid_stream import LiquidS4Model, OnnxStreamer
 from liquid_stream.checkpoint import (
@@ -62,7 +62,6 @@ from liquid_stream.checkpoint import (
     model_from_checkpoint,
     save_checkpoint,
 )
-from liquid_stream.cli import main
 from liquid_stream.onnx_streamer import OnnxModelError
 from liquid_stream.validate import StreamInputError
 
@@ -275,36 +274,13 @@ def F(tmp_path_factory) -> SimpleNamespace:
     return f
 
 
-@pytest.fixture
-def work(tmp_path, monkeypatch) -> Path:
-    """An empty folder the command runs in; every output of a case points into it."""
-    w = tmp_path / "work"
-    w.mkdir()
-    monkeypatch.chdir(w)
-    return w
 
 
 # ============================================================================= helpers
 
 
-def invoke(argv) -> object:
-    return CliRunner().invoke(main, [str(a) for a in argv])
 
 
-def assert_one_line_error(r, needles) -> str:
-    """Exit != 0 through click's error path, no traceback, the error on one line (the last
-    non-empty one, the only one starting with ``Error:``) naming every needle."""
-    assert r.exit_code != 0, f"accepted (exit 0):\n{r.output}"
-    assert r.exception is None or isinstance(r.exception, SystemExit), (
-        f"uncaught {type(r.exception).__name__}: {r.exception}\n{r.output}"
-    )
-    assert "Traceback" not in r.output, r.output
-    lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert lines and lines[-1].startswith("Error: "), r.output
-    assert sum(ln.startswith("Error:") for ln in lines) == 1, r.output
-    for needle in needles:
-        assert needle in lines[-1], (needle, lines[-1])
-    return lines[-1]
 
 
 def assert_nothing_written(work: Path, f: SimpleNamespace) -> None:

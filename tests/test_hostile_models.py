@@ -37,13 +37,12 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from click.testing import CliRunner
 from fixtures_kws import train_tone_spotter, write_labels_csv, write_tone_wav
 from fixtures_vitals import export_vital_model
+from hostile import assert_one_line_error, invoke, small_tmpfs
 
 from liquid_stream import LiquidS4Model, OnnxStreamer, atomic
 from liquid_stream.checkpoint import save_checkpoint
-from liquid_stream.cli import main
 from liquid_stream.meta import MetaError, ModelMeta
 from liquid_stream.models import available, shipped
 from liquid_stream.onnx_streamer import OnnxModelError
@@ -56,24 +55,8 @@ TOY_META = {"task": "toy", "labels": ["silence", "440 Hz", "880 Hz"], "sample_ra
 # ============================================================================ helpers
 
 
-def invoke(argv) -> object:
-    return CliRunner().invoke(main, [str(a) for a in argv])
 
 
-def assert_one_line_error(r, needles) -> str:
-    """Exit != 0, no traceback, the error on one line (the last non-empty one, the only
-    one starting with ``Error:``) naming every needle."""
-    assert r.exit_code != 0, f"accepted (exit 0):\n{r.output}"
-    assert r.exception is None or isinstance(r.exception, SystemExit), (
-        f"uncaught {type(r.exception).__name__}: {r.exception}\n{r.output}"
-    )
-    assert "Traceback" not in r.output, r.output
-    lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert lines and lines[-1].startswith("Error: "), r.output
-    assert sum(ln.startswith("Error:") for ln in lines) == 1, r.output
-    for needle in needles:
-        assert needle in lines[-1], (needle, lines[-1])
-    return lines[-1]
 
 
 def edited(src: Path, dst: Path, restamp: bool = False, **changes) -> Path:
@@ -419,18 +402,8 @@ def test_a_bad_cached_library_is_rebuilt_not_loaded(tmp_path, monkeypatch):
 @pytest.fixture()
 def full_disk(tmp_path):
     """A small tmpfs (mounted as root), to be filled by the test; skips otherwise."""
-    if os.geteuid() != 0:
-        pytest.skip("disk-full cases need root to mount a tmpfs (not root here)")
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with small_tmpfs(tmp_path / "tmpfs", "4m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def fill(mnt: Path, leave: int = 0) -> None:

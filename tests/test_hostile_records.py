@@ -19,9 +19,7 @@ a 149 GiB matrix, and a full disk left a CSV without its summary.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,6 +27,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from fixtures_vitals import export_vital_model, truncate_record, write_record
+from hostile import assert_one_line_error, invoke, small_tmpfs
 
 from liquid_stream.cli import main
 
@@ -138,33 +137,10 @@ def R(tmp_path_factory) -> SimpleNamespace:
     return r
 
 
-@pytest.fixture
-def work(tmp_path, monkeypatch) -> Path:
-    """An empty folder the command runs in; every output of a case points into it."""
-    w = tmp_path / "work"
-    w.mkdir()
-    monkeypatch.chdir(w)
-    return w
 
 
-def invoke(argv) -> object:
-    return CliRunner().invoke(main, [str(a) for a in argv])
 
 
-def assert_one_line_error(r, needles) -> str:
-    """Exit != 0 through click's error path, no traceback, the error on one line (the last
-    non-empty one, the only one starting with ``Error:``) naming every needle."""
-    assert r.exit_code != 0, f"accepted (exit 0):\n{r.output}"
-    assert r.exception is None or isinstance(r.exception, SystemExit), (
-        f"uncaught {type(r.exception).__name__}: {r.exception}\n{r.output}"
-    )
-    assert "Traceback" not in r.output, r.output
-    lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert lines and lines[-1].startswith("Error: "), r.output
-    assert sum(ln.startswith("Error:") for ln in lines) == 1, r.output
-    for needle in needles:
-        assert needle in lines[-1], (needle, lines[-1])
-    return lines[-1]
 
 
 def case(id_, *values):
@@ -301,18 +277,8 @@ def test_resampler_refuses_a_terabyte_filter():
 @pytest.fixture
 def small_disk(tmp_path):
     """A 32 KiB tmpfs: room for the CSV, not for the PNG. Root only (mount)."""
-    if os.geteuid() != 0:
-        pytest.skip("disk-full case: needs root to mount a small tmpfs")
-    d = tmp_path / "full"
-    d.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(d)],
-                       capture_output=True, text=True)  # fmt: skip
-    if p.returncode != 0:
-        pytest.skip(f"disk-full case: cannot mount a tmpfs here ({p.stderr.strip()})")
-    try:
+    with small_tmpfs(tmp_path / "full", "32k") as d:
         yield d
-    finally:
-        subprocess.run(["umount", str(d)], check=True)
 
 
 def test_cli_vitals_out_on_a_full_disk_publishes_nothing_half(R, work, small_disk):
