@@ -1,6 +1,12 @@
 """The main job, end to end on the embedded defaults (``make demo``).
 
-    python -m liquid_stream.main_job [--out runs/main] [--smoke] [--force]
+    python -m liquid_stream.main_job [--out runs/main] [--full | --smoke] [--force]
+
+By default it runs at the budget a newcomer waits for (``Settings.quick``: about 25 min
+on 2 idle cores, the whole pipeline of both halves at smaller sizes); ``--full`` runs the
+sizes of the shipped models' recipes (``Settings.full``: about 80 min), ``--smoke`` tiny
+settings for CI. It ends with a short summary: what was trained, its scores next to the
+classical baselines, where the files are.
 
 Every step is one ``liquid-stream`` command, printed before it runs, so each can be
 repeated by hand:
@@ -97,7 +103,7 @@ VITALS_12HZ = ["--set", "model.frontend.hop=10", "--set", "model.decoder_window=
 # fifth (lr 0.00025) took the seed-0 model of these commands from 1.765 to 1.703 bpm on the
 # selection set, the pair of seeds shipped as vitals-ppg-ecg-hr from 1.537 to 1.480
 # (docs/benchmarks.md §5.2).
-PASSES = {"hr": 3, "rr": 1}
+PASSES = {"hr": 3, "rr": 1}  # Settings.full; Settings.quick: no extra pass
 AGAIN_LR = 0.001  # the first of them
 
 # These passes of the HR model hold one of its two channels flat over a stretch of 30 % of
@@ -118,6 +124,21 @@ class Settings:
     bidmc_stream: list[str]  # stage 2: from stage 1's best.pt, long crops (a stream)
     bidmc_again: list[str]  # stages 3, ...: one more pass of crops each (PASSES, AGAIN_LR)
     sim: list[str]
+    passes: dict[str, int] = field(default_factory=lambda: dict(PASSES))
+
+    @classmethod
+    def quick(cls) -> Settings:
+        """The default: the whole pipeline at the budget of a coffee (about 25 min on 2 idle
+        cores). The same recipes as :meth:`full` at smaller sizes: the spotter trained for 12
+        of the CPU preset's 25 epochs on the same synthetic speech; the vital-sign models on
+        480 records instead of 2997, windows then one pass of crops (no extra passes). Its
+        scores are below the full run's (docs/benchmarks.md §3.1 and §5.1)."""
+        s = cls.full()
+        s.kws_train = ["--preset", "cpu", "--set", "optim.epochs=12"]
+        s.kws_val_stream = ["--minutes", "20", "--seed", "1"]
+        s.sim = ["--records", "480", "--minutes", "4", "--randomised", "--workers", "2"]
+        s.passes = {"hr": 1, "rr": 1}
+        return s
 
     @classmethod
     def full(cls) -> Settings:
@@ -265,7 +286,7 @@ def plan(out: Path, s: Settings) -> list[Step]:
                   "--set", f"train.init={win / 'best.pt'}", "--out", str(crops)],
                  [crops / "best.pt"]),
         ]  # fmt: skip
-        passes = [vit / f"train-{t}-pass{k}" for k in range(3, 2 + PASSES[t])] + [run]
+        passes = [vit / f"train-{t}-pass{k}" for k in range(3, 2 + s.passes[t])] + [run]
         for k, (src, dst) in enumerate(zip([crops, *passes[:-1]], passes, strict=True)):
             lr = AGAIN_LR / 2**k
             steps.append(Step(
@@ -311,17 +332,54 @@ def collect(out: Path) -> dict:
     return res
 
 
+def report(res: dict, out: Path, total_s: float) -> str:
+    """The few lines a person reads at the end: what was trained, the scores next to the
+    classical baselines, where the files are."""
+    lines = [f"main job done in {total_s / 60:.1f} min ({out})"]
+    k = res.get("kws")
+    if k:
+        d, fa = k.get("detection_rate"), k.get("false_accepts_per_hour")
+        lines.append(
+            "  keyword spotter (SC10, held-out synthetic speakers): "
+            + (f"detects {d:.1%}" if isinstance(d, int | float) else "detections: see eval.json")
+            + (f" at {fa:.1f} false accepts/h" if isinstance(fa, int | float) else "")
+            + f" -> {out / 'kws' / 'kws.onnx'}"
+        )
+    for t in TARGETS:
+        r = res.get(f"bidmc_{t}")
+        if not r:
+            continue
+        rm, rb = r.get("rmse"), r.get("baseline_rmse")
+        rs = (r.get("stream") or {}).get("rmse")
+        units = r.get("units") or ("bpm" if t == "hr" else "breaths/min")
+        num = lambda v: f"{v:.2f}" if isinstance(v, int | float) else "?"  # noqa: E731
+        lines.append(
+            f"  {t.upper()} (simulated held-out records): RMSE {num(rs)} {units} streamed; "
+            f"on 32 s windows {num(rm)}, NeuroKit2 {num(rb)} -> {out / 'vitals' / (t + '.onnx')}"
+        )
+    mon = res.get("monitor")
+    if mon:
+        lines.append(f"  vital-sign monitor on a held-out record: {out / 'vitals' / 'monitor'}")
+    lines.append(f"  every command: {out / 'commands.log'}; the numbers: {out / 'summary.json'}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/main", help="output folder (default runs/main)")
-    ap.add_argument("--smoke", action="store_true", help="tiny settings (CI wiring check)")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--full", action="store_true",
+                      help="the sizes of the shipped models' recipes (~80 min on 2 cores)")
+    size.add_argument("--smoke", action="store_true", help="tiny settings (CI wiring check)")
     ap.add_argument("--force", action="store_true", help="rerun steps whose outputs exist")
     ap.add_argument("--part", choices=("all", "kws", "vitals"), default="all",
                     help="run only the keyword-spotting or the vital-sign steps")  # fmt: skip
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    steps = plan(out, Settings.smoke() if args.smoke else Settings.full())
+    settings = (Settings.smoke() if args.smoke else Settings.full() if args.full
+                else Settings.quick())  # fmt: skip
+    steps = plan(out, settings)
     n_kws = next(i for i, st in enumerate(steps) if "BIDMC" in st.title)
     steps = {"all": steps, "kws": steps[:n_kws], "vitals": steps[n_kws:]}[args.part]
     t0 = time.perf_counter()
@@ -330,10 +388,11 @@ def main(argv: list[str] | None = None) -> None:
         for i, step in enumerate(steps, 1):
             times[step.title] = run_step(i, len(steps), step, args.force, log)
     total = time.perf_counter() - t0
-    summary = {"total_s": total, "smoke": args.smoke, "steps_s": times, **collect(out)}
+    size = "smoke" if args.smoke else "full" if args.full else "quick"
+    res = collect(out)
+    summary = {"total_s": total, "size": size, "smoke": args.smoke, "steps_s": times, **res}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    print(f"\nmain job done in {total / 60:.1f} min; numbers in {out}/summary.json, every "
-          f"command in {out}/commands.log")  # fmt: skip
+    print("\n" + report(res, out, total))
 
 
 if __name__ == "__main__":
