@@ -81,7 +81,8 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=101)
     a = ap.parse_args()
-    out = {k: {"good": [], "good_ectopic": [], "good_af": [], "white": [], "pink": [], "brown": []} for k in BANDS}
+    sets = ("good", "good_ectopic", "good_af", "white", "pink", "brown")
+    out = {k: {s: [] for s in sets} for k in BANDS}
     names = {"ppg": "PLETH,", "resp": "RESP,", "ecg": "II,"}
     for i in range(a.records):
         rec = simulate_randomised(np.random.default_rng([a.seed, i]), a.minutes)
@@ -121,7 +122,8 @@ def main() -> None:
             for s, v in sets.items():
                 if v:
                     p = np.percentile([x[j] for x in v], qs)
-                    print(f"| {kind} | {s} | {len(v)} | " + " | ".join(f"{x:.2f}" for x in p) + " |")
+                    cells = " | ".join(f"{x:.2f}" for x in p)
+                    print(f"| {kind} | {s} | {len(v)} | {cells} |")
     print("\nrule: flag when prominence < P and |slope skew| < S (share flagged)\n")
     for kind, sets in out.items():
         for P, S in ((0.5, 0.3), (0.6, 0.3), (0.7, 0.3), (0.7, 0.4), (0.8, 0.4), (0.9, 0.5)):
