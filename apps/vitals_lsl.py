@@ -45,7 +45,7 @@ from liquid_stream.apps.vitals_monitor import (
     VitalsInputError,
     VitalsMonitor,
 )
-from liquid_stream.apps.vitals_run import RunResult, monitor_result
+from liquid_stream.apps.vitals_run import EstimateLog, RunResult, monitor_result
 from liquid_stream.lsl import DEFAULT_TIMEOUT_S, LslPublisher, LslReader
 
 
@@ -132,7 +132,7 @@ def run_lsl(
     block = None if not block_s else float(block_s)
     limit = None if duration_s is None else int(round(duration_s * fs))
     stop = stop or threading.Event()
-    estimates: list[Estimate] = []
+    estimates = EstimateLog()  # by column: memory does not grow by objects per second
     latencies: list[float] = []
     stamps: dict[int, float] = {}  # second k -> LSL timestamp of its last input sample
     pending = np.zeros((0, len(reader.channels)))

@@ -467,3 +467,34 @@ def test_sigterm_stops_like_ctrl_c_and_writes_what_was_streamed(models, records,
     assert 1 <= summary["seconds"] < 60
     rows = read_csv(out / "bidmc01_vitals.csv")
     assert len(rows) == summary["seconds"] and (out / "bidmc01_vitals.png").is_file()
+
+
+def test_the_run_keeps_every_estimate_exactly_by_column(models, records):
+    """``RunResult.estimates`` is an EstimateLog (columns, not one object per second): each
+    estimate it gives back equals the one the monitor emitted, field by field (NaN where
+    NaN), on a record with long and short gaps, two targets and an alarm that fires."""
+    from liquid_stream.apps.vitals_run import EstimateLog
+
+    paths = [models["hr"][0], models["rr"][0]]
+    monitor, source = open_record(paths, records["gaps"], alarms="hr>0,rr<1000")
+    emitted = []
+    result = run_record(monitor, source, speed=None, on_estimate=emitted.append)
+    log = result.estimates
+    assert isinstance(log, EstimateLog) and len(log) == len(emitted) == 60
+    statuses = {s for e in emitted for s in e.status.values()}
+    assert {"ok", "gap"} <= statuses and any(e.events for e in emitted)
+
+    def same(a, b) -> bool:
+        for f in ("values", "ref", "ref_1hz"):
+            x, y = getattr(a, f), getattr(b, f)
+            if x.keys() != y.keys() or any(
+                not (x[k] == y[k] or (math.isnan(x[k]) and math.isnan(y[k]))) for k in x
+            ):
+                return False
+        rest = ("time_s", "status", "alarms", "events", "technical", "tech_events")
+        return all(getattr(a, f) == getattr(b, f) for f in rest)
+
+    assert all(same(a, b) for a, b in zip(log, emitted, strict=True))
+    assert same(log[-1], emitted[-1]) and [e.time_s for e in log[5:8]] == [6, 7, 8]
+    again = EstimateLog(emitted)
+    assert all(same(a, b) for a, b in zip(again, emitted, strict=True))
