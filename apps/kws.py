@@ -56,6 +56,10 @@ DEFAULT_SMOOTH_MS = 100.0
 REGRESSION_TASKS = ("bidmc", "vitals", "regression")
 
 
+# the highest audio rate a model may declare (192 kHz studio audio, with room)
+MAX_SAMPLE_RATE = 384_000.0
+
+
 class KwsModelError(ValueError):
     """The ONNX file is unusable as a keyword spotter (message says why)."""
 
@@ -127,9 +131,9 @@ def check_kws_model(streamer: OnnxStreamer, meta: ModelMeta) -> int:
         )
     if streamer.sample_rate is None:
         raise KwsModelError(f"{name} has no sample_rate in its metadata (task {task!r})")
-    if not (streamer.sample_rate >= 1 and np.isfinite(streamer.sample_rate)):
+    if not (1 <= streamer.sample_rate <= MAX_SAMPLE_RATE):  # NaN fails too
         raise KwsModelError(
-            f"{name}: metadata sample_rate must be a positive number of Hz, got "
+            f"{name}: metadata sample_rate must be 1 to {MAX_SAMPLE_RATE:g} Hz, got "
             f"{streamer.sample_rate!r}"
         )
     if meta.decoder == "pool":

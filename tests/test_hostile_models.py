@@ -362,6 +362,14 @@ def test_bad_tuning_metadata_is_refused_naming_file_and_key(M, tmp_path, key, va
     assert_one_line_error(r, ["tuned.onnx", key, value])
 
 
+def test_an_absurd_audio_rate_is_refused_naming_the_key(M, tmp_path):
+    """A keyword model declaring 1e12 Hz: refused by name before a resampler of terabytes
+    is built (before: the resampler's line, which named the two rates, not the key)."""
+    bad = edited(M.tone, tmp_path / "fast.onnx", integrity=None, sample_rate="1e12")
+    r = invoke(["kws", bad, "--input", M.wav])
+    assert_one_line_error(r, ["fast.onnx", "sample_rate"])
+
+
 def test_a_state_shape_not_the_graphs_is_named(M, tmp_path):
     spec = json.loads(props_of(M.tone)["state_spec"])
     s0 = spec[0]
