@@ -14,6 +14,8 @@ trainer) stay inside the functions so ``--help`` is fast.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -264,13 +266,30 @@ def _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir, b
     dev = resolve_device(device)
     model = MeanOf([m for _, m, _, _, _ in loaded], weights).to(dev)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     name = f"{'weighted ' if weights else ''}mean of {len(loaded)}"
+    with _out_dir(out):
+        try:
+            return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out,
+                                   baseline, name=name)  # fmt: skip
+        except DATA_ERRORS as e:
+            raise click.ClickException(one_line(e)) from e
+
+
+@contextmanager
+def _out_dir(out: Path) -> Iterator[Path]:
+    """Create the output folder ``out``; if the block fails, remove it again when this call
+    created it and nothing was written there (a refused run leaves no empty folder)."""
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
     try:
-        return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out, baseline,
-                               name=name)  # fmt: skip
-    except DATA_ERRORS as e:
-        raise click.ClickException(one_line(e)) from e
+        yield out
+    except BaseException:
+        if created:
+            try:
+                out.rmdir()  # only when empty
+            except OSError:
+                pass
+        raise
 
 
 def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, baseline):
@@ -284,15 +303,16 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
     dev = resolve_device(device)
     model.to(dev)
     out = Path(out_dir) if out_dir else Path(checkpoint).parent
-    out.mkdir(parents=True, exist_ok=True)
     if cfg["task"] == "bidmc":
         from .evaluate_vitals import evaluate_vitals
 
-        try:
-            return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out,
-                                   baseline, name=Path(checkpoint).parent.name)  # fmt: skip
-        except DATA_ERRORS as e:
-            raise click.ClickException(one_line(e)) from e
+        with _out_dir(out):
+            try:
+                return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out,
+                                       baseline, name=Path(checkpoint).parent.name)  # fmt: skip
+            except DATA_ERRORS as e:
+                raise click.ClickException(one_line(e)) from e
+    out.mkdir(parents=True, exist_ok=True)
     rates = [(1, meta.get("sample_rate"))]
     if cfg["task"] == "speech":
         rates.append((2, (meta.get("sample_rate") or 16000) // 2))
