@@ -36,6 +36,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from array import array
 
 import click
 
@@ -70,7 +71,7 @@ class KwsWorker(threading.Thread):
         # a file's detection times are shifted back by the resampler's causal delay
         self.delay_s = self.resampler.delay_s if self.resampler is not None else 0.0
         self.events: queue.Queue = queue.Queue()
-        self.latencies: list[float] = []
+        self.latencies = array("d")  # 8 bytes a chunk (a list of floats: ~33)
         self.record_trace = record_trace
         self.trace: list[list[float]] = []
         self.level_db = -120.0
