@@ -75,7 +75,11 @@ their streams' outboxes, from which one sender task per connection writes them.
   (header, query, or the cookie set by ``GET /?token=T``).
 
 **HTTP** on the same port: ``GET /`` the dashboard (``apps/web/index.html``), ``GET
-/web/<file>`` its files, ``GET /api/state`` the JSON of :mod:`.serve_state`.
+/web/<file>`` its files, ``GET /api/state`` the JSON of :mod:`.serve_state`. There a
+connected stream whose client has sent no samples for more than ``stale_s`` (5 s), with
+none of its blocks waiting here, is marked ``"stale": true`` (no data): no valid vital, its
+clinical alarms replaced by the technical alarm "no data for more than 5 s", until its
+next block.
 """
 
 from __future__ import annotations
@@ -103,7 +107,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
-from liquid_stream.apps.serve_state import WEB_DIR, StreamView, json_safe, static_file
+from liquid_stream.apps.serve_state import (
+    DEFAULT_STALE_S,
+    WEB_DIR,
+    StreamView,
+    json_safe,
+    static_file,
+)
 
 DEFAULT_PORT = 8765
 DEFAULT_BUDGET_MS = 20.0
@@ -367,6 +377,8 @@ class StreamServer:
             connected is sent an error and closed (code 1008).
         ping_s: WebSocket keepalive: a ping every ``ping_s`` seconds; a peer that does not
             answer within ``ping_s`` is closed (code 1011).
+        stale_s: a connected stream with no samples for longer is shown as no data in
+            ``/api/state`` (:mod:`.serve_state`).
     """
 
     def __init__(
@@ -388,6 +400,7 @@ class StreamServer:
         max_batch: int = DEFAULT_MAX_BATCH,
         open_timeout_s: float = DEFAULT_OPEN_TIMEOUT_S,
         ping_s: float = DEFAULT_PING_S,
+        stale_s: float = DEFAULT_STALE_S,
     ):
         if not hosts:
             raise ServeError("no models to serve")
@@ -415,10 +428,15 @@ class StreamServer:
                 raise ServeError(f"{what} must be >= 1, got {v}")
         if not (budget_ms >= 0 and math.isfinite(budget_ms)) or not queue_s > 0:
             raise ServeError("budget_ms must be >= 0 and queue_s > 0")
-        for what, v in (("open_timeout_s", open_timeout_s), ("ping_s", ping_s)):
+        for what, v in (
+            ("open_timeout_s", open_timeout_s),
+            ("ping_s", ping_s),
+            ("stale_s", stale_s),
+        ):
             if not (v > 0 and math.isfinite(v)):
                 raise ServeError(f"{what} must be a positive number of seconds, got {v}")
         self.open_timeout_s, self.ping_s = float(open_timeout_s), float(ping_s)
+        self.stale_s = float(stale_s)
         self.hosts = {name: banks[0] for name, banks in self.shards.items()}
         self.banks = [h for banks in self.shards.values() for h in banks]
         self.bind, self.port, self.token = host, int(port), token
@@ -570,6 +588,7 @@ class StreamServer:
                 view.lag_ms = 1000 * (
                     time.monotonic() - s.inbox[0][0] if s.inbox else s.last_latency
                 )
+                view.waiting = bool(s.inbox)  # blocks not stepped yet: data, not silence
             streams.append(view.to_text(now))
         server = json_safe({
             "time": now,
@@ -580,6 +599,7 @@ class StreamServer:
             "hosts": [{**h.describe(), "shard": i, **h.stats.to_json()}
                       for banks in self.shards.values() for i, h in enumerate(banks)],
             "budget_ms": self.budget * 1000,
+            "stale_s": self.stale_s,
         })  # fmt: skip
         text = '{"server":' + json.dumps(server) + ',"streams":[' + ",".join(streams) + "]}"
         self._state_cache = (now, text)
@@ -685,7 +705,7 @@ class StreamServer:
         finally:
             self._reserved.discard(sid)
             host.opening -= 1
-        view = StreamView(sid, host.task, host.name, rate)
+        view = StreamView(sid, host.task, host.name, rate, stale_s=self.stale_s)
         stream = _Stream(sid, host, conn, columns, rate, overflow, view)
         stream.scores = req.get("scores", True)
         stream.framing = framing
@@ -1133,7 +1153,7 @@ class StreamServer:
         except ValueError:
             reader.close()
             raise
-        view = StreamView(sid, host.task, host.name, rate)
+        view = StreamView(sid, host.task, host.name, rate, stale_s=self.stale_s)
         stream = _Stream(sid, host, None, columns, rate, "wait", view)
         self._set_bound(stream, kwargs.get("channels"))
         stream.open = False  # nobody to send to: the events feed the view (and on_event)

@@ -131,6 +131,23 @@ TOKEN_ENV = "LIQUID_STREAM_TOKEN"
     "closed (code 1008), so idle connections cannot pile up.",
 )
 @click.option(
+    "--ping-s",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="WebSocket keepalive: a ping every this many seconds; a client that does not "
+    "answer within as long again is disconnected (code 1011).",
+)
+@click.option(
+    "--stale-s",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="A connected stream that sends no samples for longer is shown as NO DATA in "
+    "/api/state and on the dashboard (no valid value, its alarms replaced by a "
+    "technical 'no data' alarm) until its next block.",
+)
+@click.option(
     "--lsl",
     "lsl",
     multiple=True,
@@ -161,6 +178,8 @@ def serve_cmd(
     workers,
     max_batch,
     open_timeout,
+    ping_s,
+    stale_s,
     lsl,
     lsl_alarm,
     lsl_timeout,
@@ -202,6 +221,8 @@ def serve_cmd(
             out_hard=max(8192, out_queue),
             max_batch=max_batch,
             open_timeout_s=open_timeout,
+            ping_s=ping_s,
+            stale_s=stale_s,
         )
     except ValueError as e:  # ServeError, a model the banks refuse
         raise click.ClickException(str(e)) from None

@@ -11,14 +11,26 @@ received, dropped blocks, errors, lag). ``/api/state`` is::
 
     {"server": {"time": unix s, "uptime_s", "streams": open streams, "models": [names], ...},
      "streams": [{"id", "task": "vitals"|"kws", "model", "connected",
+                  "stale": true when no data came for more than stale_s (below),
                   "health": {"received_s": stream seconds received, "lag_ms",
                              "dropped_blocks", "errors", "last_seen_s": seconds since the
-                             client's last message},
+                             client's last message, "last_data_s": seconds since its
+                             last block of samples (since the open, before the first)},
                   "vitals": {"HR": {"value": float|null, "valid", "units",
                                     "history": [[t, v|null], … the last 120]}},
                   "alarms": [{"name": "hr>120", "vital": "HR", "since_s": t}],
                   "technical": ["no signal on PLETH (flat line)", …] (active now),
                   "detections": [{"t", "label", "score"}, … the last 20]}]}
+
+**No data.** A connected stream whose client sent no samples for more than ``stale_s``
+seconds (default :data:`DEFAULT_STALE_S`; ``serve --stale-s``), while none of its blocks
+waits in the server, is *stale*: its entry says ``"stale": true``, its vitals are all
+``"valid": false`` (the last values stay in ``value``, the history as it was), its clinical
+``alarms`` are ``[]`` and ``technical`` is the one alarm ``"no data for more than N s"``
+(the monitor's own technical alarms are as old as its values). The view keeps what it
+had: the first block that arrives ends it, and the next event is shown as it comes. A
+closed stream is never stale (it is ``connected: false``). This is the server's marking,
+so every client of ``/api/state`` sees it, not only the dashboard page.
 
 :func:`static_file` answers ``GET /`` (``index.html``) and ``GET /web/<file>`` from the
 dashboard folder ``apps/web/``, refusing any path that leaves it.
@@ -40,6 +52,7 @@ WEB_DIR = Path(__file__).resolve().parent / "web"
 DISPLAY = {"hr": "HR", "rr": "RR", "spo2": "SpO2"}  # a target's name on the dashboard
 HISTORY = 120  # points of a vital's sparkline
 DETECTIONS = 20  # recent detections per KWS stream
+DEFAULT_STALE_S = 5.0  # a connected stream with no samples for longer is "no data"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -101,9 +114,12 @@ class StreamView:
     """The dashboard's view of one stream: health counters, the last values, sparkline
     history and active alarms of a vitals stream, the recent detections of a KWS stream."""
 
-    def __init__(self, sid: str, task: str, model: str, sample_rate: float):
+    def __init__(
+        self, sid: str, task: str, model: str, sample_rate: float, stale_s: float = DEFAULT_STALE_S
+    ):
         self.id, self.task, self.model = sid, task, model
         self.sample_rate = float(sample_rate)
+        self.stale_s = float(stale_s)
         self.opened = time.time()
         self.connected = True
         self.closed_at: float | None = None
@@ -114,6 +130,8 @@ class StreamView:
         self.errors = 0
         self.lag_ms = 0.0
         self.last_seen = time.time()
+        self.last_data = self.last_seen  # the last block with samples (the open, before one)
+        self.waiting = False  # blocks of it wait in the server (set by the server): not stale
         self.stream_time = 0.0  # the t of the latest event
         self.vitals: dict[str, dict] = {}
         self.alarms: dict[str, dict] = {}  # active, by rule name
@@ -124,6 +142,8 @@ class StreamView:
         """The client sent a message (``samples`` of stream input)."""
         self.last_seen = time.time()
         self.received_samples += samples
+        if samples:
+            self.last_data = self.last_seen
 
     def on_event(self, ev: dict) -> None:
         """Take in one event sent to the stream's client."""
@@ -182,22 +202,38 @@ class StreamView:
             "dropped_events": self.dropped_events,
             "errors": self.errors,
             "last_seen_s": round(max(0.0, now - self.last_seen), 3),
+            "last_data_s": round(max(0.0, now - self.last_data), 3),
         }
+
+    def stale(self, now: float | None = None) -> bool:
+        """True while the stream is connected, nothing of it waits in the server, and its
+        client has sent no samples for more than ``stale_s`` seconds (module docstring)."""
+        now = time.time() if now is None else now
+        return self.connected and not self.waiting and now - self.last_data > self.stale_s
+
+    def no_data_message(self) -> str:
+        """The technical alarm of a stale stream (its text does not change while it lasts)."""
+        return f"no data for more than {self.stale_s:g} s"
 
     def to_text(self, now: float | None = None) -> str:
         """The stream's entry of ``/api/state`` as JSON text. Built from pieces: the
         sparkline points are kept as JSON and joined, so a ward of 1000 beds' 120-point
-        histories costs a join per vital, not a conversion per point."""
+        histories costs a join per vital, not a conversion per point. A stale stream's
+        entry has no valid vital and no clinical alarm, and its one technical alarm says
+        there is no data."""
+        now = time.time() if now is None else now
+        stale = self.stale(now)
         head = json.dumps({
             "id": self.id, "task": self.task, "model": self.model,
-            "connected": self.connected, "sample_rate": self.sample_rate,
+            "connected": self.connected, "stale": stale, "sample_rate": self.sample_rate,
             "stream_time_s": self.stream_time, "health": self.health(now),
-            "alarms": list(self.alarms.values()), "technical": self.technical,
+            "alarms": [] if stale else list(self.alarms.values()),
+            "technical": [self.no_data_message()] if stale else self.technical,
             "detections": list(self.detections),
         }, allow_nan=False)  # fmt: skip
         vitals = ",".join(
             json.dumps(name) + ":" + json.dumps({
-                "value": slot.get("value"), "valid": slot.get("valid", False),
+                "value": slot.get("value"), "valid": slot.get("valid", False) and not stale,
                 "units": slot.get("units", ""),
             })[:-1] + ',"history":[' + ",".join(slot["history"]) + "]}"
             for name, slot in self.vitals.items()

@@ -25,6 +25,12 @@ between two clocks of this machine: a thread polling ``/api/state`` every 50 ms 
 when each (bed, alarm) first appears there, and a MutationObserver in the page records
 (``Date.now()``) when its ``.alarm`` element first appears in the DOM.
 
+No data: a test of its own (a server of its own, in a tab of its own) freezes a bed's and
+a keyword stream's clients (they stop sending, their sockets stay open) and checks that
+the page reads NO DATA within the server's stated ``stale_s`` (5 s) plus a margin, with no
+number shown as valid, and live again when they send; tests/test_serve_stale.py checks
+the same marking through ``/api/state`` alone.
+
 ``LIQUID_STREAM_DASHBOARD_SHOT=docs/img/dashboard.png`` saves a screenshot of the page
 once both alarms are up (how docs/img/dashboard.png was made).
 """
@@ -41,10 +47,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fixtures_bidmc import sim_root
-from fixtures_kws import STREAM_S, train_tone_spotter, write_tone_wav
-from fixtures_vitals import write_record
+from fixtures_kws import SR, STREAM_S, tone_signal, train_tone_spotter, write_tone_wav
+from fixtures_vitals import signals, write_record
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -494,6 +501,121 @@ def test_page_with_a_token(ward):
         body = browser.find_element("tag name", "body")
         wait_for(lambda: body.get_attribute("data-state") == "live", 5, "live with the token")
         assert one(browser, "#server-models").text == "tones"
+    finally:
+        srv.stop()
+        browser.close()
+        browser.switch_to.window(main)
+
+
+NO_DATA_MARGIN_S = 2.5  # the page's poll (0.5 s + fetch), the state cache (0.2 s), selenium
+MUTED = (157, 167, 179)  # dashboard.css --muted
+HR_GREEN = (63, 220, 124)  # dashboard.css --hr
+
+
+def rgb(e, prop: str = "color") -> tuple[int, ...]:
+    """An element's computed colour as (r, g, b) (chromium says "rgb(..)" or "rgba(..)")."""
+    v = e.value_of_css_property(prop)
+    return tuple(int(float(x)) for x in v[v.index("(") + 1 : -1].split(",")[:3])
+
+
+def test_a_frozen_client_reads_no_data_and_recovers(ward):
+    """A bed in alarm (``hr>40``) and a keyword stream whose clients stop sending and keep
+    their sockets open: within the server's stated ``stale_s`` (its default, 5 s) plus a
+    margin, and never before it, the bed's tile reads NO DATA, shows no number as valid
+    (``---`` in grey, the name and sparkline grey too, not green), and its clinical alarm is
+    replaced by the amber technical alarm "no data for more than 5 s" (not counted in the
+    page title); the keyword row reads NO DATA too. When the clients send again both are
+    live, the bed with a number and its alarm back. Its own server, in a tab of its own."""
+    from liquid_stream.apps.serve import ServerThread, StreamServer
+    from liquid_stream.apps.serve_client import ServeClient
+    from liquid_stream.apps.serve_state import DEFAULT_STALE_S
+
+    browser = ward["browser"]
+    main = browser.current_window_handle
+    tone = ward["server"].server.hosts["tones"].paths[0]
+    srv = ServerThread(StreamServer(host_models(tone), port=0)).start()
+    stale_s = srv.server.stale_s
+    assert stale_s == DEFAULT_STALE_S == 5.0  # the stated default
+    pleth = signals(60, 125, seed=5)["PLETH"][:, None]
+    blocks = [pleth[i : i + 125] for i in range(0, len(pleth), 125)]
+    audio = tone_signal(SR, seed=2).astype(np.float32)
+    browser.switch_to.new_window("tab")
+    try:
+        browser.get(srv.http + "/")
+        body = browser.find_element("tag name", "body")
+        wait_for(lambda: body.get_attribute("data-state") == "live", 10, "live")
+        with ServeClient(srv.url, stream_id="bed-f") as bed, \
+                ServeClient(srv.url, stream_id="call-f") as call:  # fmt: skip
+            bed.open("vitals-ppg", channels=["PLETH"], sample_rate=125, alarms="hr>40:hold=1",
+                     overflow="wait")  # fmt: skip
+            call.open("tones", sample_rate=SR)
+            sent = {}  # when each stream's last block started on its way
+            for b in blocks[:40]:
+                sent["bed-f"] = time.time()
+                bed.send(b)
+            for i in range(0, 2 * SR, SR // 10):
+                sent["call-f"] = time.time()
+                call.send(audio[i : i + SR // 10])
+            tile = wait_for(lambda: page_beds(browser).get("bed-f"), 10, "the bed-f tile")
+            row = wait_for(lambda: css(browser, '#kws .kws[data-id="call-f"]'), 10, "call-f")[0]
+            hr = one(tile, '.vital[data-vital="HR"]')
+            wait_for(lambda: tile.get_attribute("data-alarm") == "hr>40"
+                     and hr.get_attribute("data-valid") == "true", 60,
+                     "bed-f valid and in alarm on the page")  # fmt: skip
+            assert one(tile, ".conn").text == "LIVE" and one(hr, ".value").text.isdigit()
+            assert rgb(one(hr, ".vname")) == HR_GREEN and rgb(one(hr, ".value")) != MUTED
+
+            # frozen: NO DATA within stale_s + the margin, never before stale_s
+            first = {}
+
+            def both_stale():
+                now = time.time()
+                for sid, e in (("bed-f", tile), ("call-f", row)):
+                    if e.get_attribute("data-stale") == "true":
+                        first.setdefault(sid, now)
+                return len(first) == 2
+
+            wait_for(both_stale, stale_s + NO_DATA_MARGIN_S + 1, "NO DATA on both")
+            for sid, t0 in sent.items():
+                print(f"{sid}: NO DATA on the page {first[sid] - t0:.2f} s after its last block")
+                assert stale_s < first[sid] - t0 <= stale_s + NO_DATA_MARGIN_S, sid
+            no_data = f"no data for more than {stale_s:g} s"
+            for _ in range(10):  # as long as it lasts
+                assert one(tile, ".conn").text == "NO DATA"
+                assert "stale" in tile.get_attribute("class").split()
+                assert "alarming" not in tile.get_attribute("class").split()
+                assert tile.get_attribute("data-alarm") == "" and not css(tile, ".alarm")
+                assert [t.text for t in css(tile, ".tech")] == [no_data]
+                for box in css(tile, ".vital"):
+                    if not box.is_displayed():
+                        continue
+                    assert one(box, ".value").text == "---"
+                    assert box.get_attribute("data-valid") == "false"
+                    assert rgb(one(box, ".value")) == MUTED
+                    assert rgb(one(box, ".vname")) == MUTED
+                    assert rgb(one(box, ".spark path"), "stroke") == MUTED
+                assert one(tile, ".health").text.startswith("no data for ")
+                assert "(1)" not in browser.title
+                assert one(row, ".conn").text == "NO DATA"
+                assert [t.text for t in css(row, ".tech")] == [no_data]
+                time.sleep(0.2)
+
+            # data again: live, a number and the alarm back
+            t_back = time.time()
+            bed.send(blocks[40])
+            call.send(audio[2 * SR : 2 * SR + SR // 10])
+            wait_for(lambda: tile.get_attribute("data-stale") == "false"
+                     and row.get_attribute("data-stale") == "false"
+                     and tile.get_attribute("data-alarm") == "hr>40"
+                     and hr.get_attribute("data-valid") == "true",
+                     NO_DATA_MARGIN_S + 1, "bed-f and call-f live again")  # fmt: skip
+            print(f"live again on the page {time.time() - t_back:.2f} s after the block")
+            assert one(tile, ".conn").text == "LIVE" and one(row, ".conn").text == "LIVE"
+            assert one(hr, ".value").text.isdigit() and not css(tile, ".tech")
+            assert rgb(one(hr, ".vname")) == HR_GREEN and rgb(one(hr, ".value")) != MUTED
+            assert not css(row, ".tech")
+            bed.close()
+            call.close()
     finally:
         srv.stop()
         browser.close()

@@ -8,6 +8,11 @@
  * poll (so the DOM nodes stay the same ones while a stream lives) and removed when the
  * server stops listing the stream. All server text goes through textContent (never HTML).
  *
+ * A stream the server marks stale (connected, but no samples for more than the server's
+ * stale_s: a frozen client, a stuck gateway) reads NO DATA: body of the tile greyed, no value
+ * shown as a number, its clinical alarms replaced by the technical "no data" alarm (amber),
+ * and [data-stale="true"]; the next poll after its data returns shows it live again.
+ *
  * A failed poll (network error, timeout, HTTP error, bad JSON) sets body[data-state] to
  * "unreachable", says so in #status, keeps the last state on screen (dimmed) and polls
  * again; the next good poll sets it back to "live". A 401 (a server with a token, a page
@@ -193,21 +198,50 @@
     return { el: tile, conn, model, vitals: parts, alarms, technical, health, alarmKey: "", techKey: "" };
   }
 
-  function updateBed(bed, s, serverTime) {
+  /** "live", "NO DATA" (connected, stale: no samples for a while) or "DISCONNECTED". */
+  function setConn(item, s) {
     const connected = s.connected !== false;
-    setAttr(bed.el, "data-connected", String(connected));
-    bed.el.classList.toggle("disconnected", !connected);
-    setText(bed.conn, connected ? "live" : "DISCONNECTED");
-    setText(bed.model, Array.isArray(s.model) ? s.model.join(", ") : s.model || "");
+    const stale = connected && s.stale === true;
+    setAttr(item.el, "data-connected", String(connected));
+    setAttr(item.el, "data-stale", String(stale));
+    item.el.classList.toggle("disconnected", !connected);
+    item.el.classList.toggle("stale", stale);
+    setText(item.conn, !connected ? "DISCONNECTED" : stale ? "NO DATA" : "live");
+    setText(item.model, Array.isArray(s.model) ? s.model.join(", ") : s.model || "");
+    return { connected, stale };
+  }
 
-    const alarms = Array.isArray(s.alarms) ? s.alarms : [];
+  /**
+   * The technical alarms of a stream (a stale one: the server's "no data" alarm only) into
+   * `item.technical`, announced when new; returns them.
+   */
+  function updateTechnical(item, s, what) {
+    let tech = Array.isArray(s.technical) ? s.technical.map(String) : [];
+    if (s.connected !== false && s.stale === true && !tech.length) tech = ["no data"];
+    const techKey = tech.join("|");
+    setAttr(item.el, "data-technical", techKey);
+    if (techKey !== item.techKey) {
+      item.technical.replaceChildren(...tech.map((m) => el("li", "tech", m)));
+      const added = tech.filter((m) => !item.techKey.split("|").includes(m));
+      if (added.length) announce(`${what} ${s.id}: technical alarm ${added.join(", ")}`);
+      item.techKey = techKey;
+    }
+    return tech;
+  }
+
+  function updateBed(bed, s, serverTime) {
+    const { connected, stale } = setConn(bed, s);
+
+    // a stale bed's clinical alarms are as old as its values: not shown (the server sends
+    // none either); its technical "no data" alarm takes their place
+    const alarms = !stale && Array.isArray(s.alarms) ? s.alarms : [];
     const alarmVitals = new Set(alarms.map((a) => String(a.vital || "").toLowerCase()));
     const vitals = s.vitals || {};
     for (const v of VITALS) {
       const part = bed.vitals[v.key];
       const data = vitals[v.key];
       const present = data !== undefined && data !== null;
-      const valid = present && data.valid === true && isNum(data.value);
+      const valid = present && !stale && data.valid === true && isNum(data.value);
       part.box.hidden = !present;
       setAttr(part.box, "data-valid", String(valid));
       part.box.classList.toggle("in-alarm", alarmVitals.has(v.key.toLowerCase()));
@@ -240,17 +274,9 @@
       if (added.length) announce(`Bed ${s.id}: alarm ${added.map(alarmText).join(", ")}`);
       bed.alarmKey = key;
     }
-    // technical alarms (no signal on a channel, lead off): no number is shown meanwhile
-    const tech = Array.isArray(s.technical) ? s.technical.map(String) : [];
-    const techKey = tech.join("|");
-    setAttr(bed.el, "data-technical", techKey);
+    // technical alarms (no signal on a channel, lead off, no data): no number meanwhile
+    const tech = updateTechnical(bed, s, "Bed");
     bed.el.classList.toggle("no-signal", tech.length > 0);
-    if (techKey !== bed.techKey) {
-      bed.technical.replaceChildren(...tech.map((m) => el("li", "tech", m)));
-      const added = tech.filter((m) => !bed.techKey.split("|").includes(m));
-      if (added.length) announce(`Bed ${s.id}: technical alarm ${added.join(", ")}`);
-      bed.techKey = techKey;
-    }
     // the stream time of the latest event (serve_state's stream_time_s), else the seconds received
     const streamNow = isNum(s.stream_time_s) ? s.stream_time_s : s.health && s.health.received_s;
     alarms.forEach((a, i) => {
@@ -258,18 +284,20 @@
       setText(since, alarmAge(a.since_s, streamNow, serverTime));
     });
 
-    updateHealth(bed.health, s.health, serverTime, connected);
+    updateHealth(bed.health, s.health, serverTime, connected, stale);
   }
 
-  function updateHealth(p, h, serverTime, connected) {
+  function updateHealth(p, h, serverTime, connected, stale) {
     h = h || {};
-    const bits = [`received ${duration(h.received_s)}`];
+    const bits = [];
+    if (stale) bits.push(`no data for ${duration(h.last_data_s)}`);
+    bits.push(`received ${duration(h.received_s)}`);
     if (isNum(h.lag_ms)) bits.push(`lag ${Math.round(h.lag_ms)} ms`);
     bits.push(`dropped ${isNum(h.dropped_blocks) ? h.dropped_blocks : 0}`);
     bits.push(`errors ${isNum(h.errors) ? h.errors : 0}`);
     if (isNum(h.last_seen_s)) bits.push(`seen ${ago(h.last_seen_s, serverTime)}`);
     setText(p, bits.join(" \u00b7 "));
-    const warn = !connected || h.dropped_blocks > 0 || h.errors > 0 || h.lag_ms > 1000;
+    const warn = !connected || stale || h.dropped_blocks > 0 || h.errors > 0 || h.lag_ms > 1000;
     p.classList.toggle("warn", Boolean(warn));
   }
 
@@ -284,20 +312,19 @@
     const model = el("span", "model");
     head.append(el("h3", "kws-id", id), model, conn);
     const health = el("p", "health");
+    const technical = el("ul", "technical");
+    technical.setAttribute("aria-label", "Technical alarms");
     const list = el("ol", "detections");
     list.setAttribute("aria-label", "Recent detections, newest first");
     const none = el("p", "none", "no detections yet");
-    row.append(head, health, list, none);
-    return { el: row, conn, model, health, list, none, key: "" };
+    row.append(head, technical, health, list, none);
+    return { el: row, conn, model, health, technical, list, none, key: "", techKey: "" };
   }
 
   function updateKws(row, s, serverTime) {
-    const connected = s.connected !== false;
-    setAttr(row.el, "data-connected", String(connected));
-    row.el.classList.toggle("disconnected", !connected);
-    setText(row.conn, connected ? "live" : "DISCONNECTED");
-    setText(row.model, Array.isArray(s.model) ? s.model.join(", ") : s.model || "");
-    updateHealth(row.health, s.health, serverTime, connected);
+    const { connected, stale } = setConn(row, s);
+    updateTechnical(row, s, "Keyword stream");
+    updateHealth(row.health, s.health, serverTime, connected, stale);
     const dets = (Array.isArray(s.detections) ? s.detections : []).slice().reverse();
     const key = JSON.stringify(dets);
     if (key !== row.key) {
