@@ -70,7 +70,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 LIQUIDS: tuple[str | None, ...] = (None, "pb", "kb", "ltc")
 TARGETS = {64: 3.0, 7: 0.8}  # N → seconds, L = 16000, dplr, PB
@@ -172,8 +171,10 @@ def official_layer(cfg: Config):
     import types
 
     root = Path(cfg["official"]).resolve()
-    sys.path.insert(0, str(root))
-    sys.modules["pykeops"] = None  # type: ignore[assignment]  # its pure-torch path
+    # its pure-torch paths: pykeops hidden, its CUDA extension (extensions/ of the checkout)
+    # never imported; its modules load through the packages registered below, not sys.path
+    sys.modules["pykeops"] = None  # type: ignore[assignment]
+    sys.modules["extensions"] = None  # type: ignore[assignment]
     for name in OFFICIAL_STUBS:  # packages without their __init__ (hydra, lightning, ...)
         pkg = types.ModuleType(name)
         pkg.__path__ = [str(root / name.replace(".", "/"))]

@@ -36,10 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.apps.kws_tune import (  # noqa: E402
+from liquid_stream.apps.kws_tune import (
     SMOOTH_GRID_MS,
     THRESHOLD_GRID,
     choose,
@@ -47,15 +44,15 @@ from liquid_stream.apps.kws_tune import (  # noqa: E402
     replay,
     smooth,
 )
-from liquid_stream.labels import read_label_csv  # noqa: E402
-from liquid_stream.training.data.kws_baseline import (  # noqa: E402
+from liquid_stream.labels import read_label_csv
+from liquid_stream.training.data.kws_baseline import (
     TemplateMatcher,
     load_templates,
     mfcc,
     score_frames,
 )
-from liquid_stream.training.data.kws_stream import SC10  # noqa: E402
-from liquid_stream.wav import read_pcm16  # noqa: E402
+from liquid_stream.training.data.kws_stream import SC10
+from liquid_stream.wav import read_pcm16
 
 BUDGETS = (5.0, 10.0, 20.0)
 

@@ -53,19 +53,17 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.training.data.speech_synth import (  # noqa: E402
+from liquid_stream.training.data.speech_synth import (
     ENGINES,
     NOISE_DIR,
     STAMP_NAME,
     plan_synth,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CLI = str(ROOT / ".venv" / "bin" / "liquid-stream")
 MARKER = ".kws-engines-root.json"  # written into every root this script makes

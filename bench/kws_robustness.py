@@ -44,18 +44,17 @@ import numpy as np
 from scipy.io import wavfile
 from scipy.signal import resample_poly
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.apps.audio import read_wav  # noqa: E402
-from liquid_stream.apps.kws_cli import kws_eval_cmd  # noqa: E402
-from liquid_stream.labels import read_label_csv  # noqa: E402
-from liquid_stream.training.data.augment import (  # noqa: E402
+from liquid_stream.apps.audio import read_wav
+from liquid_stream.apps.kws_cli import kws_eval_cmd
+from liquid_stream.labels import read_label_csv
+from liquid_stream.training.data.augment import (
     apply_gain,
     band_limit,
     reverberate,
     synth_rir,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SR = 16000
 RT60 = 0.5

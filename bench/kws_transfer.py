@@ -39,12 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.apps.kws_tune import choose, tune_thresholds  # noqa: E402
-from liquid_stream.labels import read_label_csv  # noqa: E402
-from liquid_stream.wav import read_pcm16  # noqa: E402
+from liquid_stream.apps.kws_tune import choose, tune_thresholds
+from liquid_stream.labels import read_label_csv
+from liquid_stream.wav import read_pcm16
 
 
 def point(rows: list[dict], pick: dict) -> dict:

@@ -16,16 +16,12 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.checkpoint import model_from_checkpoint  # noqa: E402
-from liquid_stream.layer import LiquidS4  # noqa: E402
-from liquid_stream.ltc import ltc_system  # noqa: E402
+from liquid_stream.checkpoint import model_from_checkpoint
+from liquid_stream.layer import LiquidS4
+from liquid_stream.ltc import ltc_system
 
 
 def clamp_stats(layers: list[LiquidS4]) -> tuple[float, float, float]:

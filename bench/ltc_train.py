@@ -34,15 +34,11 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream import LiquidS4, ltc_kernel  # noqa: E402
-from liquid_stream.ltc import ltc_path, ltc_system  # noqa: E402
+from liquid_stream import LiquidS4, ltc_kernel
+from liquid_stream.ltc import ltc_path, ltc_system
 
 CONFIGS = {"LTC fused": ("ltc", "fused"), "LTC torch": ("ltc", "torch"), "PB": ("pb", None)}
 

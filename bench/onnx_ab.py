@@ -18,14 +18,10 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.onnx_streamer import OnnxStreamer  # noqa: E402
+from liquid_stream.onnx_streamer import OnnxStreamer
 
 
 def main() -> None:

@@ -25,11 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream import ltc_ort  # noqa: E402
-from liquid_stream.onnx_streamer import OnnxStreamer  # noqa: E402
+from liquid_stream import ltc_ort
+from liquid_stream.onnx_streamer import OnnxStreamer
 
 
 def main() -> None:

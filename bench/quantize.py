@@ -46,16 +46,15 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream import OnnxStreamer  # noqa: E402
-from liquid_stream.export.quantize import (  # noqa: E402
+from liquid_stream import OnnxStreamer
+from liquid_stream.export.quantize import (
     QUANT_RTOL,
     quantize_file,
     verify_quantized,
 )
-from liquid_stream.models import shipped  # noqa: E402
+from liquid_stream.models import shipped
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MODELS = ("kws-sc10", "vitals-ppg-hr", "vitals-ppg-rr", "vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr")
 SECTIONS = ("tolerance", "speed", "size", "accuracy")

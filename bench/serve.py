@@ -59,11 +59,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
-from liquid_stream.models import shipped  # noqa: E402
+from liquid_stream.models import shipped
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FS = 125
 SR = 16000

@@ -24,15 +24,11 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.training.data.bidmc_sim import SIG_NAMES  # noqa: E402
-from liquid_stream.training.data.vitals_sim import FS, simulate_randomised  # noqa: E402
+from liquid_stream.training.data.bidmc_sim import SIG_NAMES
+from liquid_stream.training.data.vitals_sim import FS, simulate_randomised
 
 PLETH = SIG_NAMES.index("PLETH,")
 CLEAN = {"ectopic_prob": 0.0, "af_episodes": [], "motion_bursts": [], "sensor_off": [],

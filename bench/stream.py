@@ -38,11 +38,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from liquid_stream import LiquidS4Model, OnnxStreamer
+from liquid_stream.export.pipeline import export_model
 
-from liquid_stream import LiquidS4Model, OnnxStreamer  # noqa: E402
-from liquid_stream.export.pipeline import export_model  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SR = 16000
 

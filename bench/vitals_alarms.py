@@ -45,12 +45,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from liquid_stream.apps.alarms import check_alarm
+from liquid_stream.apps.vitals_run import open_record, run_record
+from liquid_stream.checkpoint import split_records
 
-from liquid_stream.apps.alarms import check_alarm  # noqa: E402
-from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
-from liquid_stream.checkpoint import split_records  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def baseline_alarms(record: Path, monitor, estimates, spec: str) -> dict[str, list[bool]]:

@@ -21,21 +21,17 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.onnx_streamer import OnnxStreamer  # noqa: E402
-from liquid_stream.training.data.bidmc_baseline import (  # noqa: E402
+from liquid_stream.onnx_streamer import OnnxStreamer
+from liquid_stream.training.data.bidmc_baseline import (
     HR_RANGE,
     ecg_peaks,
     rate_in_window,
 )
-from liquid_stream.training.data.bidmc_sim import SIG_NAMES  # noqa: E402
-from liquid_stream.training.data.vitals_sim import simulate_randomised  # noqa: E402
+from liquid_stream.training.data.bidmc_sim import SIG_NAMES
+from liquid_stream.training.data.vitals_sim import simulate_randomised
 
 FS = 125
 WINDOW = 32 * FS

@@ -37,13 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
-from liquid_stream.bidmc_vocab import WITHIN, channel_key, strip_name  # noqa: E402
-from liquid_stream.checkpoint import split_records  # noqa: E402
-from liquid_stream.training.data.bidmc import list_records, wfdb_dir  # noqa: E402
+from liquid_stream.apps.vitals_run import open_record, run_record
+from liquid_stream.bidmc_vocab import WITHIN, channel_key, strip_name
+from liquid_stream.checkpoint import split_records
+from liquid_stream.training.data.bidmc import list_records, wfdb_dir
 
 
 def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:

@@ -14,15 +14,11 @@ import argparse
 import shlex
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.training.data.bidmc import list_records, wfdb_dir  # noqa: E402
-from liquid_stream.wfdb import read_record  # noqa: E402
+from liquid_stream.training.data.bidmc import list_records, wfdb_dir
+from liquid_stream.wfdb import read_record
 
 
 def same(a, b) -> bool:

@@ -47,12 +47,9 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.checkpoint import save_checkpoint  # noqa: E402
-from liquid_stream.meta import ModelMeta  # noqa: E402
-from liquid_stream.model import LiquidS4Model  # noqa: E402
+from liquid_stream.checkpoint import save_checkpoint
+from liquid_stream.meta import ModelMeta
+from liquid_stream.model import LiquidS4Model
 
 
 def tables_in_order(model: onnx.ModelProto, prefix: str = "") -> list[tuple[str, np.ndarray]]:

@@ -25,11 +25,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream.checkpoint import model_from_checkpoint, save_checkpoint  # noqa: E402
-from liquid_stream.model import LiquidS4Model  # noqa: E402
+from liquid_stream.checkpoint import model_from_checkpoint, save_checkpoint
+from liquid_stream.model import LiquidS4Model
 
 
 def widen(model: LiquidS4Model, meta: dict, channels: list[str]) -> tuple[LiquidS4Model, dict]:
