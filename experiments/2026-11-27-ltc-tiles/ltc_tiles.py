@@ -1,6 +1,6 @@
 """Tile sizes of the Triton LTC kernel (liquid_stream/ltc_triton.py) on a CUDA device.
 
-    python bench/ltc_tiles.py            # needs CUDA and Triton
+    python experiments/2026-11-27-ltc-tiles/ltc_tiles.py   # needs CUDA and Triton
 
 For each (channel-mode pairs per program ``BLOCK_ELEMENTS``, warps per program ``NUM_WARPS``)
 it times one forward + backward of the LTC scan alone (``ltc_triton`` on random coefficients
@@ -17,15 +17,11 @@ import shlex
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from liquid_stream import ltc_triton as lt  # noqa: E402
-from liquid_stream.ltc import LTC_BLOCK, LTC_RHO, _LTCScan  # noqa: E402
+from liquid_stream import ltc_triton as lt
+from liquid_stream.ltc import LTC_BLOCK, LTC_RHO, _LTCScan
 
 TILES = [(32, 1), (64, 1), (64, 2), (128, 1), (256, 1), (512, 2), (1024, 4)]
 SIZES = [(2, 16000, 128), (16, 16384, 512)]
@@ -76,7 +72,8 @@ def main() -> None:
                 times.append(1e3 * (time.perf_counter() - t))
             print(f"| {B}×{L}×{H} | {block} | {warps} | {statistics.median(times):.1f} | "
                   f"{err[0]:.1e} / {err[1]:.1e} |", flush=True)  # fmt: skip
-    print(f"\nCommand: python bench/ltc_tiles.py {shlex.join(sys.argv[1:])}".rstrip())
+    cmd = f"python experiments/2026-11-27-ltc-tiles/ltc_tiles.py {shlex.join(sys.argv[1:])}"
+    print(f"\nCommand: {cmd.rstrip()}")
 
 
 if __name__ == "__main__":

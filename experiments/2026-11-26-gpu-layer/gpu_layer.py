@@ -1,18 +1,17 @@
 """One Liquid-S4 layer, forward+backward on the GPU (same sizes as the CPU target).
 
-python bench/gpu_layer.py        # needs CUDA; prints median ms and peak memory
+    python experiments/2026-11-26-gpu-layer/gpu_layer.py   # needs CUDA
+
+Prints the median ms and the peak GPU memory of each row.
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from liquid_stream import LiquidS4  # noqa: E402
+from liquid_stream import LiquidS4
 
 
 def main() -> None:
