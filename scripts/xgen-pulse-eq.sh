@@ -16,21 +16,7 @@ X=runs/xg
 
 # One family of a randomised record folder, as links (params.json names each record's).
 subset() {  # subset SRC DST FAMILY
-  .venv/bin/python - "$@" <<'EOF'
-import json, os, sys
-from pathlib import Path
-src, dst, fam = Path(sys.argv[1]).resolve(), Path(sys.argv[2]), sys.argv[3]
-dst.mkdir(parents=True, exist_ok=True)
-p = json.loads((src / "params.json").read_text())
-names = [n for n, v in p["per_record"].items() if v["family"] == fam]
-for n in names:
-    for suffix in (".hea", ".dat", "n.hea", "n.dat"):
-        if not (dst / (n + suffix)).exists():
-            os.symlink(src / (n + suffix), dst / (n + suffix))
-p["per_record"] = {n: p["per_record"][n] for n in names}
-(dst / "params.json").write_text(json.dumps(p))
-(dst / "RECORDS").write_text("".join(f"{n}\n{n}n\n" for n in names))
-EOF
+  .venv/bin/python scripts/family_subset.py "$@"
 }
 for fam in nk2 param; do
   subset runs/v3k/records "$X/$fam" "$fam"
