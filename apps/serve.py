@@ -44,6 +44,11 @@ waiting block has waited ``budget_ms``, whichever is first: in the worker thread
 pushes every waiting block (``bank.push``; a refused block is an ``error`` event for its
 stream only, nothing changed) and runs ``bank.step()``; then it routes the events to
 their streams' outboxes, from which one sender task per connection writes them.
+That rule is the live streams'. Bulk streams (opened with ``"overflow": "wait"`` by a
+client: a file sent as fast as it goes) run in steps of their own between the live ones,
+each bounded to about ``bulk_ms`` of model time (whole blocks, at least one) and, while
+live streams are open, paced to ``bulk_share`` of one core; opens and closes run between
+steps, so none waits behind seconds of bulk input (docs/serving.md §4).
 
 **Back-pressure and faults.**
 
@@ -122,6 +127,8 @@ DEFAULT_QUEUE_S = 10.0
 DEFAULT_OUT_QUEUE = 256
 DEFAULT_OUT_HARD = 8192
 DEFAULT_MAX_BATCH = 256  # streams per step (more wait for the next, at once)
+DEFAULT_BULK_MS = 10.0  # model time (CPU ms) one step of bulk streams may take, estimated
+DEFAULT_BULK_SHARE = 0.5  # of one core bulk steps (all banks) take while live streams are open
 MAX_MESSAGE = 1 << 22  # bytes of one WebSocket message
 DEFAULT_OPEN_TIMEOUT_S = 10.0  # a connection must open a stream within this
 DEFAULT_PING_S = 20.0  # WebSocket keepalive: ping interval, and how long a pong may take
@@ -158,9 +165,11 @@ class HostedModel:
     def __post_init__(self):
         self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"bank-{self.name}")
         self.streams: dict[str, _Stream] = {}  # open streams of this bank
-        self.pending: dict[_Stream, None] = {}  # streams with input waiting (ordered set)
-        self.wake = asyncio.Event()
-        self.full = asyncio.Event()
+        self.pending: dict[_Stream, None] = {}  # live streams with input waiting (ordered set)
+        self.bulk: dict[_Stream, None] = {}  # bulk streams with input waiting (round robin)
+        self.live = 0  # open live streams of this bank (the others are bulk)
+        self.wake = asyncio.Event()  # the batcher has something new to decide on
+        self.bulk_cost = 0.0  # CPU s of a bulk step per input s (running mean; 0: unknown)
         self.stats = _HostStats()
         self.opening = 0  # streams being opened on this bank
 
@@ -190,11 +199,14 @@ class _HostStats:
     def __init__(self):
         self.steps = 0
         self.blocks = 0
+        self.bulk_steps = 0  # steps of bulk streams (overflow "wait"), counted in steps too
+        self.bulk_s = 0.0  # input seconds those steps carried
+        self.bulk_cpu_s = 0.0  # CPU seconds (push + step) they took
         self.push_s = 0.0  # CPU seconds (thread time) of pushing input into the bank
         self.step_s = 0.0  # of bank.step (session calls + per-stream python)
         self.route_s = 0.0  # of routing the events (JSON encoding included), loop thread
         self.step_wall_s = 0.0
-        self.latency = deque(maxlen=4096)  # seconds from a block's arrival to its events routed
+        self.latency = deque(maxlen=4096)  # live blocks: s from arrival to events routed
         self.batch = deque(maxlen=256)  # streams per step
 
     def to_json(self) -> dict:
@@ -203,6 +215,12 @@ class _HostStats:
         return {
             "steps": self.steps,
             "blocks": self.blocks,
+            "bulk": {
+                "steps": self.bulk_steps,
+                "input_s": self.bulk_s,
+                "cpu_s": self.bulk_cpu_s,
+                "cpu_ms_per_step": 1000 * self.bulk_cpu_s / max(1, self.bulk_steps),
+            },
             "cpu_s": {"push": self.push_s, "step": self.step_s, "route": self.route_s},
             "push_ms_per_step": 1000 * self.push_s / n,
             "step_ms_per_step": 1000 * self.step_s / n,
@@ -348,6 +366,10 @@ class _Stream:
         self.framing = "raw"  # binary frames: "counted" (a uint32 channel count first) or not
         self.bound: tuple[np.ndarray, np.ndarray] | None = None  # vitals: (lo, hi) per column
         self.names: list[str] = []  # the columns' channel names
+        # bulk: a client's file sent as fast as it goes (overflow "wait"; a server-side
+        # source such as an LSL bed waits too but is live): stepped in bounded shares
+        self.bulk = overflow == "wait" and conn is not None
+        self.drained: asyncio.Event | None = None  # set once a closing bulk stream's inbox ran
 
     def __hash__(self) -> int:
         return id(self)
@@ -379,6 +401,11 @@ class StreamServer:
             answer within ``ping_s`` is closed (code 1011).
         stale_s: a connected stream with no samples for longer is shown as no data in
             ``/api/state`` (:mod:`.serve_state`).
+        bulk_ms: the model time (CPU ms, estimated from the bank's previous bulk steps)
+            one step of bulk streams (overflow ``"wait"``) may carry: at least one block.
+        bulk_share: while any live stream is open, the most of one core's time the bulk
+            steps of all banks take together (after a bulk step of c CPU s, no bulk step
+            starts for c (1 - share) / share s; 1: no pause).
     """
 
     def __init__(
@@ -401,6 +428,8 @@ class StreamServer:
         open_timeout_s: float = DEFAULT_OPEN_TIMEOUT_S,
         ping_s: float = DEFAULT_PING_S,
         stale_s: float = DEFAULT_STALE_S,
+        bulk_ms: float = DEFAULT_BULK_MS,
+        bulk_share: float = DEFAULT_BULK_SHARE,
     ):
         if not hosts:
             raise ServeError("no models to serve")
@@ -435,6 +464,11 @@ class StreamServer:
         ):
             if not (v > 0 and math.isfinite(v)):
                 raise ServeError(f"{what} must be a positive number of seconds, got {v}")
+        if not (bulk_ms > 0 and math.isfinite(bulk_ms)) or not 0 < bulk_share <= 1:
+            raise ServeError(
+                f"bulk_ms must be > 0 and bulk_share in (0, 1], got {bulk_ms}, {bulk_share}"
+            )
+        self.bulk_ms, self.bulk_share = float(bulk_ms), float(bulk_share)
         self.open_timeout_s, self.ping_s = float(open_timeout_s), float(ping_s)
         self.stale_s = float(stale_s)
         self.hosts = {name: banks[0] for name, banks in self.shards.items()}
@@ -455,6 +489,8 @@ class StreamServer:
         self._state_cache: tuple[float, str] | None = None
         self._server = None
         self._tasks: list[asyncio.Task] = []
+        self._batchers: dict[int, asyncio.Task] = {}  # id(bank) -> its batcher task
+        self._bulk_next = 0.0  # monotonic time before which no bulk step starts (the share)
         self.ready = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -470,7 +506,7 @@ class StreamServer:
         from websockets.asyncio.server import serve
 
         for h in self.banks:  # events made outside a running loop: rebind
-            h.wake, h.full = asyncio.Event(), asyncio.Event()
+            h.wake = asyncio.Event()
         self._server = await serve(
             self._handle,
             self.bind,
@@ -489,6 +525,7 @@ class StreamServer:
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._tasks = [asyncio.create_task(self._batcher(h)) for h in self.banks]
+        self._batchers = {id(h): t for h, t in zip(self.banks, self._tasks, strict=True)}
         self.ready.set()
 
     async def stop(self) -> None:
@@ -599,6 +636,8 @@ class StreamServer:
             "hosts": [{**h.describe(), "shard": i, **h.stats.to_json()}
                       for banks in self.shards.values() for i, h in enumerate(banks)],
             "budget_ms": self.budget * 1000,
+            "bulk_ms": self.bulk_ms,
+            "bulk_share": self.bulk_share,
             "stale_s": self.stale_s,
         })  # fmt: skip
         text = '{"server":' + json.dumps(server) + ',"streams":[' + ",".join(streams) + "]}"
@@ -712,6 +751,7 @@ class StreamServer:
         self._set_bound(stream, kwargs.get("channels"))
         self.streams[sid] = stream
         host.streams[sid] = stream
+        host.live += not stream.bulk
         self.views.pop(sid, None)
         self.views[sid] = view
         self._state_cache = None  # a stream more: /api/state shows it at once
@@ -993,11 +1033,19 @@ class StreamServer:
         return np.where(bad, np.nan, block)
 
     def _mark_pending(self, s: _Stream) -> None:
+        """The stream has input waiting: the batcher is woken when that changes what it
+        would do (a first live stream waiting, every live stream waiting, a bulk stream
+        waiting), not for every block."""
         host = s.host
-        host.pending[s] = None
-        host.wake.set()
-        if len(host.pending) >= len(host.streams):
-            host.full.set()
+        if s.bulk:
+            if s not in host.bulk:
+                host.bulk[s] = None
+                host.wake.set()
+            return
+        if s not in host.pending:
+            host.pending[s] = None
+            if len(host.pending) == 1 or len(host.pending) >= host.live:
+                host.wake.set()
 
     def _post(self, s: _Stream, ev: dict) -> None:
         """Queue an event for the stream's client (bounded: module docstring)."""
@@ -1051,10 +1099,21 @@ class StreamServer:
         step in flight); a client that asked to close gets the last events and
         ``closed``; the bank, the counts and the dashboard forget or mark it."""
         host = s.host
+        if s.bulk and s.inbox and s.id in host.streams:
+            # a bulk stream's waiting input runs in bounded shares of the batcher's steps
+            # first (not all of it in one worker call that opens and steps would wait
+            # behind); then its close is one short call
+            s.drained = asyncio.Event()
+            self._mark_pending(s)
+            while s.inbox and self._batching(host):
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(s.drained.wait(), 1.0)
         host.pending.pop(s, None)
-        host.streams.pop(s.id, None)
-        if len(host.pending) >= len(host.streams) and host.pending:
-            host.full.set()
+        host.bulk.pop(s, None)
+        if host.streams.pop(s.id, None) is not None and not s.bulk:
+            host.live -= 1
+        if host.pending and len(host.pending) >= host.live:
+            host.wake.set()
         blocks = list(s.inbox)
         s.inbox.clear()
         s.room.set()
@@ -1159,6 +1218,7 @@ class StreamServer:
         stream.open = False  # nobody to send to: the events feed the view (and on_event)
         stream.listener = on_event
         self.streams[sid] = host.streams[sid] = stream
+        host.live += 1
         self.views.pop(sid, None)
         self.views[sid] = view
         self._state_cache = None  # a stream more: /api/state shows it at once
@@ -1207,65 +1267,148 @@ class StreamServer:
 
     # ------------------------------------------------------------------ batching
 
+    def _batching(self, host: HostedModel) -> bool:
+        """Whether ``host``'s batcher runs (not before start, nor once the server stops)."""
+        task = self._batchers.get(id(host))
+        return task is not None and not task.done()
+
     async def _batcher(self, host: HostedModel) -> None:
-        """Step ``host``'s bank whenever input waits (module docstring: scheduling)."""
-        loop = asyncio.get_running_loop()
+        """Step ``host``'s bank whenever input waits (module docstring: scheduling).
+
+        Live streams first: a step of the live streams' waiting blocks runs as soon as
+        every live stream has input or the oldest live block has waited ``budget``.
+        Meanwhile (and whenever no live step is due) bulk streams (overflow "wait") run
+        in their own steps, each bounded to ``bulk_ms`` of model time (at least one
+        block), and, while live streams are open, paced to ``bulk_share`` of one core
+        (all banks together): a live block waits behind at most one bounded bulk step,
+        and so do opens and closes (they run in the same worker thread, between steps)."""
         while True:
-            if not host.pending:
-                host.wake.clear()
-                await host.wake.wait()
-                continue
-            oldest = min((s.inbox[0][0] for s in host.pending if s.inbox), default=0.0)
-            wait = oldest + self.budget - time.monotonic()
-            if wait > 0 and len(host.pending) < len(host.streams):
-                host.full.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(host.full.wait(), wait)
-            work = []
-            taken = list(itertools.islice(host.pending, self.max_batch))  # the longest waiting
-            for s in taken:
-                del host.pending[s]
-                if s.inbox and s.id in host.streams:
-                    work.append((s, list(s.inbox)))
-                s.inbox.clear()
-                s.queued_blocks = s.queued_samples = 0
-                s.room.set()
-            if not work:
-                continue
-            try:
-                errors, events, t_push, t_step, wall = await loop.run_in_executor(
-                    host.executor, self._step_in_worker, host, work
-                )
-            except Exception:  # noqa: BLE001 - a bank bug must not end the server
-                log.exception("step of %s failed", host.name)
-                for s, _ in work:
-                    self._error(s, "internal error while stepping this model; see the server log")
-                continue
-            t0 = time.thread_time()
+            host.wake.clear()
             now = time.monotonic()
-            for s, blocks in work:
-                for msg in errors.get(s, ()):
-                    self._error(s, msg)
-                s.last_latency = now - blocks[0][0]
-                host.stats.latency.extend(now - a for a, _ in blocks)
-            stepped = {s.id: s for s, _ in work}
-            for sid, evs in events.items():
-                s = stepped.get(sid) or host.streams.get(sid)
-                if s is None:
+            timeout = None
+            if host.pending:  # in arrival order: the first holds the oldest block
+                first = next(iter(host.pending))
+                oldest = first.inbox[0][0] if first.inbox else now
+                wait = oldest + self.budget - now
+                if wait <= 0 or len(host.pending) >= host.live:
+                    await self._step(host, self._take_live(host), bulk=False)
                     continue
-                for ev in evs:
-                    self._post(s, ev)
+                timeout = wait
+            if host.bulk:
+                wait = self._bulk_next - now
+                if wait <= 0 or not any(h.live for h in self.banks):
+                    await self._step(host, self._take_bulk(host), bulk=True)
+                    continue
+                timeout = wait if timeout is None else min(timeout, wait)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(host.wake.wait(), timeout)
+
+    def _take_live(self, host: HostedModel) -> list:
+        """The waiting blocks of the live streams (at most ``max_batch``, longest waiting
+        first), their inboxes emptied."""
+        work = []
+        for s in list(itertools.islice(host.pending, self.max_batch)):
+            del host.pending[s]
+            if s.inbox and s.id in host.streams:
+                work.append((s, list(s.inbox)))
+            s.inbox.clear()
+            s.queued_blocks = s.queued_samples = 0
+            s.room.set()
+        return work
+
+    def _take_bulk(self, host: HostedModel) -> list:
+        """A bounded share of the bulk streams' waiting blocks: whole blocks, about
+        ``bulk_ms`` of model time in all at the bank's measured cost per input second,
+        split evenly over the waiting bulk streams (round robin: a stream with blocks
+        left goes to the back), at least one block. Their order within a stream is kept,
+        so a stream's input reaches its bank as it would in one step."""
+        budget = self.bulk_ms / 1000 / host.bulk_cost if host.bulk_cost else 0.0
+        streams = list(itertools.islice(host.bulk, self.max_batch))
+        share = budget / len(streams)
+        work, total = [], 0.0
+        for s in streams:
+            if work and total >= budget:
+                break
+            del host.bulk[s]
+            blocks, got = [], 0.0
+            while s.inbox and (not blocks or got < share):
+                arrival, block = s.inbox.popleft()
+                if isinstance(block, int):
+                    n = block
+                else:
+                    n = len(block)
+                    s.queued_blocks -= 1
+                    s.queued_samples -= n
+                blocks.append((arrival, block))
+                got += n / s.rate
+            total += got
+            if s.queued_blocks < self.queue_blocks and s.queued_samples < self.queue_s * s.rate:
+                s.room.set()
+            if s.inbox:
+                host.bulk[s] = None
+            elif s.drained is not None:
+                s.drained.set()
+            if blocks and s.id in host.streams:
+                work.append((s, blocks))
+        return work
+
+    async def _step(self, host: HostedModel, work: list, bulk: bool) -> None:
+        """Run one step of ``work`` [(stream, [(arrival, block), ...])] in the bank's
+        worker; route the events and refusals; count."""
+        if not work:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            errors, events, t_push, t_step, wall = await loop.run_in_executor(
+                host.executor, self._step_in_worker, host, work
+            )
+        except Exception:  # noqa: BLE001 - a bank bug must not end the server
+            log.exception("step of %s failed", host.name)
             for s, _ in work:
-                if s.new_drops[0]:
-                    self._notice_drops(s)
-            st = host.stats
-            st.steps += 1
-            st.blocks += sum(len(b) for _, b in work)
-            st.batch.append(len(work))
-            st.push_s += t_push
-            st.step_s += t_step
-            st.step_wall_s += wall
-            st.route_s += time.thread_time() - t0
+                self._error(s, "internal error while stepping this model; see the server log")
+            return
+        t0 = time.thread_time()
+        now = time.monotonic()
+        for s, blocks in work:
+            for msg in errors.get(s, ()):
+                self._error(s, msg)
+            s.last_latency = now - blocks[0][0]
+            if not bulk:
+                host.stats.latency.extend(now - a for a, _ in blocks)
+        stepped = {s.id: s for s, _ in work}
+        for sid, evs in events.items():
+            s = stepped.get(sid) or host.streams.get(sid)
+            if s is None:
+                continue
+            for ev in evs:
+                self._post(s, ev)
+        for s, _ in work:
+            if s.new_drops[0]:
+                self._notice_drops(s)
+        st = host.stats
+        st.steps += 1
+        st.blocks += sum(len(b) for _, b in work)
+        st.batch.append(len(work))
+        st.push_s += t_push
+        st.step_s += t_step
+        st.step_wall_s += wall
+        st.route_s += time.thread_time() - t0
+        if bulk:
+            seconds = sum(
+                (b if isinstance(b, int) else len(b)) / s.rate
+                for s, blocks in work
+                for _, b in blocks
+            )
+            cpu = t_push + t_step
+            st.bulk_steps += 1
+            st.bulk_s += seconds
+            st.bulk_cpu_s += cpu
+            if seconds > 0:
+                cost = cpu / seconds
+                host.bulk_cost = cost if not host.bulk_cost else 0.7 * host.bulk_cost + 0.3 * cost
+            # one clock for every bank: bulk steps take at most bulk_share of one core
+            # in all (the banks' threads share the machine's cores with the live steps)
+            self._bulk_next = time.monotonic() + cpu * (1 - self.bulk_share) / self.bulk_share
 
     def _step_in_worker(self, host: HostedModel, work):
         """In the worker: push the waiting blocks, step the bank; (refusals, events, push

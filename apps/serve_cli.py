@@ -123,6 +123,23 @@ TOKEN_ENV = "LIQUID_STREAM_TOKEN"
     help="Most streams one step of a bank takes (the longest waiting first).",
 )
 @click.option(
+    "--bulk-ms",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Bulk streams (files sent as fast as they go, overflow=wait) are stepped apart "
+    "from the live ones, at most about this much model time (CPU ms) a step, so a live "
+    "block, an open or a close waits behind at most one such step.",
+)
+@click.option(
+    "--bulk-share",
+    default=0.5,
+    show_default=True,
+    type=click.FloatRange(0, 1, min_open=True),
+    help="While live streams are open, the most of one core's time the bulk steps of all "
+    "banks take together (1: no pause between them).",
+)
+@click.option(
     "--open-timeout",
     default=10.0,
     show_default=True,
@@ -177,6 +194,8 @@ def serve_cmd(
     threads,
     workers,
     max_batch,
+    bulk_ms,
+    bulk_share,
     open_timeout,
     ping_s,
     stale_s,
@@ -220,6 +239,8 @@ def serve_cmd(
             out_queue=out_queue,
             out_hard=max(8192, out_queue),
             max_batch=max_batch,
+            bulk_ms=bulk_ms,
+            bulk_share=bulk_share,
             open_timeout_s=open_timeout,
             ping_s=ping_s,
             stale_s=stale_s,

@@ -5,6 +5,7 @@
     python bench/serve.py --beds 250 500 1000 --kws100 25 50 --kws10 10 25 --workers 1
     python bench/serve.py --quick                  # one short point per workload
     python bench/serve.py --servers 2 --workers 1  # two server processes (scale-out)
+    python bench/serve.py --bulk 2 --beds 200 --kws100 10 --kws10 10   # fairness (below)
 
 Workloads (each a separate phase against one server subprocess, or ``--servers K`` of
 them, the streams spread round-robin as a client with stream affinity does):
@@ -38,6 +39,19 @@ each implies on one core. Where the time goes: from the server's own counters
 (``/api/state`` server.hosts: input push, ``bank.step`` = session calls + per-stream python
 (monitor, tracker), routing), the session-call share of a step measured here, and the
 rest of the server's CPU (WebSocket, JSON, asyncio: transport).
+
+**Fairness** (``--bulk N``, issue 61): each point runs twice in the same run against the
+same server, first alone, then with N *bulk* keyword clients next to it: separate
+processes that each open a ``kws-sc10`` stream with overflow ``"wait"`` and send 100 ms
+blocks of audio as fast as the server takes them (what ``stream-to --fast`` does), for
+the whole phase. The table "live streams with and without bulk clients" gives the live
+streams' p95 both ways and their ratio (the goal: <= 1.25x with 2 bulk clients), and the
+bulk audio the server got through meanwhile (x real time, all bulk clients together).
+
+Every phase opens its streams under ids of its own (``kws1600-3-0``...), so a phase
+never collides with the streams of one before it still closing; a stream whose open
+fails is counted and named in the table ("opens failed"), and a point without any
+latency shows ``-``, never a number it did not measure.
 
 The machine: 2 cores shared with other work; the load average before and after each
 phase is printed, so a loaded run can be told from a quiet one.
@@ -126,6 +140,7 @@ def summed(parts: list[dict]) -> dict:
     steps = sum(p["steps"] for p in parts)
     return {
         "steps": steps,
+        "bulk_s": sum(p.get("bulk_s", p.get("bulk", {}).get("input_s", 0.0)) for p in parts),
         "cpu_s": {k: sum(p["cpu_s"][k] for p in parts) for k in parts[0]["cpu_s"]},
         "streams_per_step": sum(p["streams_per_step"] * p["steps"] for p in parts)
         / max(1, steps),
@@ -190,24 +205,29 @@ async def run_stream(
     from websockets.asyncio.client import connect
 
     loop = asyncio.get_running_loop()
-    async with open_sem:
-        ws = await connect(
-            f"{url}?id={sid}",
-            max_size=1 << 22,
-            ping_interval=None,
-            open_timeout=120,
-            max_queue=None,
-        )
-        req = {"op": "open", "model": model, "id": sid, "overflow": "drop"}
-        if kind == "bed":
-            req |= {"channels": ["PLETH", "II"], "sample_rate": FS}
-        else:
-            req |= {"sample_rate": SR}
-        await ws.send(json.dumps(req))
-        reply = json.loads(await ws.recv())
+    ws = None
+    try:
+        async with open_sem:
+            ws = await connect(
+                f"{url}?id={sid}",
+                max_size=1 << 22,
+                ping_interval=None,
+                open_timeout=120,
+                max_queue=None,
+            )
+            req = {"op": "open", "model": model, "id": sid, "overflow": "drop"}
+            if kind == "bed":
+                req |= {"channels": ["PLETH", "II"], "sample_rate": FS}
+            else:
+                req |= {"sample_rate": SR}
+            await ws.send(json.dumps(req))
+            reply = json.loads(await ws.recv())
+    except Exception as e:  # noqa: BLE001 - a failed open is counted, not a crash
+        reply = {"type": "error", "message": f"{type(e).__name__}: {e}"}
     if reply.get("type") != "opened":
-        tally.open_failures.append(reply.get("message", str(reply)))
-        await ws.close()
+        tally.open_failures.append(f"{sid}: {reply.get('message', str(reply))}")
+        if ws is not None:
+            await ws.close()
         return
     pending: deque[tuple[float, float, bool]] = deque()  # (end time s, send time, counted)
     counted = reply.get("framing") == "counted"  # each frame after its channel count
@@ -253,9 +273,10 @@ async def run_stream(
     await ws.close()
 
 
-async def load(urls, kind, model, n, block, seconds, warmup) -> tuple[Tally, float]:
-    """N streams for ``warmup`` + ``seconds``, stream i to ``urls[i % len(urls)]``;
-    returns the tally and the load's CPU s."""
+async def load(urls, kind, model, n, block, seconds, warmup, phase) -> tuple[Tally, float]:
+    """N streams for ``warmup`` + ``seconds``, stream i to ``urls[i % len(urls)]`` under
+    the id ``{kind}{block}-{phase}-{i}`` (ids of its own per phase); returns the tally
+    and the load's CPU s."""
     rate = FS if kind == "bed" else SR
     period = block / rate
     rng = np.random.default_rng(0)
@@ -281,7 +302,7 @@ async def load(urls, kind, model, n, block, seconds, warmup) -> tuple[Tally, flo
     tasks = [
         run_stream(
             urls[i % len(urls)],
-            f"{kind}-{i}",
+            f"{kind}{block}-{phase}-{i}",
             kind,
             model,
             block,
@@ -297,6 +318,64 @@ async def load(urls, kind, model, n, block, seconds, warmup) -> tuple[Tally, flo
     ]
     await asyncio.gather(*tasks)
     return tally, time.process_time() - cpu0
+
+
+async def bulk_client(url: str, sid: str) -> None:
+    """``--bulk-client``: one keyword stream sent flat out (overflow "wait", 100 ms blocks
+    of audio as fast as the server takes them, its events read and dropped) until
+    killed; prints ``open`` once opened."""
+    from websockets.asyncio.client import connect
+
+    rng = np.random.default_rng(abs(hash(sid)) % 2**32)
+    data = (0.05 * rng.standard_normal(2 * SR)).astype("<f4")
+    frames = [data[i : i + 1600].tobytes() for i in range(0, len(data), 1600)]
+    async with connect(f"{url}?id={sid}", max_size=1 << 22, ping_interval=None) as ws:
+        req = {"op": "open", "model": "kws-sc10", "id": sid, "sample_rate": SR}
+        await ws.send(json.dumps(req | {"overflow": "wait", "framing": "raw"}))
+        reply = json.loads(await ws.recv())
+        if reply.get("type") != "opened":
+            print(f"refused {reply.get('message')}", flush=True)
+            return
+        print("open", flush=True)
+
+        async def drain():
+            async for _ in ws:
+                pass
+
+        rx = asyncio.create_task(drain())  # noqa: F841 - runs until the process is killed
+        k = 0
+        while True:
+            await ws.send(frames[k % len(frames)])
+            k += 1
+
+
+class Bulk:
+    """N ``--bulk-client`` processes on ``urls`` (round-robin) for one phase."""
+
+    def __init__(self, urls: list[str], n: int, phase: int):
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--bulk-client", urls[i % len(urls)],
+                 f"bulk-{phase}-{i}"],
+                stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+            )  # fmt: skip
+            for i in range(n)
+        ]
+        for p in self.procs:
+            line = p.stdout.readline().strip()
+            if line != "open":
+                self.stop()
+                raise SystemExit(f"a bulk client did not open: {line!r}")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 class Cluster:
@@ -396,6 +475,68 @@ def session_share(paths: list[Path], n: int, T0: int) -> float:
 # ---------------------------------------------------------------------------------- main
 
 
+def fmt(ms: float) -> str:
+    """A latency in ms, or ``-`` where nothing was measured."""
+    return f"{ms:.1f}" if np.isfinite(ms) else "-"
+
+
+def run_point(server, args, kind, model, block, n, n_bulk, phase) -> dict:
+    """One point: n live streams for warmup + seconds, with n_bulk bulk clients beside."""
+    host = "ward" if kind == "bed" else "kws-sc10"
+    bulk = Bulk(server.urls, n_bulk, phase) if n_bulk else None
+    try:
+        before, bulk0 = server.host(host), server.host("kws-sc10")["bulk_s"]
+        cpu_s0, la0, w0 = server.cpu_s(), loadavg(), time.perf_counter()
+        tally, client_cpu = asyncio.run(
+            load(server.urls, kind, model, n, block, args.seconds, args.warmup, phase)
+        )
+        wall = time.perf_counter() - w0
+        server_cpu = server.cpu_s() - cpu_s0
+        after, bulk1 = server.host(host), server.host("kws-sc10")["bulk_s"]
+    finally:
+        if bulk is not None:
+            bulk.stop()
+    lat = np.array(tally.lat) * 1000 if tally.lat else np.array([np.nan])
+    got = tally.received / max(1, tally.expected)
+    p95 = float(np.percentile(lat, 95))
+    ok = (
+        bool(tally.lat)
+        and p95 <= P95_LIMIT_MS
+        and tally.dropped == 0
+        and got >= 0.99
+        and not tally.open_failures
+        and not tally.errors
+    )
+    steps = after["steps"] - before["steps"]
+    per = {k: after["cpu_s"][k] - before["cpu_s"][k] for k in after["cpu_s"]}
+    return {
+        "n": n,
+        "bulk": n_bulk,
+        "held": ok,
+        "lat_n": len(tally.lat),
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p95_ms": p95,
+        "max_ms": float(np.max(lat)),
+        "results": got,
+        "dropped": tally.dropped,
+        "errors": tally.errors,
+        "open_failures": tally.open_failures,
+        "wall_s": wall,
+        "server_cpu_cores": server_cpu / wall,
+        "client_cpu_cores": client_cpu / wall,
+        "steps": steps,
+        "streams_per_step": after["streams_per_step"],
+        "server_push_s": per["push"],
+        "server_step_s": per["step"],
+        "server_route_s": per["route"],
+        "server_cpu_s": server_cpu,
+        "server_cpu_ms_per_stream_s": 1000 * server_cpu / max(tally.sent_s, 1e-9),
+        "bulk_x_realtime": (bulk1 - bulk0) / wall,
+        "load_before": la0,
+        "load_after": loadavg(),
+    }
+
+
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -420,8 +561,17 @@ def main() -> None:
                     help="server processes, the streams spread over them (scale-out)")  # fmt: skip
     ap.add_argument("--all", action="store_true", help="go on past the first failing N")
     ap.add_argument("--quick", action="store_true", help="one short point per workload")
+    ap.add_argument("--bulk", type=int, default=0, metavar="N",
+                    help="run every point also with N bulk keyword clients flat out "
+                         "beside it (fairness: live p95 with and without, one run)")  # fmt: skip
+    ap.add_argument("--no-compute", action="store_true",
+                    help="skip the batched-vs-one-streamer table")  # fmt: skip
+    ap.add_argument("--bulk-client", nargs=2, metavar=("URL", "ID"), help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
+    if args.bulk_client:
+        asyncio.run(bulk_client(*args.bulk_client))
+        return
     if args.quick:
         args.beds, args.kws100, args.kws10, args.seconds = [100], [10], [10], 6.0
 
@@ -456,6 +606,7 @@ def main() -> None:
         "compute": {},
     }
     rows = []
+    phase = 0
     try:
         for kind, model, block, ns in (
             ("bed", "ward", FS, args.beds),
@@ -463,69 +614,35 @@ def main() -> None:
             ("kws", "kws-sc10", 160, args.kws10),
         ):
             label = "beds (3 models, 1 s)" if kind == "bed" else f"kws {block // 16} ms"
-            host = "ward" if kind == "bed" else "kws-sc10"
             for n in ns:
-                before = server.host(host)
-                cpu_s0, la0, w0 = server.cpu_s(), loadavg(), time.perf_counter()
-                tally, client_cpu = asyncio.run(
-                    load(server.urls, kind, model, n, block, args.seconds, args.warmup)
-                )
-                wall = time.perf_counter() - w0
-                server_cpu = server.cpu_s() - cpu_s0
-                after = server.host(host)
-                lat = np.array(tally.lat) * 1000 if tally.lat else np.array([np.inf])
-                got = tally.received / max(1, tally.expected)
-                p95 = float(np.percentile(lat, 95))
-                ok = (
-                    p95 <= P95_LIMIT_MS
-                    and tally.dropped == 0
-                    and got >= 0.99
-                    and not tally.open_failures
-                    and not tally.errors
-                )
-                steps = after["steps"] - before["steps"]
-                per = {k: after["cpu_s"][k] - before["cpu_s"][k] for k in after["cpu_s"]}
-                point = {
-                    "workload": label,
-                    "n": n,
-                    "held": ok,
-                    "p50_ms": float(np.percentile(lat, 50)),
-                    "p95_ms": p95,
-                    "max_ms": float(lat.max()),
-                    "results": got,
-                    "dropped": tally.dropped,
-                    "errors": tally.errors,
-                    "open_failures": tally.open_failures[:3],
-                    "wall_s": wall,
-                    "server_cpu_cores": server_cpu / wall,
-                    "client_cpu_cores": client_cpu / wall,
-                    "steps": steps,
-                    "streams_per_step": after["streams_per_step"],
-                    "server_push_s": per["push"],
-                    "server_step_s": per["step"],
-                    "server_route_s": per["route"],
-                    "server_cpu_s": server_cpu,
-                    "server_cpu_ms_per_stream_s": 1000 * server_cpu / max(tally.sent_s, 1e-9),
-                    "load_before": la0,
-                    "load_after": loadavg(),
-                }
-                results["points"].append(point)
-                rows.append(point)
-                print(
-                    f"{label:22s} N={n:5d}  {'HELD' if ok else 'not held':8s}  p50 "
-                    f"{point['p50_ms']:7.1f}  p95 {p95:7.1f}  max {point['max_ms']:7.1f} ms  "
-                    f"results {100 * got:5.1f} %  dropped {tally.dropped}  server "
-                    f"{point['server_cpu_cores']:.2f} cores  load gen "
-                    f"{point['client_cpu_cores']:.2f}  load {la0} -> {point['load_after']}",
-                    flush=True,
-                )
-                if not ok and not args.all:
+                for n_bulk in (0, args.bulk) if args.bulk else (0,):
+                    phase += 1
+                    point = run_point(server, args, kind, model, block, n, n_bulk, phase)
+                    point["workload"] = label
+                    results["points"].append(point)
+                    rows.append(point)
+                    p95 = point["p95_ms"]
+                    failed = point["open_failures"]
+                    print(
+                        f"{label:22s} N={n:5d} bulk {n_bulk}  "
+                        f"{'HELD' if point['held'] else 'not held':8s}  p50 "
+                        f"{fmt(point['p50_ms'])}  p95 {fmt(p95)}  max {fmt(point['max_ms'])} ms"
+                        f"  results {100 * point['results']:5.1f} %  dropped {point['dropped']}"
+                        f"  opens failed {len(failed)}  server "
+                        f"{point['server_cpu_cores']:.2f} cores  load gen "
+                        f"{point['client_cpu_cores']:.2f}  bulk {point['bulk_x_realtime']:.1f}x"
+                        f" real time  load {point['load_before']} -> {point['load_after']}",
+                        flush=True,
+                    )
+                    for msg in failed[:3]:
+                        print(f"    OPEN FAILED: {msg}", flush=True)
+                if not rows[-1 - bool(args.bulk)]["held"] and not args.all:
                     break
         # batched vs one streamer per stream, and the session share, in the same run
         for label, paths, T0, ns in (
             ("beds (3 models, 1 s)", bed_paths, FS, (10, 100, 1000)),
             ("kws (160-sample chunk)", [kws_path], 160, (10, 50)),
-        ):
+        ) if not args.no_compute else ():
             for n in ns:
                 c = batched_vs_single(paths, n, T0)
                 c["session_share"] = session_share(paths, n, T0)
@@ -538,16 +655,17 @@ def main() -> None:
     print(f"\nload average at the end: {loadavg()}")
     print("\n## Streams held in real time (p95 block latency <= 100 ms, nothing dropped)\n")
     print(
-        "| workload | N | held | p50 ms | p95 ms | max ms | results | server cores | "
-        "load-gen cores | server CPU ms per stream-s | streams/step | push / step / route "
-        "(CPU s) | other server CPU (s) |"
+        "| workload | N | bulk clients | held | opens failed | p50 ms | p95 ms | max ms | "
+        "results | server cores | load-gen cores | server CPU ms per stream-s | streams/step | "
+        "push / step / route (CPU s) | other server CPU (s) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for p in rows:
         other = p["server_cpu_s"] - p["server_push_s"] - p["server_step_s"] - p["server_route_s"]
         print(
-            f"| {p['workload']} | {p['n']} | {'yes' if p['held'] else 'no'} | {p['p50_ms']:.1f} | "
-            f"{p['p95_ms']:.1f} | {p['max_ms']:.1f} | {100 * p['results']:.1f} % | "
+            f"| {p['workload']} | {p['n']} | {p['bulk']} | {'yes' if p['held'] else 'no'} | "
+            f"{len(p['open_failures'])} of {p['n']} | {fmt(p['p50_ms'])} | "
+            f"{fmt(p['p95_ms'])} | {fmt(p['max_ms'])} | {100 * p['results']:.1f} % | "
             f"{p['server_cpu_cores']:.2f} | {p['client_cpu_cores']:.2f} | "
             f"{p['server_cpu_ms_per_stream_s']:.2f} | {p['streams_per_step']:.0f} | "
             f"{p['server_push_s']:.1f} / {p['server_step_s']:.1f} / "
@@ -569,9 +687,23 @@ def main() -> None:
             f"{c['ratio']:.1f}x | {100 * c['session_share']:.0f} % | "
             f"{c['capacity_batched_per_core']:.0f} | {c['capacity_single_per_core']:.0f} |"
         )
+    if args.bulk:
+        print(f"\n## Live streams with and without {args.bulk} bulk keyword clients flat out "
+              "(same run, same server)\n")  # fmt: skip
+        print("| workload | N | p95 ms alone | p95 ms with bulk | ratio | opens failed "
+              "(alone / with) | bulk audio x real time |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
+        for a, b in zip(rows[::2], rows[1::2], strict=True):
+            ok = a["lat_n"] and b["lat_n"]
+            ratio = f"{b['p95_ms'] / a['p95_ms']:.2f}x" if ok else "-"
+            print(
+                f"| {a['workload']} | {a['n']} | {fmt(a['p95_ms'])} | {fmt(b['p95_ms'])} | "
+                f"{ratio} | {len(a['open_failures'])} / {len(b['open_failures'])} | "
+                f"{b['bulk_x_realtime']:.1f} |"
+            )
     held = {}
     for p in rows:
-        if p["held"]:
+        if p["held"] and not p["bulk"]:
             held[p["workload"]] = max(held.get(p["workload"], 0), p["n"])
     print("\nlargest N held: " + (", ".join(f"{k}: {v}" for k, v in held.items()) or "none"))
     if args.json:
