@@ -179,7 +179,9 @@ def _refused(worker):
 def _summary(worker, wall_s: float, cpu_s: float, n_det: int, interrupted: bool) -> dict:
     import numpy as np
 
-    lat = np.asarray(worker.latencies) if worker.latencies else np.zeros(1)
+    # a copy through tolist(): a numpy view would export the buffer, and the worker thread
+    # appending meanwhile would fail ("cannot resize an array that is exporting buffers")
+    lat = np.array(worker.latencies.tolist()) if worker.latencies else np.zeros(1)
     audio_s = worker.audio_s
     return {
         "interrupted": interrupted,
