@@ -1,5 +1,6 @@
 # liquid-stream developer entry points.
 #   make test   - create .venv if missing, install, ruff + pytest
+#   make test-fast - the same without the tests marked slow, browser or tts (the inner loop)
 #   make demo   - install, run the main job end to end on the embedded defaults
 #                 (python -m liquid_stream.main_job: KWS + vital signs, ~40 min on 2 cores)
 #   make tour   - install, the 3-minute toy tour (python -m liquid_stream.demo)
@@ -27,7 +28,7 @@ APT_PACKAGES := espeak-ng flite sox festival festvox-kallpc16k festvox-kdlpc16k 
 # Project-local KeOps build cache (its default folder name embeds the hostname).
 export KEOPS_CACHE_FOLDER := $(CURDIR)/.cache/keops
 
-.PHONY: install test test-runtime lint demo tour bench clean
+.PHONY: install test test-fast test-runtime lint demo tour bench clean
 
 install: $(STAMP) $(ORT_H)
 
@@ -68,6 +69,11 @@ lint: $(STAMP)
 test: $(STAMP) $(ORT_H)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -q --durations=15
+
+# The inner loop: the suite without the tests marked slow, browser or tts (pyproject.toml).
+test-fast: $(STAMP) $(ORT_H)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -q -m "not slow and not browser and not tts" --durations=5
 
 demo: $(STAMP) $(ORT_H)
 	$(PY) -m liquid_stream.main_job

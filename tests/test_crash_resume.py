@@ -22,6 +22,8 @@ import torch
 from liquid_stream.checkpoint import BEST_KEY
 from liquid_stream.training.trainer import KILL_ENV
 
+pytestmark = pytest.mark.slow
+
 # toy, 16 train examples, batch 4: 4 steps per epoch, 4 epochs = 16 steps; last.pt every
 # 2 steps (so the in-loop last.pt at an epoch's last step precedes that epoch's row).
 # lr 0.1 makes val_bacc improve after epoch 1 and, for most seeds, peak before the last

@@ -73,7 +73,10 @@ def _browser_missing() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_browser_missing() is not None, reason=str(_browser_missing()))
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(_browser_missing() is not None, reason=str(_browser_missing())),
+]
 
 RECORD_S = 90
 SPEED = 10.0  # times real time

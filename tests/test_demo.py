@@ -5,8 +5,11 @@ from __future__ import annotations
 import sys
 
 import onnx
+import pytest
 
 from liquid_stream import demo
+
+pytestmark = pytest.mark.slow
 
 
 def test_demo_runs_end_to_end(tmp_path, monkeypatch, capsys):

@@ -14,6 +14,8 @@ import torch
 
 from liquid_stream.checkpoint import load_checkpoint
 
+pytestmark = pytest.mark.slow
+
 BASE = ["--set", "train.progress=false", "--set", "train.threads=1", "--set", "data.n_train=48"]
 
 

@@ -20,6 +20,8 @@ import torch
 
 from liquid_stream import cauchy_keops as ck
 
+pytestmark = pytest.mark.slow
+
 HAVE_PYKEOPS = importlib.util.find_spec("pykeops") is not None
 needs_pykeops = pytest.mark.skipif(
     not HAVE_PYKEOPS, reason="pykeops is not installed (optional: pip install -e '.[keops]')"

@@ -8,6 +8,8 @@ import pytest
 
 from liquid_stream.training.data import listops as lo
 
+pytestmark = pytest.mark.slow
+
 
 def evaluate(source: str) -> int:
     """An independent evaluator: a stack machine over the flat tokens (parentheses dropped)."""

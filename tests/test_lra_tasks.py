@@ -12,6 +12,8 @@ from liquid_stream import LiquidS4Model, make_optimizer
 from liquid_stream.training.config import load_config
 from liquid_stream.training.tasks import build_task
 
+pytestmark = pytest.mark.slow
+
 
 def steps_reduce_loss(
     cfg: dict, dataset, meta: dict, n: int = 8, steps: int = 20, lr: float = 5e-3

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from liquid_stream import main_job
+
+pytestmark = pytest.mark.slow
 
 
 def test_main_job_smoke(tmp_path, capsys):

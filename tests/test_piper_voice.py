@@ -39,6 +39,8 @@ def _tools_missing() -> str | None:
 needs_piper = pytest.mark.skipif(
     piper_voice.piper_missing() is not None, reason=str(piper_voice.piper_missing())
 )
+
+pytestmark = pytest.mark.tts
 needs_tools = pytest.mark.skipif(_tools_missing() is not None, reason=str(_tools_missing()))
 
 

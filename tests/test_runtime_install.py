@@ -93,6 +93,7 @@ def test_vitals_reads_a_ppg_record_and_gives_no_number_for_a_flat_line(tmp_path)
     assert all("no signal on PLETH" in row["technical"] for row in flat[2:])
 
 
+@pytest.mark.tts
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs Debian's espeak-ng")
 def test_kws_hears_spoken_keywords_alike_in_10_and_100_ms_calls(tmp_path):
     """Four keywords spoken by espeak-ng (22.05 kHz, resampled by the app), a second of

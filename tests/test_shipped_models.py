@@ -54,6 +54,7 @@ def unseen_voices_stream(tmp_path_factory):
     return wav, csv, rows
 
 
+@pytest.mark.tts
 def test_kws_without_model_uses_the_shipped_spotter_and_detects(unseen_voices_stream):
     from liquid_stream.apps.kws_cli import kws_cmd, kws_eval_cmd
 

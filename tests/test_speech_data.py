@@ -41,6 +41,8 @@ from liquid_stream.training.data.speech_synth import (
     write_wav,
 )
 
+pytestmark = pytest.mark.tts
+
 NAME_RE = re.compile(r"^[0-9a-f]{8}_nohash_\d+\.wav$")
 
 
