@@ -28,34 +28,18 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
-import math
 import shlex
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.vitals_run import open_record, run_record
-from liquid_stream.atomic import atomic_open
-from liquid_stream.training.data.bidmc import list_records, wfdb_dir
+ROOT = Path(__file__).resolve().parents[1]
 
+from vitals_stream import streamed  # noqa: E402
 
-def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
-    """(target, estimates, references, record index) over every scored second of
-    ``records``. A copy of bench/vitals_stream.py's (each tool runs on its own); keep the
-    two equal."""
-    est, ref, which, target = [], [], [], ""
-    for i, rec in enumerate(records):
-        monitor, source = open_record([model], rec)
-        res = run_record(monitor, source, speed=None)
-        target = res.targets[0]
-        for e in res.estimates:
-            v, r = e.values.get(target, math.nan), e.ref.get(target, math.nan)
-            if e.status.get(target) in ("ok", "bridged") and v == v and r == r:
-                est.append(v)
-                ref.append(r)
-                which.append(i)
-    return target, np.asarray(est), np.asarray(ref), np.asarray(which, np.int64)
+from liquid_stream.atomic import atomic_open  # noqa: E402
+from liquid_stream.training.data.bidmc import list_records, wfdb_dir  # noqa: E402
 
 
 def simplex(n: int, step: float):
@@ -75,7 +59,7 @@ def digest(paths: list[Path]) -> str:
 
 
 def streamed_cached(model: Path, records: list[Path], cache: Path | None):
-    """:func:`streamed`, read from / written to ``cache`` when given."""
+    """:func:`vitals_stream.streamed`, read from / written to ``cache`` when given."""
     if cache is None:
         return streamed(model, records)
     files = sorted({f for r in records for n in (r.name, r.name + "n")  # signals, numerics

@@ -24,38 +24,18 @@ import shlex
 import sys
 
 import numpy as np
+from kws_baseline import best_at, sweep  # noqa: E402
 
-from liquid_stream.apps.kws_tune import (
+from liquid_stream.apps.kws_tune import (  # noqa: E402
     SMOOTH_GRID_MS,
     THRESHOLD_GRID,
     posterior_trace,
-    replay,
     smooth,
 )
-from liquid_stream.labels import read_label_csv
-from liquid_stream.wav import read_pcm16
+from liquid_stream.labels import read_label_csv  # noqa: E402
+from liquid_stream.wav import read_pcm16  # noqa: E402
 
 BUDGETS = (2.0, 4.0, 6.0, 8.0, 10.0, 20.0)
-
-
-def sweep(traces: dict, dt: float, grid, truth, keywords) -> list[dict]:
-    """Every (smoothing window, threshold): detection rate and false accepts per hour, rows
-    as kws-tune's table (``traces``: window in ms → scores). The same as bench/kws_baseline.py's
-    (kept here so that each tool runs on its own)."""
-    rows = []
-    for sm, s in traces.items():
-        for thr in grid:
-            r = replay(s, dt, float(thr), keywords, truth)
-            rows.append({"smooth_ms": sm, "threshold": float(thr),
-                         "detection_rate": r["detection_rate"] or 0.0,
-                         "false_accepts_per_hour": r["false_accepts_per_hour"]})  # fmt: skip
-    return rows
-
-
-def best_at(rows: list[dict], budget: float) -> float:
-    """The highest detection rate of ``rows`` at ≤ ``budget`` false accepts per hour."""
-    ok = [r["detection_rate"] for r in rows if r["false_accepts_per_hour"] <= budget]
-    return max(ok) if ok else 0.0
 
 
 def main() -> None:

@@ -4,8 +4,8 @@
     python bench/ltc_stream.py --before 5167c90      # + the LTC graph of an older commit
     python bench/ltc_stream.py --no-fused            # without the custom-op graph
 
-The paper Speech Commands model (6×128, N = 7, raw 16 kHz samples, ``paper_model``, as
-bench/stream.py's) exported three ways and streamed through onnxruntime chunk by chunk:
+The paper Speech Commands model (6×128, N = 7, raw 16 kHz samples, bench/stream.py's
+``paper_model``) exported three ways and streamed through onnxruntime chunk by chunk:
 ``pb`` (the paper's PB liquid term, chunked convolution, the baseline), ``ltc`` (the
 literal input-dependent transition x_t = (Ā + B̃ tanh u_t) x_{t−1} + B̄ u_t, this tree's
 blocked scan in standard ops), ``ltc-fused`` (the same model with one
@@ -29,30 +29,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
-
-from liquid_stream import LiquidS4Model, OnnxStreamer, ltc_ort
-from liquid_stream.export import pipeline
-from liquid_stream.export.pipeline import export_model
 
 ROOT = Path(__file__).resolve().parents[1]
-SR = 16000
 
+from stream import SR, paper_model  # noqa: E402
 
-def paper_model(N: int, liquid: str = "pb", frontend: str = "raw", mode: str | None = None):
-    """Speech Commands, paper settings (6×128, PB p=2), causal, window decoder of 0.1 s;
-    ``liquid="ltc"`` swaps in the exact LTC recurrence (S4D state, the only mode it has);
-    ``frontend="logmel"`` puts the log-mel front end before the same stack (the decoder
-    window is then 10 frames = 0.1 s). A copy of bench/stream.py's (each tool runs on its
-    own); keep the two equal."""
-    torch.manual_seed(0)
-    mode = mode or ("diag" if liquid == "ltc" else "dplr")
-    logmel = frontend == "logmel"
-    return LiquidS4Model(
-        1, 35, d_model=128, n_layers=6, d_state=N, mode=mode, liquid=liquid, liquid_order=2,
-        norm="batch", decoder="window", decoder_window=10 if logmel else 1600, dt_min=1e-3,
-        dt_max=0.2, frontend={"kind": "logmel"} if logmel else None,
-    ).eval()  # fmt: skip
+from liquid_stream import OnnxStreamer, ltc_ort  # noqa: E402
+from liquid_stream.export import pipeline  # noqa: E402
+from liquid_stream.export.pipeline import export_model  # noqa: E402
 
 
 def exporter_at(rev: str):

@@ -35,28 +35,13 @@ from pathlib import Path
 
 import torch
 
-from liquid_stream import LiquidS4Model
-from liquid_stream.training.metrics import compute_loss
-
 ROOT = Path(__file__).resolve().parents[1]
 
+from stream import paper_model  # noqa: E402
+
+from liquid_stream.training.metrics import compute_loss  # noqa: E402
+
 SR = 16000
-
-
-def paper_model(N: int, liquid: str = "pb", frontend: str = "raw", mode: str | None = None):
-    """Speech Commands, paper settings (6×128, PB p=2), causal, window decoder of 0.1 s;
-    ``liquid="ltc"`` swaps in the exact LTC recurrence (S4D state, the only mode it has);
-    ``frontend="logmel"`` puts the log-mel front end before the same stack (the decoder
-    window is then 10 frames = 0.1 s). A copy of bench/stream.py's (each tool runs on its
-    own); keep the two equal."""
-    torch.manual_seed(0)
-    mode = mode or ("diag" if liquid == "ltc" else "dplr")
-    logmel = frontend == "logmel"
-    return LiquidS4Model(
-        1, 35, d_model=128, n_layers=6, d_state=N, mode=mode, liquid=liquid, liquid_order=2,
-        norm="batch", decoder="window", decoder_window=10 if logmel else 1600, dt_min=1e-3,
-        dt_max=0.2, frontend={"kind": "logmel"} if logmel else None,
-    ).eval()  # fmt: skip
 
 
 def rss_guard(limit_gb: float) -> None:
