@@ -41,6 +41,25 @@ def assert_one_line_error(r, needles) -> str:
     return lines[-1]
 
 
+def with_metadata(src: Path, dst: Path, **changes) -> Path:
+    """A copy of the ONNX graph ``src`` at ``dst`` with metadata entries replaced (None:
+    removed). Its content hash is kept as it was, so it no longer matches (or removed too
+    with ``integrity=None``)."""
+    import onnx
+
+    m = onnx.load(str(src))
+    props = {p.key: p.value for p in m.metadata_props}
+    for k, v in changes.items():
+        props.pop(k, None)
+        if v is not None:
+            props[k] = v
+    del m.metadata_props[:]
+    for k, v in props.items():
+        m.metadata_props.add(key=k, value=v)
+    onnx.save(m, str(dst))
+    return dst
+
+
 @contextmanager
 def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
     """A real tmpfs of ``size`` (e.g. ``"32k"``, ``"4m"``) mounted at ``path`` for a

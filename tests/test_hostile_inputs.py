@@ -53,7 +53,7 @@ from fixtures_kws import (
     write_tone_wav,
 )
 from fixtures_vitals import export_vital_model, signals, truncate_record, write_record
-from hostile import assert_one_line_error, invoke
+from hostile import assert_one_line_error, invoke, with_metadata
 
 from liquid_stream import LiquidS4Model, OnnxStreamer
 from liquid_stream.checkpoint import (
@@ -81,21 +81,6 @@ def _small_model(seed: int = 0, **kw) -> LiquidS4Model:
     return LiquidS4Model(**args).eval()
 
 
-def _onnx_with_meta(src: Path, dst: Path, **changes) -> Path:
-    """A copy of the exported ``src`` with metadata entries replaced (None: removed)."""
-    import onnx
-
-    m = onnx.load(str(src))
-    props = {p.key: p.value for p in m.metadata_props}
-    for k, v in changes.items():
-        props.pop(k, None)
-        if v is not None:
-            props[k] = v
-    del m.metadata_props[:]
-    for k, v in props.items():
-        m.metadata_props.add(key=k, value=v)
-    onnx.save(m, str(dst))
-    return dst
 
 
 def _plain_onnx(path: Path) -> Path:
@@ -178,11 +163,11 @@ def F(tmp_path_factory) -> SimpleNamespace:
     raw = f.tone.read_bytes()
     (d / "truncated.onnx").write_bytes(raw[: len(raw) // 2])
     f.trunc_onnx = d / "truncated.onnx"
-    f.meta_spec = _onnx_with_meta(f.tone, d / "bad_state_spec.onnx", state_spec="not json")
-    f.meta_no_din = _onnx_with_meta(f.tone, d / "no_d_input.onnx", d_input=None)
-    f.meta_sr = _onnx_with_meta(f.tone, d / "sr_text.onnx", sample_rate="fast")
-    f.meta_neg_sr = _onnx_with_meta(f.tone, d / "sr_negative.onnx", sample_rate="-8000")
-    f.meta_silence = _onnx_with_meta(f.tone, d / "silence_text.onnx", silence_class='"x"')
+    f.meta_spec = with_metadata(f.tone, d / "bad_state_spec.onnx", state_spec="not json")
+    f.meta_no_din = with_metadata(f.tone, d / "no_d_input.onnx", d_input=None)
+    f.meta_sr = with_metadata(f.tone, d / "sr_text.onnx", sample_rate="fast")
+    f.meta_neg_sr = with_metadata(f.tone, d / "sr_negative.onnx", sample_rate="-8000")
+    f.meta_silence = with_metadata(f.tone, d / "silence_text.onnx", silence_class='"x"')
 
     # ---- non-model files
     f.random = d / "random.bin"

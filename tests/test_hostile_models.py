@@ -39,7 +39,7 @@ import pytest
 import torch
 from fixtures_kws import train_tone_spotter, write_labels_csv, write_tone_wav
 from fixtures_vitals import export_vital_model
-from hostile import assert_one_line_error, invoke, small_tmpfs
+from hostile import assert_one_line_error, invoke, small_tmpfs, with_metadata
 
 from liquid_stream import LiquidS4Model, OnnxStreamer, atomic
 from liquid_stream.checkpoint import save_checkpoint
@@ -59,20 +59,6 @@ TOY_META = {"task": "toy", "labels": ["silence", "440 Hz", "880 Hz"], "sample_ra
 
 
 
-def edited(src: Path, dst: Path, restamp: bool = False, **changes) -> Path:
-    """A copy of ``src`` with metadata entries replaced (None: removed); the content hash
-    kept as it was (so it no longer matches), or removed with ``integrity=None``."""
-    m = onnx.load(str(src))
-    props = {p.key: p.value for p in m.metadata_props}
-    for k, v in changes.items():
-        props.pop(k, None)
-        if v is not None:
-            props[k] = v
-    del m.metadata_props[:]
-    for k, v in props.items():
-        m.metadata_props.add(key=k, value=v)
-    onnx.save(m, str(dst))
-    return dst
 
 
 def check_integrity(model: onnx.ModelProto) -> bool:
@@ -313,7 +299,7 @@ def test_shipped_models_carry_the_content_hash():
     ],
 )
 def test_edited_metadata_is_refused_naming_the_entry(M, tmp_path, change, needle):
-    bad = edited(M.tone, tmp_path / "edited.onnx", **change)
+    bad = with_metadata(M.tone, tmp_path / "edited.onnx", **change)
     r = invoke(["kws", bad, "--input", M.wav])
     assert_one_line_error(r, ["edited.onnx", needle])
 
@@ -324,16 +310,16 @@ def test_int8_check_survives_deleting_its_metadata(M, tmp_path):
     q = tmp_path / "q.onnx"
     quantize_file(M.tone, q)
     OnnxStreamer(q)
-    no_quant = edited(q, tmp_path / "no_quant.onnx", quantization=None)
+    no_quant = with_metadata(q, tmp_path / "no_quant.onnx", quantization=None)
     with pytest.raises(OnnxModelError, match="no_quant.onnx.*'quantization' was removed"):
         OnnxStreamer(no_quant)
-    neither = edited(q, tmp_path / "neither.onnx", quantization=None, integrity=None)
+    neither = with_metadata(q, tmp_path / "neither.onnx", quantization=None, integrity=None)
     with pytest.raises(OnnxModelError, match="neither.onnx.*int8 nodes.*no quantization"):
         OnnxStreamer(neither)
 
 
 def test_a_graph_without_the_hash_loads_with_a_one_line_warning(M, tmp_path, capfd):
-    old = edited(M.tone, tmp_path / "old_export.onnx", integrity=None)
+    old = with_metadata(M.tone, tmp_path / "old_export.onnx", integrity=None)
     capfd.readouterr()
     s = OnnxStreamer(old)
     OnnxStreamer(old)  # once per file and process
@@ -344,7 +330,7 @@ def test_a_graph_without_the_hash_loads_with_a_one_line_warning(M, tmp_path, cap
 
 
 def test_duplicate_labels_are_refused(M, tmp_path):
-    dup = edited(M.tone, tmp_path / "dup.onnx", integrity=None,
+    dup = with_metadata(M.tone, tmp_path / "dup.onnx", integrity=None,
                  labels='["silence", "440 Hz", "440 Hz"]')  # fmt: skip
     r = invoke(["kws", dup, "--input", M.wav])
     assert_one_line_error(r, ["dup.onnx", "labels", "distinct"])
@@ -357,7 +343,7 @@ def test_duplicate_labels_are_refused(M, tmp_path):
 
 @pytest.mark.parametrize("key, value", [("kws_threshold", "7"), ("kws_smooth_ms", "-100")])
 def test_bad_tuning_metadata_is_refused_naming_file_and_key(M, tmp_path, key, value):
-    bad = edited(M.tone, tmp_path / "tuned.onnx", integrity=None, **{key: value})
+    bad = with_metadata(M.tone, tmp_path / "tuned.onnx", integrity=None, **{key: value})
     r = invoke(["kws", bad, "--input", M.wav])
     assert_one_line_error(r, ["tuned.onnx", key, value])
 
@@ -365,7 +351,7 @@ def test_bad_tuning_metadata_is_refused_naming_file_and_key(M, tmp_path, key, va
 def test_an_absurd_audio_rate_is_refused_naming_the_key(M, tmp_path):
     """A keyword model declaring 1e12 Hz: refused by name before a resampler of terabytes
     is built (before: the resampler's line, which named the two rates, not the key)."""
-    bad = edited(M.tone, tmp_path / "fast.onnx", integrity=None, sample_rate="1e12")
+    bad = with_metadata(M.tone, tmp_path / "fast.onnx", integrity=None, sample_rate="1e12")
     r = invoke(["kws", bad, "--input", M.wav])
     assert_one_line_error(r, ["fast.onnx", "sample_rate"])
 
@@ -375,7 +361,9 @@ def test_a_state_shape_not_the_graphs_is_named(M, tmp_path):
     s0 = spec[0]
     i = next(j for j, d in enumerate(s0["shape"]) if isinstance(d, int))
     s0["shape"][i] += 1
-    bad = edited(M.tone, tmp_path / "shape.onnx", integrity=None, state_spec=json.dumps(spec))
+    bad = with_metadata(
+        M.tone, tmp_path / "shape.onnx", integrity=None, state_spec=json.dumps(spec)
+    )
     r = invoke(["kws", bad, "--input", M.wav])
     line = assert_one_line_error(r, ["shape.onnx", "state_spec", s0["name"]])
     assert "audio processing failed" not in line
