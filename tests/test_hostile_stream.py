@@ -380,3 +380,16 @@ def test_stream_to_is_one_line_on_a_ping_timeout(tmp_path):
     line = one_error_line(err)
     assert "connection closed by the server, code 1011" in line, line
     assert "keepalive ping" in line, line
+
+
+def test_serving_beyond_the_loopback_without_a_token_is_refused_before_any_model_loads(
+    tmp_path, monkeypatch
+):
+    """``serve --host 0.0.0.0`` with no token: one line naming the token, at once — the
+    check comes before the models are loaded (here a model file that does not exist, whose
+    own error would come first otherwise; before, the refusal took ~10 s of loading)."""
+    from hostile import assert_one_line_error, invoke
+
+    monkeypatch.delenv("LIQUID_STREAM_TOKEN", raising=False)
+    r = invoke(["serve", "--host", "0.0.0.0", "--kws", str(tmp_path / "missing.onnx")])
+    assert_one_line_error(r, ["0.0.0.0", "--token"])
