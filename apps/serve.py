@@ -323,6 +323,18 @@ def needed_rate(channel: str) -> float:
     return 2.0 * (QRS_TOP_HZ if kind.spiky else kind.band_hz[1])
 
 
+def check_token(host: str, token: str | None) -> None:
+    """Refuse an empty token, and listening beyond the loopback without one (ServeError);
+    cheap, so ``serve`` checks it before loading any model."""
+    if token is not None and not token:
+        raise ServeError("--token must not be empty")
+    if not is_loopback(host) and not token:
+        raise ServeError(
+            f"listening on {host} (beyond this machine) needs a shared --token "
+            "(or the LIQUID_STREAM_TOKEN environment variable)"
+        )
+
+
 def is_loopback(host: str) -> bool:
     """True for localhost / 127.x / ::1 (a server there needs no token)."""
     if host in ("localhost", "ip6-localhost"):
@@ -439,13 +451,7 @@ class StreamServer:
             if same and (same[0].task, same[0].paths) != (h.task, h.paths):
                 raise ServeError(f"two different hosted models are named {h.name!r}")
             same.append(h)
-        if token is not None and not token:
-            raise ServeError("--token must not be empty")
-        if not is_loopback(host) and not token:
-            raise ServeError(
-                f"listening on {host} (beyond this machine) needs a shared --token "
-                "(or the LIQUID_STREAM_TOKEN environment variable)"
-            )
+        check_token(host, token)
         for what, v in (
             ("max_streams", max_streams),
             ("queue_blocks", queue_blocks),

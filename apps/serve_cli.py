@@ -212,20 +212,16 @@ def serve_cmd(
     from .serve import (
         ServeError,
         StreamServer,
+        check_token,
         default_hosts,
-        is_loopback,
         kws_host,
         parse_kws_spec,
         parse_vitals_spec,
         vitals_host,
     )
 
-    if not is_loopback(host) and not token:  # before loading any model: at once, not in 10 s
-        raise click.ClickException(
-            f"listening on {host} (beyond this machine) needs a shared --token "
-            "(or the LIQUID_STREAM_TOKEN environment variable)"
-        )
     try:
+        check_token(host, token)  # before loading any model: at once, not after ~10 s
         if kws or vitals:
             kws_specs = [parse_kws_spec(k) for k in kws] * workers
             vitals_specs = [parse_vitals_spec(v) for v in vitals] * workers
