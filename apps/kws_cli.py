@@ -462,11 +462,11 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
         click.echo(f"note: keywords in the labels the model does not spot: "
                    f"{', '.join(res['ignored_words'])}", err=True)  # fmt: skip
     if out_path:  # both files or neither: the plot first, the JSON last, each atomically
-        import importlib.util
+        from liquid_stream.apps.plots import NO_PLOT, can_plot
 
         out = Path(out_path)
         png = out.with_suffix(".png")
-        plot = importlib.util.find_spec("matplotlib") is not None  # the `plots` extra
+        plot = can_plot()
         try:
             if plot:
                 with atomic_path(png) as tmp:
@@ -483,8 +483,7 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
         if plot:
             click.echo(f"wrote {out} and {png}")
         else:
-            click.echo(f"wrote {out}; no plot: matplotlib is not installed "
-                       "(pip install 'liquid-stream[plots]')")  # fmt: skip
+            click.echo(f"wrote {out}; {NO_PLOT}")
     if refused is not None:
         click.echo(f"note: scored the first {duration:.3f} s only", err=True)
         raise click.ClickException(f"{source.name}: {refused}")

@@ -341,13 +341,13 @@ def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo
     full disk or any other failed write publishes none of them (an older run's files stay
     as they were) and is a one-line error after the printed summary: nothing of the run is
     lost from the terminal, and no CSV is left without its summary."""
-    import importlib.util
     import os
     from contextlib import ExitStack
 
+    from liquid_stream.apps.plots import NO_PLOT, can_plot
     from liquid_stream.atomic import atomic_path
 
-    plot = importlib.util.find_spec("matplotlib") is not None  # the `plots` extra
+    plot = can_plot()
     paths = [out / f"{stem}_vitals.csv", out / f"{stem}_summary.json"]
     if plot:
         paths.insert(1, out / f"{stem}_vitals.png")
@@ -371,7 +371,7 @@ def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo
     _print_summary(summary, echo)
     echo(f"wrote {', '.join(map(str, paths))}")
     if not plot:
-        echo("note: no plot: matplotlib is not installed (pip install 'liquid-stream[plots]')")
+        echo(f"note: {NO_PLOT}")
 
 
 def _describe_monitor(monitor, source_rate: str, echo) -> None:
