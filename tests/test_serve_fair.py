@@ -114,6 +114,18 @@ class BulkClient(threading.Thread):
         return [e for _, e in self.events if e["type"] == kind]
 
 
+def run_live(live, blocks, pause_s: float) -> tuple[list, float, float]:
+    """Send ``blocks`` on the open stream ``live``, one every ``pause_s`` (a live source),
+    collecting its events, then close it: (events, start, end) in ``time.monotonic``."""
+    events, t0 = [], time.monotonic()
+    for b in blocks:
+        live.send(b)
+        events += live.drain()
+        time.sleep(pause_s)
+    events += live.close()
+    return events, t0, time.monotonic()
+
+
 def bank_stats(srv, name: str) -> dict:
     return next(h for h in state(srv)["server"]["hosts"] if h["name"] == name)
 
@@ -137,13 +149,7 @@ def test_a_live_keyword_stream_beside_a_bulk_one_on_the_same_bank(tone):
         with ServeClient(srv.url, stream_id="live-kws") as live:
             live.open("tone", sample_rate=SR)  # overflow "drop": a live source
             open_s = time.monotonic() - t0
-            live_events, t_live0 = [], time.monotonic()
-            for b in cut(live_x, 800):  # 100 ms blocks every 25 ms
-                live.send(b)
-                live_events += live.drain()
-                time.sleep(0.025)
-            live_events += live.close()
-            t_live1 = time.monotonic()
+            live_events, t_live0, t_live1 = run_live(live, cut(live_x, 800), 0.025)  # 100 ms
             assert live.closed["stats"]["dropped_blocks"] == 0
         during = [e for t, e in bulk.events if t_live0 <= t <= t_live1 and e["type"] == "scores"]
         bulk.finish()
@@ -185,13 +191,7 @@ def test_live_and_bulk_beds_equal_each_bed_alone():
         with ServeClient(srv.url, stream_id="live-bed") as live:
             live.open("ppg", sample_rate=125, channels=["PLETH"], alarms="hr>85")
             open_s = time.monotonic() - t0
-            live_events, t_live0 = [], time.monotonic()
-            for b in cut(live_x, 125):
-                live.send(b)
-                live_events += live.drain()
-                time.sleep(0.05)
-            live_events += live.close()
-            t_live1 = time.monotonic()
+            live_events, t_live0, t_live1 = run_live(live, cut(live_x, 125), 0.05)  # 1 s
             assert live.closed["stats"]["dropped_blocks"] == 0
         during = [e for t, e in bulk.events if t_live0 <= t <= t_live1 and e["type"] == "estimate"]
         bulk.finish()
