@@ -98,7 +98,7 @@ PROVENANCE: dict[str, str] = {
     "label_hold_ms": "number", "vocab": "strings", "max_length": "count", "source": "str",
     "mode": "str", "length": "count", "image_shape": "list", "val_split": "str",
     "resolution": "count", "difficulty": "str", "spec_augment": "object",
-    "extra_train": "object",
+    "extra_train": "object", "beats": "object",
 }  # fmt: skip
 
 # What a checkpoint of each training task must carry (export_checkpoint checks it).

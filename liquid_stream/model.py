@@ -343,10 +343,15 @@ class LiquidS4Model(nn.Module):
             h = checkpointed(block, h, rate) if recompute else block(h, rate)
         return self.final_norm(h)
 
-    def forward(self, x: Tensor, rate: float = 1.0, steps: bool = False) -> Tensor:
+    def forward(
+        self, x: Tensor, rate: float = 1.0, steps: bool = False, readout: bool = False
+    ) -> Tensor:
         """``x (B, L, d_input)`` → the decoder's output (``window``: one row per step of the
         stack, i.e. per frame with a front end). ``steps=True`` is :meth:`frame_steps`,
-        one row per step of the stack (what a per-step loss is computed on)."""
+        one row per step of the stack (what a per-step loss is computed on);
+        ``readout=True`` (``window`` only) is :meth:`window_and_readout`."""
+        if readout:
+            return self.window_and_readout(x, rate)
         if steps:
             return self.frame_steps(x, rate)
         if self.pair_mlp is not None:  # x (B, 2, L, d_input): liquid_stream.pair
@@ -362,6 +367,24 @@ class LiquidS4Model(nn.Module):
         )
         mean = causal_window_sum(h.transpose(1, 2), self.decoder_window) / count
         return self.decode(mean.transpose(1, 2))
+
+    def window_and_readout(self, x: Tensor, rate: float = 1.0) -> Tensor:
+        """``window`` decoder: ``(B, F, 2·d_output)``, the output of :meth:`forward` and the
+        per-frame readout ``p_t = decode(h_t)`` side by side. The decoder is affine, so
+
+            forward_t = decode(mean_{j<W} h_{t−j}) = mean_{j<W} p_{t−j}
+
+        and a loss on ``p`` (e.g. one pulse per heart beat, ``mse_beats``) shapes what the
+        window output averages, with no change to the model or its step form."""
+        if self.decoder != "window":
+            raise ValueError(f"a per-frame readout needs the window decoder, not {self.decoder!r}")
+        p = self.decode(self.features(x, rate))  # (B, F, d_output)
+        F_ = p.shape[1]
+        count = torch.arange(1, F_ + 1, device=p.device, dtype=p.dtype).clamp(
+            max=self.decoder_window
+        )
+        mean = causal_window_sum(p.transpose(1, 2), self.decoder_window) / count
+        return torch.cat([mean.transpose(1, 2), p], dim=-1)
 
     def forward_steps(self, x: Tensor, rate: float = 1.0) -> Tensor:
         """Per-sample outputs ``(B, L, d_output)``, exactly what the streaming form emits.

@@ -634,6 +634,7 @@ DATA_FIELDS: dict[str, Spec] = {
     "channel_off": number(0, 1),  # bidmc crops: P(one channel held flat over a stretch)
     "pulse_eq": number(0, 1),  # bidmc crops: P(each channel through a random equaliser)
     "pulse_eq_db": number(0, null=True),  # its knot gains within ± this, dB (null: GAIN_DB)
+    "beats": number(0),  # bidmc crops: weight of the per-frame beat-density loss (HR)
     "split_seed": integer(null=True),  # bidmc: the record split's seed (null: train.seed)
     "extra_train": _strings(nonempty=False),  # bidmc: record folders for the train split only
     # listops

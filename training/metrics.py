@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-LOSSES = ("ce", "mse", "ce_per_step", "mse_per_step")
-REGRESSION = ("mse", "mse_per_step")
+LOSSES = ("ce", "mse", "ce_per_step", "mse_per_step", "mse_beats")
+REGRESSION = ("mse", "mse_per_step", "mse_beats")
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ def compute_loss(
     scale: torch.Tensor | None = None,
     class_weight: torch.Tensor | None = None,
     target_weight: TargetBalance | None = None,
+    beat_weight: float = 1.0,
 ) -> tuple[torch.Tensor, dict]:
     """Mean loss and the (detached) sums for the epoch metrics.
 
@@ -82,6 +83,11 @@ def compute_loss(
     (e.g. a small weight on the ``_silence_`` steps that dominate streaming labels).
     ``target_weight`` (regression): each scored target's squared error weighs w(y)
     (:class:`TargetBalance`); the sums (RMSE / MAE) stay unweighted.
+    ``mse_beats``: ``out (B, F, 2)`` = the window output and the per-frame readout
+    (:meth:`LiquidS4Model.window_and_readout`), ``y (B, T, 2)`` = the per-second labels and
+    the beat density b (training/data/bidmc_crops.py): ``mse_per_step`` on the first plus
+    ``beat_weight · mean_frames(((p − b̄) / scale)²)``, b̄ the density's mean over each
+    frame's samples; RMSE / MAE are the per-second labels' only.
     """
     out = out.float()
     if kind in ("ce", "ce_per_step"):
@@ -110,6 +116,18 @@ def compute_loss(
             d = out - target
             sums = {"correct": 0.0, "count": float(d.numel()),
                     "se": d.pow(2).sum().item(), "ae": d.abs().sum().item()}  # fmt: skip
+    elif kind == "mse_beats":  # out (B, F, 2): window output, per-frame readout
+        # y (B, T, 2): per-second labels (NaN elsewhere), beat density (bidmc_crops.py)
+        loss, sums = compute_loss(out[..., :1], y[..., 0], "mse_per_step", scale, None,
+                                  target_weight)  # fmt: skip
+        dens = y[..., 1].float()
+        r = dens.shape[1] // out.shape[1]
+        dens = dens.reshape(dens.shape[0], out.shape[1], r).mean(-1)  # the frame's mean
+        unit = 1.0 if scale is None else scale.float().to(out.device)[0]
+        beat = ((out[..., 1] - dens) / unit).pow(2).mean()
+        loss = loss + beat_weight * beat
+        n = float(y.shape[0])
+        return loss, {**sums, "loss": loss.item() * n}
     elif kind == "mse_per_step":  # per-step targets (B, L), NaN where a step has none
         if out.dim() != 3:
             raise ValueError(f"mse_per_step needs per-step outputs (B, L, d), got {out.shape}")
@@ -149,6 +167,8 @@ def forward_for_loss(model, x: torch.Tensor, kind: str, rate: float = 1.0) -> to
     """``model(x)``; per-step outputs (``forward_steps``) for ``ce_per_step`` with a
     ``pool``/``last`` decoder."""
     inner = getattr(model, "module", model)  # DistributedDataParallel wraps the model
+    if kind == "mse_beats":
+        return model(x, rate=rate, readout=True)
     if kind == "ce_per_step" and getattr(inner, "decoder", "window") != "window":
         return model(x, rate=rate, steps=True)
     return model(x, rate=rate)

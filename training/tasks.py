@@ -438,7 +438,7 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None, signals: bool = T
      "min_valid": 0.5, "sim": "classic", "sim_families": ["nk2", "param"],
      "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0, "max_train": None,
      "crop_s": None, "crop_hop_s": 48.0, "channel_off": 0.0, "pulse_eq": 0.0,
-     "pulse_eq_db": None, "split_seed": None, "extra_train": []},
+     "pulse_eq_db": None, "split_seed": None, "extra_train": [], "beats": 0.0},
 )  # fmt: skip
 def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     """BIDMC HR / RR / SpO2 regression (loss ``mse`` at the window's last step, in units
@@ -494,6 +494,10 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         mean, std = _saved_stats(stats)
     sets = [bd.WindowDataset(w, mean, std) for w in (train, val, test)]
     loss = "mse"
+    beats = float(d["beats"])  # the weight of the per-frame beat loss (bidmc_crops.py)
+    if beats > 0 and (not crops or target != "hr"):
+        raise ValueError("data.beats (a per-beat target) needs data.target hr and data.crop_s "
+                         "(crops of WFDB records with beat times)")  # fmt: skip
     if float(d["pulse_eq"]) > 0 and not crops:
         raise ValueError("data.pulse_eq re-shapes the train crops: it needs data.crop_s "
                          "(and WFDB records)")  # fmt: skip
@@ -511,7 +515,8 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
             cut += extra_cut if w is train else []
             return bc.concat_crops([
                 _named(bc.load_wfdb_crops(src, target, names, train.channels, crop, hop,
-                                          int(d["window"]), fs, float(d["min_valid"])), p)
+                                          int(d["window"]), fs, float(d["min_valid"]),
+                                          beats=beats > 0), p)
                 for src, names, p in cut])  # fmt: skip
 
         sets = [
@@ -521,12 +526,14 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
                 pulse_eq_db=pulse_eq.gain_bound_db(d["pulse_eq_db"]))
             for w in (train, val, test)
         ]  # fmt: skip
-        loss = "mse_per_step"
+        loss = "mse_beats" if beats > 0 else "mse_per_step"
     y = np.concatenate([train.y] + ([e.y for e in extra_w] if crops else [])).astype(np.float64)
     extra = {
         "format": fmt, "protocol": d["protocol"], "data_root": str(root),
         "windows": {"train": len(train), "val": len(val), "test": len(test)},
     }  # fmt: skip
+    if beats > 0:  # what the trainer's loss needs (training/metrics.py, mse_beats)
+        extra["beats"] = {"weight": beats, "shift_s": bc.BEAT_SHIFT_S, "sigma_s": bc.BEAT_SIGMA_S}
     if fmt == "wfdb":  # which recordings each split holds (the apps stream held-out ones)
         parts = (("train", train), ("val", val), ("test", test))
         extra["records"] = {k: sorted({str(r) for r in w.record}) for k, w in parts}

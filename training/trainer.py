@@ -195,6 +195,8 @@ class Trainer:
         weights = self.meta.get("class_weights")
         self.class_weight = None if weights is None else torch.tensor(weights, dtype=torch.float32)
         self.target_weight = self._target_balance(optim_cfg.target_balance, loss, train_set)
+        beats = (self.meta.get("extra") or {}).get("beats") or {}
+        self.beat_weight = float(beats.get("weight", 1.0))  # mse_beats (training/metrics.py)
         self.log = RunLog(self.out, self.dist.is_main, loss, float(t.plot_every_s))
         self._kill_at = _kill_points(os.environ.get(KILL_ENV))
         # the weight average w̄ (optim.ema > 0), a copy of the model's state
@@ -578,7 +580,7 @@ class Trainer:
                 out = forward_for_loss(self.train_model, x, self.loss_kind)
             loss, sums = compute_loss(
                 out, y, self.loss_kind, getattr(self.model, "output_scale", None),
-                self.class_weight, self.target_weight,
+                self.class_weight, self.target_weight, self.beat_weight,
             )  # fmt: skip
         except ValueError as e:  # the layers refuse NaN/inf activations
             if "NaN or infinite" not in str(e):

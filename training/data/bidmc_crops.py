@@ -33,10 +33,26 @@ crop and epoch, every channel passes through its own random equaliser of the car
 ±``data.pulse_eq_db``), before any
 channel-off stretch. Its draws come from their own generator of (seed, epoch, index), so
 turning it on changes no channel-off draw.
+
+**Beat targets** (``data.beats`` = w > 0, HR only; records with R-peak times,
+``<name>.beats.npy`` of training/data/vitals_sim.py): the crop's label row gains a second
+column, the *beat density* at every sample,
+
+    b(t) = 60 · Σ_j N(t; t_j + δ, σ²)      (bpm; δ = BEAT_SHIFT_S, σ = BEAT_SIGMA_S)
+
+one unit-area bump per beat, ectopic ones included, δ after its R peak (a causal model has
+then seen the QRS; a premature ventricular complex is up to ~0.3 s wide). Its mean over any
+window is 60 × (beats in the window) / (window length): the rate a bedside monitor counts.
+The loss ``mse_beats`` (training/metrics.py) asks the model's per-frame readout p_t (the
+decoder applied to each frame, whose causal mean over W frames *is* the ``window``
+decoder's output) to follow b at every frame, on top of the per-second labels: the model is
+taught to emit one pulse per beat, so its window output counts beats instead of reading a
+dominant period (which halves the rate of a bigeminy). The exported graph is unchanged.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +67,7 @@ from .bidmc import (
     _numeric,
     concat_parts,
     read_record,
+    wfdb_dir,
     window_starts,
     window_targets,
 )
@@ -62,7 +79,7 @@ class Crops:
     """Long crops with a target at every completed second (NaN elsewhere)."""
 
     x: np.ndarray  # (n, crop, C) float32, raw physical units
-    y: np.ndarray  # (n, crop) float32, NaN where no target
+    y: np.ndarray  # (n, crop) float32, NaN where no target; (n, crop, 2) with beat density
     record: np.ndarray  # (n,) str
     start: np.ndarray  # (n,) int64
     channels: tuple[str, ...]
@@ -86,6 +103,40 @@ def crop_targets(
     return y
 
 
+BEAT_SHIFT_S = 0.3  # the beat-density bump follows its R peak by this much (module docstring)
+BEAT_SIGMA_S = 0.08  # and has this width (s)
+BEATS_SUFFIX = ".beats.npy"  # a record's R-peak times (training/data/vitals_sim.py)
+
+
+def beat_density(
+    beats: np.ndarray, n: int, fs: float, shift: float = BEAT_SHIFT_S, sigma: float = BEAT_SIGMA_S
+) -> np.ndarray:
+    """(n,) ``b(i / fs) = 60 Σ_j N(i / fs; t_j + shift, sigma²)`` in bpm (module docstring):
+    one bump of area 60 bpm·s per beat time ``t_j`` (s), summed over ±5 σ."""
+    out = np.zeros(n)
+    half = int(np.ceil(5 * sigma * fs))
+    norm = 60.0 / (sigma * math.sqrt(2 * math.pi))
+    for t in np.asarray(beats, np.float64) + shift:
+        c = int(round(t * fs))
+        lo, hi = max(0, c - half), min(n, c + half + 1)
+        if lo >= hi:
+            continue
+        u = (np.arange(lo, hi) / fs - t) / sigma
+        out[lo:hi] += norm * np.exp(-0.5 * u * u)
+    return out
+
+
+def read_beats(root: str | os.PathLike, name: str) -> np.ndarray:
+    """R-peak times (s) of record ``name`` in ``root`` (``<name>.beats.npy``)."""
+    path = wfdb_dir(root) / f"{name}{BEATS_SUFFIX}"
+    if not path.is_file():
+        raise BidmcDataError(
+            f"{name}: no beat times ({path.name}) for data.beats: generate the records with "
+            "`liquid-stream data bidmc-sim --randomised` (which writes them)"
+        )
+    return np.load(path)
+
+
 def load_wfdb_crops(
     root: str | os.PathLike,
     target: str,
@@ -96,9 +147,11 @@ def load_wfdb_crops(
     window: int,
     sample_rate: int,
     min_valid: float = 0.5,
+    beats: bool = False,
 ) -> Crops:
     """Cut ``records`` of ``root`` into crops of ``crop`` samples every ``hop`` samples (a
-    record shorter than ``crop`` gives none)."""
+    record shorter than ``crop`` gives none); ``beats``: labels ``(crop, 2)``, the second
+    column the beat density (module docstring)."""
     if crop < window:
         raise BidmcDataError(f"a crop ({crop} samples) must hold a window ({window})")
     numeric = TARGETS[target][0]
@@ -106,6 +159,7 @@ def load_wfdb_crops(
     for name in records:
         sig, fs, num = read_record(root, name, channels, sample_rate)
         values = _numeric(num, numeric, name)
+        dens = beat_density(read_beats(root, name), sig.shape[0], fs) if beats else None
         for s in window_starts(sig.shape[0], crop, hop):
             x = sig[s : s + crop]
             if not np.isfinite(x).all():
@@ -113,6 +167,8 @@ def load_wfdb_crops(
             y = crop_targets(values, int(s), crop, window, fs, min_valid)
             if not np.isfinite(y).any():
                 continue
+            if dens is not None:
+                y = np.stack([y, dens[s : s + crop]], axis=1)
             xs.append(x.astype(np.float32))
             ys.append(y.astype(np.float32))
             recs.append(name)
@@ -120,7 +176,7 @@ def load_wfdb_crops(
     n_ch = len(channels)
     return Crops(
         x=np.stack(xs) if xs else np.zeros((0, crop, n_ch), np.float32),
-        y=np.stack(ys) if ys else np.zeros((0, crop), np.float32),
+        y=np.stack(ys) if ys else np.zeros((0, crop, 2) if beats else (0, crop), np.float32),
         record=np.asarray(recs, dtype=str),
         start=np.asarray(sts, np.int64),
         channels=tuple(channels),

@@ -8,6 +8,8 @@ Same on-disk layout and record structure as :mod:`.bidmc_sim` (written with its
                                 the oximeter's raw intensities "IR," "RED," (revision 2)
     OUT/bidmcNNn.hea + .dat     1 Hz numerics: "HR," "PULSE," "RESP," "SpO2," (integers, NaN gaps)
     OUT/RECORDS                 one record name a line (bidmc01, bidmc01n, ...)
+    OUT/bidmc01.beats.npy ...   the record's R-peak times (s from its first sample; the
+                                beat targets of ``data.beats``, training/data/bidmc_crops.py)
     OUT/params.json             the stamp's keys + "per_record": {name: family and every draw}
     OUT/.vitals-sim-stamp.json  what was generated
 
@@ -241,6 +243,7 @@ REC_UNITS = SIG_UNITS + ("NU", "NU")
 IR, RED = len(SIG_NAMES), len(SIG_NAMES) + 1  # their columns
 GROUPS = {"resp": (0,), "ppg": (1, IR, RED), "ecg": (2, 3, 4)}  # columns per sensor group
 EVENT_KEYS = ("beats", "beat_kind", "breaths")  # per-event arrays (left out of params.json)
+BEATS_SUFFIX = ".beats.npy"  # each record's R-peak times (s from its first sample), float64
 STREAMS = (
     "traj", "breaths", "beats", "morph", "mod", "noise", "artefacts", "sensor", "scaling",
     "numerics", "oximeter",
@@ -1080,6 +1083,7 @@ def _make_one(args: tuple[str, int, int, float, str, tuple, str]) -> dict:
     rng = np.random.default_rng([seed, i])
     rec = simulate_randomised(rng, minutes, family=family, rr_base=rr_base, ectopy=ectopy)
     write_record(out, record_name(i), rec)
+    np.save(Path(out) / f"{record_name(i)}{BEATS_SUFFIX}", rec["params"]["beats"])
     num = rec["numerics"]
     ranges = [[float(np.nanmin(num[:, c])), float(np.nanmax(num[:, c]))] for c in (0, 2, 3)]
     return {"params": json_params(rec["params"]), "ranges": ranges}
