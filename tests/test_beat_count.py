@@ -76,6 +76,11 @@ def test_crops_carry_the_density_and_refuse_records_without_beat_times(rich, tmp
     dens = beat_density(read_beats(rich, "bidmc01"), n, FS)
     for k, s in enumerate(c.start):
         np.testing.assert_allclose(c.y[k, :, 1], dens[s : s + sig_crop], rtol=1e-6)
+    late = load_wfdb_crops(rich, "hr", ["bidmc01"], ["II"], sig_crop, 20 * FS, 32 * FS, FS,
+                           beats=True, beat_shift=0.7)  # a PPG's bumps (data.beats_shift_s)
+    dens = beat_density(read_beats(rich, "bidmc01"), n, FS, shift=0.7)
+    np.testing.assert_allclose(late.y[0, :, 1], dens[late.start[0] : late.start[0] + sig_crop],
+                               rtol=1e-6)  # fmt: skip
     (tmp_path / "r").mkdir()
     for f in rich.iterdir():
         if not f.name.endswith(".beats.npy"):

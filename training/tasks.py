@@ -438,7 +438,8 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None, signals: bool = T
      "min_valid": 0.5, "sim": "classic", "sim_families": ["nk2", "param"],
      "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0, "max_train": None,
      "crop_s": None, "crop_hop_s": 48.0, "channel_off": 0.0, "pulse_eq": 0.0,
-     "pulse_eq_db": None, "split_seed": None, "extra_train": [], "beats": 0.0},
+     "pulse_eq_db": None, "split_seed": None, "extra_train": [], "beats": 0.0,
+     "beats_shift_s": 0.3},
 )  # fmt: skip
 def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     """BIDMC HR / RR / SpO2 regression (loss ``mse`` at the window's last step, in units
@@ -516,7 +517,8 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
             return bc.concat_crops([
                 _named(bc.load_wfdb_crops(src, target, names, train.channels, crop, hop,
                                           int(d["window"]), fs, float(d["min_valid"]),
-                                          beats=beats > 0), p)
+                                          beats=beats > 0,
+                                          beat_shift=float(d["beats_shift_s"])), p)
                 for src, names, p in cut])  # fmt: skip
 
         sets = [
@@ -533,7 +535,8 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         "windows": {"train": len(train), "val": len(val), "test": len(test)},
     }  # fmt: skip
     if beats > 0:  # what the trainer's loss needs (training/metrics.py, mse_beats)
-        extra["beats"] = {"weight": beats, "shift_s": bc.BEAT_SHIFT_S, "sigma_s": bc.BEAT_SIGMA_S}
+        extra["beats"] = {"weight": beats, "shift_s": float(d["beats_shift_s"]),
+                          "sigma_s": bc.BEAT_SIGMA_S}  # fmt: skip
     if fmt == "wfdb":  # which recordings each split holds (the apps stream held-out ones)
         parts = (("train", train), ("val", val), ("test", test))
         extra["records"] = {k: sorted({str(r) for r in w.record}) for k, w in parts}

@@ -41,7 +41,8 @@ column, the *beat density* at every sample,
     b(t) = 60 · Σ_j N(t; t_j + δ, σ²)      (bpm; δ = BEAT_SHIFT_S, σ = BEAT_SIGMA_S)
 
 one unit-area bump per beat, ectopic ones included, δ after its R peak (a causal model has
-then seen the QRS; a premature ventricular complex is up to ~0.3 s wide). Its mean over any
+then seen the QRS; a premature ventricular complex is up to ~0.3 s wide; ``data.beats_shift_s``
+sets δ, e.g. later for a PPG, whose pulse peaks PTT + ~0.2 s after the R peak). Its mean over any
 window is 60 × (beats in the window) / (window length): the rate a bedside monitor counts.
 The loss ``mse_beats`` (training/metrics.py) asks the model's per-frame readout p_t (the
 decoder applied to each frame, whose causal mean over W frames *is* the ``window``
@@ -148,10 +149,12 @@ def load_wfdb_crops(
     sample_rate: int,
     min_valid: float = 0.5,
     beats: bool = False,
+    beat_shift: float = BEAT_SHIFT_S,
 ) -> Crops:
     """Cut ``records`` of ``root`` into crops of ``crop`` samples every ``hop`` samples (a
     record shorter than ``crop`` gives none); ``beats``: labels ``(crop, 2)``, the second
-    column the beat density (module docstring)."""
+    column the beat density with bumps ``beat_shift`` s after the R peaks (module
+    docstring)."""
     if crop < window:
         raise BidmcDataError(f"a crop ({crop} samples) must hold a window ({window})")
     numeric = TARGETS[target][0]
@@ -159,7 +162,8 @@ def load_wfdb_crops(
     for name in records:
         sig, fs, num = read_record(root, name, channels, sample_rate)
         values = _numeric(num, numeric, name)
-        dens = beat_density(read_beats(root, name), sig.shape[0], fs) if beats else None
+        dens = (beat_density(read_beats(root, name), sig.shape[0], fs, beat_shift)
+                if beats else None)  # fmt: skip
         for s in window_starts(sig.shape[0], crop, hop):
             x = sig[s : s + crop]
             if not np.isfinite(x).all():
