@@ -751,6 +751,7 @@ class StreamServer:
             self._reserved.discard(sid)
             host.opening -= 1
         view = StreamView(sid, host.task, host.name, rate, stale_s=self.stale_s)
+        view.configure(info, getattr(host.bank, "models", ()))  # windows, alarm limits
         stream = _Stream(sid, host, conn, columns, rate, overflow, view)
         stream.scores = req.get("scores", True)
         stream.framing = framing
@@ -1211,7 +1212,9 @@ class StreamServer:
             self._reserved.add(sid)
             host.opening += 1
             try:
-                await loop.run_in_executor(host.executor, lambda: host.bank.open(sid, **kwargs))
+                info = await loop.run_in_executor(
+                    host.executor, lambda: host.bank.open(sid, **kwargs)
+                )
             finally:
                 self._reserved.discard(sid)
                 host.opening -= 1
@@ -1219,6 +1222,7 @@ class StreamServer:
             reader.close()
             raise
         view = StreamView(sid, host.task, host.name, rate, stale_s=self.stale_s)
+        view.configure(info, getattr(host.bank, "models", ()))  # windows, alarm limits
         stream = _Stream(sid, host, None, columns, rate, "wait", view)
         self._set_bound(stream, kwargs.get("channels"))
         stream.open = False  # nobody to send to: the events feed the view (and on_event)

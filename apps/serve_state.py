@@ -17,10 +17,38 @@ received, dropped blocks, errors, lag). ``/api/state`` is::
                              client's last message, "last_data_s": seconds since its
                              last block of samples (since the open, before the first)},
                   "vitals": {"HR": {"value": float|null, "valid", "units",
-                                    "history": [[t, v|null], … the last 120]}},
+                                    "history": [[t, v|null], … the last 120],
+                                    "status", "reason", "left_s", "window_s",
+                                    "limits": [{"name": "hr>120", "op": ">",
+                                                "threshold": 120}] (below)}},
+                  "alarm_rules": [{"name": "hr>120", "vital": "HR", "op": ">",
+                                   "threshold": 120, "hold_s": 5, "clear_level": 115,
+                                   "units": "bpm", "text": "hr>120 (hold 5 s, …)"}],
                   "alarms": [{"name": "hr>120", "vital": "HR", "since_s": t}],
                   "technical": ["no signal on PLETH (flat line)", …] (active now),
                   "detections": [{"t", "label", "score"}, … the last 20]}]}
+
+**Why no value.** Each vital says why it has no valid value. ``status`` is the monitor's
+status of its latest second (:class:`~.vitals_monitor.Estimate`: ``ok``, ``warmup``,
+``gap``, ``nosignal``, ``recovering``, ``bridged``; ``warmup`` before the first), and
+``reason`` the text a display shows instead of a number (null while ``valid``):
+
+- ``"warming up, N s left"``: the model's window (``window_s``, from the open) minus the
+  seconds of signal fed since its last reset (the stream start, or the last ``gap``
+  second); ``left_s`` is N (at least 1 while the status is ``warmup``);
+- the stream's technical alarms on the channels the vital's model reads
+  (``"ECG lead off (II: flat line)"``, ``"no signal on PLETH (flat line)"``) while it is
+  ``nosignal``; ``"no data (PLETH, II)"`` (the channels those alarms name) in a long
+  gap (``gap``: the model is reset, and warms up again after it);
+- ``"recovering, N s left"``: the window still covers a second without signal (N: until
+  it no longer does, in ``left_s``); ``"short gap bridged"``: it covers an interpolated
+  sample;
+- ``"no data"`` while the stream is stale (below), ``"disconnected"`` once it closed.
+
+**Alarm limits.** The alarm rules the stream was opened with (the ``alarms`` of its
+``open``, or ``serve --lsl-alarm``) are the stream's ``alarm_rules`` and, per vital, its
+``limits``: what a display shows next to the value (``HR > 120``), whether or not an
+alarm is active.
 
 **No data.** A connected stream whose client sent no samples for more than ``stale_s``
 seconds (default :data:`DEFAULT_STALE_S`; ``serve --stale-s``), while none of its blocks
@@ -41,12 +69,13 @@ from __future__ import annotations
 import json
 import math
 import mimetypes
+import re
 import time
 from collections import deque
 from pathlib import Path
 
 from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
-from liquid_stream.bidmc_vocab import VITALS
+from liquid_stream.bidmc_vocab import UNITS, VITALS
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
 DISPLAY = {"hr": "HR", "rr": "RR", "spo2": "SpO2"}  # a target's name on the dashboard
@@ -110,6 +139,36 @@ def alarm_vital(name: str) -> str:
     return display(target)
 
 
+RULE_TEXT = re.compile(r"\(hold (\d+) s, clears [<>] ([-+0-9.eE]+)")  # str(AlarmRule)
+TECH_CHANNEL = re.compile(r"^(?:ECG lead off \(([^:()]+):|no signal on (\S+) \()")
+
+
+def alarm_rule(text: str) -> dict | None:
+    """One configured rule of a bed's open info (``str(AlarmRule)``: ``"hr>120 (hold 5 s,
+    clears < 115 bpm)"``, or a bare ``"hr>120"``) as its ``alarm_rules`` entry; None when
+    it cannot be read."""
+    text = str(text)
+    try:
+        rule = parse_alarms(text.split(" ", 1)[0])[0]
+    except (AlarmSyntaxError, IndexError):
+        return None
+    m = RULE_TEXT.search(text)
+    return {
+        "name": rule.name, "vital": display(rule.vital), "op": rule.op,
+        "threshold": rule.threshold,
+        "hold_s": int(m.group(1)) if m else rule.hold_s,
+        "clear_level": finite(m.group(2)) if m else rule.clear_level,
+        "units": UNITS.get(rule.vital, ""), "text": text,
+    }  # fmt: skip
+
+
+def tech_channel(message: str) -> str | None:
+    """The channel a technical alarm names (``"ECG lead off (II: flat line)"`` -> ``II``,
+    ``"no signal on PLETH (flat line)"`` -> ``PLETH``); None for another message."""
+    m = TECH_CHANNEL.match(message)
+    return (m.group(1) or m.group(2)) if m else None
+
+
 class StreamView:
     """The dashboard's view of one stream: health counters, the last values, sparkline
     history and active alarms of a vitals stream, the recent detections of a KWS stream."""
@@ -137,6 +196,39 @@ class StreamView:
         self.alarms: dict[str, dict] = {}  # active, by rule name
         self.technical: list[str] = []  # active technical alarms ("no signal on PLETH (…)")
         self.detections: deque[dict] = deque(maxlen=DETECTIONS)
+        self.windows_s: dict[str, float] = {}  # vital -> its model's window (the open's info)
+        self.reads: dict[str, set[str]] = {}  # vital -> the channels its model reads
+        self.rules: list[dict] = []  # the configured alarm rules (alarm_rules)
+        self.limits: dict[str, str] = {}  # vital -> its rules' "limits" as JSON text
+
+    def configure(self, info: dict, models=()) -> None:
+        """What the bank said when it opened the stream (a vitals bed's ``info``:
+        ``targets``, ``units``, ``windows_s``, ``alarms``) and the bank's models (``target``,
+        ``channels``): each vital is listed at once (warming up), with its window, the
+        channels its model reads and its alarm limits. A keyword stream's info has none."""
+        info = info if isinstance(info, dict) else {}
+        targets = [str(t) for t in info.get("targets") or ()]
+        units = info.get("units") or {}
+        windows = info.get("windows_s") or {}
+        for target in targets:
+            name = display(target)
+            slot = self.vitals.setdefault(name, {"history": deque(maxlen=HISTORY)})
+            slot.setdefault("value", None)
+            slot.setdefault("valid", False)
+            slot.setdefault("units", units.get(target, ""))
+            w = finite(windows.get(target))
+            if w is not None:
+                self.windows_s[name] = w
+        for m in models:
+            if getattr(m, "target", None) in targets:
+                self.reads[display(m.target)] = {str(c) for c in m.channels}
+        self.rules = [r for r in map(alarm_rule, info.get("alarms") or ()) if r is not None]
+        by_vital: dict[str, list] = {}
+        for r in self.rules:
+            by_vital.setdefault(r["vital"], []).append(
+                {"name": r["name"], "op": r["op"], "threshold": r["threshold"]}
+            )
+        self.limits = {v: json.dumps(lim, allow_nan=False) for v, lim in by_vital.items()}
 
     def seen(self, samples: int = 0) -> None:
         """The client sent a message (``samples`` of stream input)."""
@@ -153,7 +245,7 @@ class StreamView:
             self.stream_time = max(self.stream_time, t)
         if kind == "estimate":
             values, valid = ev.get("values") or {}, ev.get("valid") or {}
-            units = ev.get("units") or {}
+            units, status = ev.get("units") or {}, ev.get("status") or {}
             for target, v in values.items():
                 name = display(target)
                 slot = self.vitals.get(name)
@@ -162,6 +254,13 @@ class StreamView:
                 slot["value"] = finite(v)
                 slot["valid"] = bool(valid.get(target, False))
                 slot["units"] = units.get(target, slot.get("units", ""))
+                st = status.get(target)
+                slot["status"] = str(st) if st is not None else ("ok" if slot["valid"] else None)
+                slot["t"] = t
+                if st == "gap":  # the model was reset: it warms up again after the gap
+                    slot["reset_t"] = t
+                elif st == "nosignal":  # the window covers this second until it has passed
+                    slot["bad_t"] = t
                 point = [t, finite(v) if slot["valid"] else None]
                 slot["history"].append(json.dumps(point))  # kept as JSON: /api/state joins
             tech = ev.get("technical")
@@ -215,6 +314,43 @@ class StreamView:
         """The technical alarm of a stale stream (its text does not change while it lasts)."""
         return f"no data for more than {self.stale_s:g} s"
 
+    def _left(self, name: str, slot: dict, since: str) -> int | None:
+        """Whole seconds of signal the vital's model still needs: its window minus the
+        seconds fed since ``slot[since]`` (the last reset, the last second without
+        signal; the stream start when there is none), at least 1; None without a window."""
+        w = self.windows_s.get(name)
+        if w is None:
+            return None
+        t = slot.get("t") or 0.0
+        return max(1, math.ceil(w - (t - (slot.get(since) or 0.0)) - 1e-9))
+
+    def reason(self, name: str, slot: dict, stale: bool) -> tuple[str | None, int | None]:
+        """Why the vital ``name`` shows no valid value (module docstring) and the seconds
+        left before it can (warming up, recovering); (None, None) while it is valid."""
+        if stale:
+            return "no data", None
+        if slot.get("valid") and slot.get("value") is not None:
+            return None, None
+        if not self.connected:
+            return "disconnected", None
+        st = slot.get("status") or "warmup"  # before the first estimate: warming up
+        if st == "warmup":
+            left = self._left(name, slot, "reset_t")
+            return (f"warming up, {left} s left" if left else "warming up"), left
+        if st in ("nosignal", "gap"):
+            reads = self.reads.get(name)
+            mine = [m for m in self.technical if reads is None or tech_channel(m) in reads]
+            if st == "nosignal":
+                return "; ".join(mine) or "no signal", None
+            gone = [c for m in mine if (c := tech_channel(m))]  # a long gap: the model reset
+            return (f"no data ({', '.join(gone)})" if gone else "no data"), None
+        if st == "recovering":
+            left = self._left(name, slot, "bad_t")
+            return (f"recovering, {left} s left" if left else "recovering"), left
+        if st == "bridged":
+            return "short gap bridged", None
+        return "no value", None
+
     def to_text(self, now: float | None = None) -> str:
         """The stream's entry of ``/api/state`` as JSON text. Built from pieces: the
         sparkline points are kept as JSON and joined, so a ward of 1000 beds' 120-point
@@ -230,15 +366,23 @@ class StreamView:
             "alarms": [] if stale else list(self.alarms.values()),
             "technical": [self.no_data_message()] if stale else self.technical,
             "detections": list(self.detections),
+            "alarm_rules": self.rules,
         }, allow_nan=False)  # fmt: skip
-        vitals = ",".join(
+        vitals = ",".join(self._vital_text(name, slot, stale) for name, slot in self.vitals.items())
+        return head[:-1] + ',"vitals":{' + vitals + "}}"
+
+    def _vital_text(self, name: str, slot: dict, stale: bool) -> str:
+        """One vital's entry of ``vitals`` as JSON text (its history joined, not converted)."""
+        reason, left = self.reason(name, slot, stale)
+        return (
             json.dumps(name) + ":" + json.dumps({
                 "value": slot.get("value"), "valid": slot.get("valid", False) and not stale,
-                "units": slot.get("units", ""),
-            })[:-1] + ',"history":[' + ",".join(slot["history"]) + "]}"
-            for name, slot in self.vitals.items()
+                "units": slot.get("units", ""), "status": slot.get("status") or "warmup",
+                "reason": reason, "left_s": left, "window_s": self.windows_s.get(name),
+            }, allow_nan=False)[:-1]
+            + ',"limits":' + self.limits.get(name, "[]")
+            + ',"history":[' + ",".join(slot["history"]) + "]}"
         )  # fmt: skip
-        return head[:-1] + ',"vitals":{' + vitals + "}}"
 
     def to_json(self, now: float | None = None) -> dict:
         """The stream's entry of ``/api/state`` (the schema in the module docstring)."""
