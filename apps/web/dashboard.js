@@ -13,6 +13,12 @@
  * shown as a number, its clinical alarms replaced by the technical "no data" alarm (amber),
  * and [data-stale="true"]; the next poll after its data returns shows it live again.
  *
+ * Each vital says why it shows no number: the server's reason ("warming up, 12 s left",
+ * "ECG lead off (II: flat line)", "recovering, 20 s left", "no data", ...) under it, in
+ * .reason ([data-status] the monitor's status), while the value reads "---" in grey. The
+ * bed's configured alarm limits (its open's alarm rules: "hr>120") are shown next to the
+ * value they watch (.limits: "> 120"), whether or not an alarm is active.
+ *
  * A failed poll (network error, timeout, HTTP error, bad JSON) sets body[data-state] to
  * "unreachable", says so in #status, keeps the last state on screen (dimmed) and polls
  * again; the next good poll sets it back to "live". A 401 (a server with a token, a page
@@ -184,10 +190,17 @@
       const lab = el("span", "vname", v.label);
       const value = el("span", "value", "---");
       const units = el("span", "units", v.units);
+      const limits = el("span", "limits");
+      limits.setAttribute("aria-label", `${v.label} alarm limits`);
       const spark = makeSpark(v.label);
-      box.append(lab, value, units, spark.svg);
+      const reason = el("span", "reason");
+      reason.hidden = true;
+      box.append(lab, value, units, limits, spark.svg, reason);
       vitals.append(box);
-      parts[v.key] = { box, value, units, path: spark.path, spark: spark.svg, histKey: null };
+      parts[v.key] = {
+        box, value, units, limits, reason, path: spark.path, spark: spark.svg,
+        histKey: null, limitsKey: "",
+      };
     }
     const alarms = el("ul", "alarms");
     alarms.setAttribute("aria-label", "Active alarms");
@@ -196,6 +209,50 @@
     const health = el("p", "health");
     tile.append(head, vitals, technical, alarms, health);
     return { el: tile, conn, model, vitals: parts, alarms, technical, health, alarmKey: "", techKey: "" };
+  }
+
+  /**
+   * Why vital `data` has no valid value: the server's reason, else (a server that sends
+   * none) "no data" while stale, "disconnected" once closed, "" otherwise.
+   */
+  function reasonText(data, connected, stale, valid) {
+    if (valid) return "";
+    if (data && typeof data.reason === "string" && data.reason) return data.reason;
+    if (stale) return "no data";
+    return connected ? "" : "disconnected";
+  }
+
+  /** The alarm limits of a vital: its `limits` (else the stream's alarm_rules of it). */
+  function vitalLimits(s, key, data) {
+    if (data && Array.isArray(data.limits)) return data.limits;
+    const rules = Array.isArray(s.alarm_rules) ? s.alarm_rules : [];
+    return rules.filter((r) => String(r.vital || "").toLowerCase() === key.toLowerCase());
+  }
+
+  /** {name: "hr>120", op: ">", threshold: 120} -> "> 120" (else the alarm's text). */
+  function limitText(r) {
+    if (r && (r.op === ">" || r.op === "<") && isNum(r.threshold)) return `${r.op} ${r.threshold}`;
+    const t = alarmText(r && r.name);
+    return t.includes(" ") ? t.slice(t.indexOf(" ") + 1) : t;
+  }
+
+  function updateLimits(part, s, key, data, activeNames) {
+    const lim = vitalLimits(s, key, data);
+    const limKey = lim.map((r) => `${r.name}=${limitText(r)}`).join(" ");
+    if (limKey !== part.limitsKey) {
+      part.limits.replaceChildren(
+        ...lim.map((r) => {
+          const e = el("span", "limit", limitText(r));
+          e.dataset.alarm = String(r.name);
+          e.title = `alarm ${r.text || r.name}`;
+          return e;
+        }),
+      );
+      part.limitsKey = limKey;
+    }
+    for (const e of part.limits.children) {
+      e.classList.toggle("active", activeNames.has(e.dataset.alarm));
+    }
   }
 
   /** "live", "NO DATA" (connected, stale: no samples for a while) or "DISCONNECTED". */
@@ -236,6 +293,7 @@
     // none either); its technical "no data" alarm takes their place
     const alarms = !stale && Array.isArray(s.alarms) ? s.alarms : [];
     const alarmVitals = new Set(alarms.map((a) => String(a.vital || "").toLowerCase()));
+    const activeNames = new Set(alarms.map((a) => String(a.name)));
     const vitals = s.vitals || {};
     for (const v of VITALS) {
       const part = bed.vitals[v.key];
@@ -247,6 +305,14 @@
       part.box.classList.toggle("in-alarm", alarmVitals.has(v.key.toLowerCase()));
       setText(part.value, valid ? String(Math.round(data.value)) : "---");
       setText(part.units, (present && data.units) || v.units);
+      // why there is no number (warming up, lead off, no data, ...), and the alarm limits
+      const why = present ? reasonText(data, connected, stale, valid) : "";
+      setText(part.reason, why);
+      part.reason.hidden = !why;
+      setAttr(part.box, "data-reason", why);
+      setAttr(part.box, "data-status", stale ? "nodata"
+        : (present && typeof data.status === "string" ? data.status : ""));
+      updateLimits(part, s, v.key, present ? data : null, activeNames);
       const hist = present && Array.isArray(data.history) ? data.history : [];
       const key = hist.length ? `${hist.length} ${hist[0]} ${hist[hist.length - 1]}` : "";
       if (key !== part.histKey) { // redraw only when the history moved on
