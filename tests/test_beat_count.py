@@ -125,6 +125,15 @@ def test_mse_beats_is_the_label_loss_plus_the_weighted_frame_loss_and_trains_eve
     want = want + 0.3 * ((out[..., 1] - frame) / 7).pow(2).mean()
     torch.testing.assert_close(loss, want)
     assert sums["count"] == int(ok.sum())
+    # beat_box 3: both sides as causal means over the last 3 frames (zeros before the start)
+    loss3, _ = compute_loss(out, y, "mse_beats", scale, beat_weight=0.3, beat_box=3)
+
+    def box(v):
+        return torch.stack([v[:, max(0, t - 2) : t + 1].sum(1) / 3 for t in range(12)], 1)
+
+    want3 = want - 0.3 * ((out[..., 1] - frame) / 7).pow(2).mean()
+    want3 = want3 + 0.3 * ((box(out[..., 1]) - box(frame)) / 7).pow(2).mean()
+    torch.testing.assert_close(loss3, want3)
     m.train()
     loss, _ = compute_loss(m(x, readout=True), y, "mse_beats", scale, beat_weight=0.3)
     loss.backward()

@@ -636,6 +636,7 @@ DATA_FIELDS: dict[str, Spec] = {
     "pulse_eq_db": number(0, null=True),  # its knot gains within ± this, dB (null: GAIN_DB)
     "beats": number(0),  # bidmc crops: weight of the per-frame beat-density loss (HR)
     "beats_shift_s": number(0, 2),  # its bumps follow the R peaks by this (s; PPG: + PTT)
+    "beats_box_s": number(0, 60),  # scored as counts over this causal box (s; 0: per frame)
     "split_seed": integer(null=True),  # bidmc: the record split's seed (null: train.seed)
     "extra_train": _strings(nonempty=False),  # bidmc: record folders for the train split only
     # listops

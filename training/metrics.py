@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from liquid_stream.liquid import causal_window_sum
+
 LOSSES = ("ce", "mse", "ce_per_step", "mse_per_step", "mse_beats")
 REGRESSION = ("mse", "mse_per_step", "mse_beats")
 
@@ -71,6 +73,7 @@ def compute_loss(
     class_weight: torch.Tensor | None = None,
     target_weight: TargetBalance | None = None,
     beat_weight: float = 1.0,
+    beat_box: int = 1,
 ) -> tuple[torch.Tensor, dict]:
     """Mean loss and the (detached) sums for the epoch metrics.
 
@@ -86,8 +89,10 @@ def compute_loss(
     ``mse_beats``: ``out (B, F, 2)`` = the window output and the per-frame readout
     (:meth:`LiquidS4Model.window_and_readout`), ``y (B, T, 2)`` = the per-second labels and
     the beat density b (training/data/bidmc_crops.py): ``mse_per_step`` on the first plus
-    ``beat_weight · mean_frames(((p − b̄) / scale)²)``, b̄ the density's mean over each
-    frame's samples; RMSE / MAE are the per-second labels' only.
+    ``beat_weight · mean_frames(((box(p) − box(b̄)) / scale)²)``, b̄ the density's mean over
+    each frame's samples and box the causal mean over the last ``beat_box`` frames (1: the
+    frames themselves; a few: the beats counted over a second or so, not their exact
+    frame); RMSE / MAE are the per-second labels' only.
     """
     out = out.float()
     if kind in ("ce", "ce_per_step"):
@@ -124,7 +129,10 @@ def compute_loss(
         r = dens.shape[1] // out.shape[1]
         dens = dens.reshape(dens.shape[0], out.shape[1], r).mean(-1)  # the frame's mean
         unit = 1.0 if scale is None else scale.float().to(out.device)[0]
-        beat = ((out[..., 1] - dens) / unit).pow(2).mean()
+        p = out[..., 1]
+        if beat_box > 1:  # causal box means (zeros before the start, like the window)
+            p, dens = (causal_window_sum(v[:, None], beat_box)[:, 0] / beat_box for v in (p, dens))
+        beat = ((p - dens) / unit).pow(2).mean()
         loss = loss + beat_weight * beat
         n = float(y.shape[0])
         return loss, {**sums, "loss": loss.item() * n}

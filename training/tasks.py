@@ -439,7 +439,7 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None, signals: bool = T
      "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0, "max_train": None,
      "crop_s": None, "crop_hop_s": 48.0, "channel_off": 0.0, "pulse_eq": 0.0,
      "pulse_eq_db": None, "split_seed": None, "extra_train": [], "beats": 0.0,
-     "beats_shift_s": 0.3},
+     "beats_shift_s": 0.3, "beats_box_s": 0.0},
 )  # fmt: skip
 def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     """BIDMC HR / RR / SpO2 regression (loss ``mse`` at the window's last step, in units
@@ -535,8 +535,10 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
         "windows": {"train": len(train), "val": len(val), "test": len(test)},
     }  # fmt: skip
     if beats > 0:  # what the trainer's loss needs (training/metrics.py, mse_beats)
+        hop = int(frontend.get("hop", 1))  # input samples per frame of the model
+        box = max(1, round(float(d["beats_box_s"]) * int(d["sample_rate"]) / hop))
         extra["beats"] = {"weight": beats, "shift_s": float(d["beats_shift_s"]),
-                          "sigma_s": bc.BEAT_SIGMA_S}  # fmt: skip
+                          "sigma_s": bc.BEAT_SIGMA_S, "box_frames": box}  # fmt: skip
     if fmt == "wfdb":  # which recordings each split holds (the apps stream held-out ones)
         parts = (("train", train), ("val", val), ("test", test))
         extra["records"] = {k: sorted({str(r) for r in w.record}) for k, w in parts}

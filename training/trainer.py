@@ -197,6 +197,7 @@ class Trainer:
         self.target_weight = self._target_balance(optim_cfg.target_balance, loss, train_set)
         beats = (self.meta.get("extra") or {}).get("beats") or {}
         self.beat_weight = float(beats.get("weight", 1.0))  # mse_beats (training/metrics.py)
+        self.beat_box = int(beats.get("box_frames", 1))
         self.log = RunLog(self.out, self.dist.is_main, loss, float(t.plot_every_s))
         self._kill_at = _kill_points(os.environ.get(KILL_ENV))
         # the weight average w̄ (optim.ema > 0), a copy of the model's state
@@ -580,7 +581,7 @@ class Trainer:
                 out = forward_for_loss(self.train_model, x, self.loss_kind)
             loss, sums = compute_loss(
                 out, y, self.loss_kind, getattr(self.model, "output_scale", None),
-                self.class_weight, self.target_weight, self.beat_weight,
+                self.class_weight, self.target_weight, self.beat_weight, self.beat_box,
             )  # fmt: skip
         except ValueError as e:  # the layers refuse NaN/inf activations
             if "NaN or infinite" not in str(e):

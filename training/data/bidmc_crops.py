@@ -48,7 +48,9 @@ The loss ``mse_beats`` (training/metrics.py) asks the model's per-frame readout 
 decoder applied to each frame, whose causal mean over W frames *is* the ``window``
 decoder's output) to follow b at every frame, on top of the per-second labels: the model is
 taught to emit one pulse per beat, so its window output counts beats instead of reading a
-dominant period (which halves the rate of a bigeminy). The exported graph is unchanged.
+dominant period (which halves the rate of a bigeminy). ``data.beats_box_s`` > 0 scores both
+sides as causal means over that many seconds (beats counted over a second, say, rather than
+placed in their exact 80-ms frame). The exported graph is unchanged.
 """
 
 from __future__ import annotations
