@@ -39,6 +39,7 @@ batched session with the spotter's own rule.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,12 +67,14 @@ class KwsModelError(ValueError):
 
 class KwsInputError(ValueError):
     """A frame refused by the model (NaN, infinite or out-of-range sample, or an overflow);
-    ``time_s`` is the stream time of the first bad sample, ``reason`` what is wrong. The
-    spotter's state is unchanged."""
+    ``time_s`` is the stream time of the first bad sample, ``reason`` what is wrong,
+    ``index`` (when known) its index in the refused frame. The spotter's state is
+    unchanged."""
 
-    def __init__(self, reason: str, time_s: float):
+    def __init__(self, reason: str, time_s: float, index: int | None = None):
         self.reason = reason
         self.time_s = float(time_s)
+        self.index = index
         super().__init__(f"input refused at {self.time_s:.3f} s: {reason}")
 
 
@@ -173,6 +176,13 @@ class KeywordSpotter:
             model's tuned window, else 100 ms.
         chunk_ms: the frame length the app feeds (``chunk`` samples); any length works.
         threads: onnxruntime intra-op threads (default: onnxruntime's choice).
+
+    ``batch`` is the length of the calls an app should make when the audio is already
+    there (a file, a backlog): ``chunk`` rounded up to whole export chunks of the model
+    (its metadata ``chunk``, e.g. 1600 samples = 100 ms for the shipped spotter, whose
+    graph runs a call of exactly that length as one MatMul a layer). Detections are a
+    rule on every sample, so they do not depend on the call length; a 10 ms call costs
+    about what a 100 ms call of that graph costs (onnxruntime's per-node overhead).
     """
 
     def __init__(
@@ -234,6 +244,8 @@ class KeywordSpotter:
         self.refractory = float(refractory)
         self.smooth = max(1, int(round(smooth_ms * self.sample_rate / 1000)))
         self.chunk = max(1, int(round(chunk_ms * self.sample_rate / 1000)))
+        model_chunk = max(1, min(self.streamer.chunk, self.streamer.max_chunk))
+        self.batch = model_chunk * -(-self.chunk // model_chunk)
         self.reset()
 
     def new_tracker(self) -> KeywordTracker:
@@ -287,8 +299,15 @@ class KeywordSpotter:
         try:
             logits = self.streamer.process(x[:, None])
         except StreamInputError as e:  # nothing below ran: the spotter is as it was
-            raise KwsInputError(e.reason, self.tracker.time_at(e.index or 0)) from e
+            i = e.index or 0
+            raise KwsInputError(e.reason, self.tracker.time_at(i), i) from e
         return self.tracker.update(logits)
+
+    def quiet_samples(self) -> int:
+        """How many of the next samples cannot fire a detection, whatever they hold
+        (:meth:`KeywordTracker.quiet_samples`): audio an app may hold back and feed later
+        in one longer call without delaying any detection."""
+        return self.tracker.quiet_samples()
 
     def detect(self, frame: np.ndarray) -> list[Detection]:
         """Feed a frame; return the detections it triggered (scores in :attr:`scores`)."""
@@ -344,6 +363,7 @@ class KeywordTracker:
         self._n = 0  # samples seen
         self._armed = np.ones(k, bool)
         self._last_det = -np.inf  # sample index of the last detection
+        self._last = np.zeros(k)  # the smoothed scores at the last sample
         self.scores: dict[str, float] = dict.fromkeys(keywords, 0.0)
         self.detections: list[Detection] = []
         self.last_trace: np.ndarray = np.zeros((0, k))
@@ -357,6 +377,24 @@ class KeywordTracker:
         """Stream time of sample ``index`` of the next block."""
         return (self._n + index) / self.sample_rate
 
+    def quiet_samples(self) -> int:
+        """How many of the next samples cannot fire a detection, whatever they hold.
+
+        A smoothed score moves by (p_new − p_leaving) / w ≤ 1/w a sample (posteriors are in
+        [0, 1]), so keyword k cannot reach its threshold within (threshold_k − s_k)·w
+        samples of its last score s_k; and nothing fires within the refractory period of
+        the last detection. The larger of the two bounds (less a margin for rounding):
+        an app may hold back that much audio and run the model on it later, in one call,
+        without any detection coming later than from calls of every block."""
+        w = self.smooth
+        rise = (self.thresholds - self._last - 1e-6) * w - 1.0  # margin: rounding, off-by-one
+        by_score = int(math.floor(min(rise.min(), 1e12))) if len(rise) else 0
+        by_refractory = 0
+        end = self._last_det + self.refractory  # nothing fires before this step
+        if end > self._n:  # (NaN: no bound)
+            by_refractory = math.ceil(min(end, 2.0**53)) - 1 - self._n
+        return max(0, by_score, by_refractory)
+
     def update(self, logits: np.ndarray) -> dict[str, float]:
         """Consume the logits ``(T, classes)`` of the next T samples; return the smoothed
         keyword scores at the last one."""
@@ -367,6 +405,7 @@ class KeywordTracker:
         self.last_trace = s
         self._detect(s)
         self._n += len(logits)
+        self._last = s[-1]
         self.scores = {k: float(v) for k, v in zip(self.keywords, s[-1], strict=True)}
         return dict(self.scores)
 
@@ -434,27 +473,56 @@ def detect_events(
     below its threshold since it last fired) and at least ``refractory`` steps have passed
     since the last detection of any keyword; of several such keywords the highest score
     fires. ``armed`` (K,) is updated in place. Returns the ``(t, k)`` fired and the new
-    last-detection step. Rows where no score reaches its threshold only re-arm, so the
-    loop runs over the other rows alone."""
+    last-detection step.
+
+    The rule is applied to runs of equal rows of ``s ≥ thresholds`` rather than row by
+    row: within such a run the arming cannot change but by a detection, so the candidates
+    are known at its first row and each can only fire at the first row where the
+    refractory period has passed (at most K detections a run). A keyword held above its
+    threshold for a second costs a few operations, not one loop turn per sample."""
     above = s >= thresholds
-    rows = np.flatnonzero(above.any(1))
+    n = len(above)
     fired: list[tuple[int, int]] = []
-    prev = -1
-    for t in rows:
-        if t > prev + 1:  # a row below every threshold in between re-armed everything
+    if n == 0:
+        return fired, last
+    edges = np.flatnonzero((above[1:] != above[:-1]).any(1)) + 1
+    starts = [0, *edges.tolist()]
+    for a, b in zip(starts, [*starts[1:], n], strict=True):
+        row = above[a]
+        if not row.any():  # a row below every threshold re-arms everything
             armed[:] = True
-        prev = t
-        row = above[t]
+            continue
         armed |= ~row
-        fire = row & armed
-        if fire.any() and t0 + t - last >= refractory:
+        lo = a  # the first row of the run not yet looked at
+        while True:
+            fire = row & armed
+            if not fire.any():
+                break
+            t = _first_after_refractory(lo, b, last, refractory, t0)
+            if t >= b:
+                break
             k = int(np.argmax(np.where(fire, s[t], -1.0)))
             armed[k] = False
             last = t0 + t
-            fired.append((t0 + int(t), k))
-    if len(s) and (not len(rows) or rows[-1] < len(s) - 1):
-        armed[:] = True
+            fired.append((t0 + t, k))
+            lo = t + 1  # one detection a step
     return fired, last
+
+
+def _first_after_refractory(lo: int, hi: int, last: float, refractory: float, t0: int) -> int:
+    """The first step t in [lo, hi) with ``t0 + t − last ≥ refractory`` (the rule's test,
+    in its own floating-point arithmetic), else ``hi``."""
+    if t0 + lo - last >= refractory:
+        return lo
+    need = last + refractory - t0  # last is finite here
+    if not need <= hi:  # an infinite (or NaN) refractory period: never again
+        return hi
+    t = max(lo, math.ceil(need))
+    while t > lo and t0 + t - 1 - last >= refractory:
+        t -= 1
+    while t < hi and not t0 + t - last >= refractory:
+        t += 1
+    return t
 
 
 # -------------------------------------------------------------------------- evaluation
