@@ -18,6 +18,8 @@
 - :class:`MicSource` wraps ``sounddevice.InputStream``; its callback only copies the block
   into a bounded queue. A full queue drops the block (counted in ``dropped``); PortAudio's
   ``input_overflow`` flags are counted in ``overflows``; neither ever raises.
+  ``blocks(drain=True)`` joins a backlog into one block (a late consumer catches up at
+  once).
 - :func:`stream_resampler` converts between integer rates with the streaming-exact
   polyphase FIR of :mod:`liquid_stream.apps.resample` (feeding blocks of any size gives
   exactly the output of one call on the whole signal). It is causal, so it delays the
@@ -254,7 +256,10 @@ class MicSource:
             time.sleep(0.01)
         return True
 
-    def blocks(self) -> Iterator[np.ndarray]:
+    def blocks(self, drain: bool = False) -> Iterator[np.ndarray]:
+        """The device's blocks as they arrive. ``drain``: each block joined with every
+        block already queued behind it (a consumer that fell behind catches up in one
+        step instead of one step a block; while it keeps up, one block at a time)."""
         while not self._stop.is_set():
             try:
                 block = self.queue.get(timeout=0.1)
@@ -262,4 +267,12 @@ class MicSource:
                 continue
             if self.first_block_at is None:
                 self.first_block_at = time.time()
+            if drain and not self.queue.empty():
+                more = [block]
+                try:
+                    while True:
+                        more.append(self.queue.get_nowait())
+                except queue.Empty:
+                    pass
+                block = np.concatenate(more)
             yield block

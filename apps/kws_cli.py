@@ -13,7 +13,19 @@ How ``kws`` runs: an audio source (:class:`~.audio.MicSource`, whose PortAudio c
 only enqueues blocks, or :class:`~.audio.WavSource`, paced to real time unless
 ``--fast``) feeds a worker thread that resamples to the model's rate when needed
 (:func:`~.audio.stream_resampler`), cuts ``--chunk-ms`` chunks and runs the
-:class:`~.kws.KeywordSpotter`. The main thread prints every detection as
+:class:`~.kws.KeywordSpotter` (:class:`KwsWorker`). The model's cost is mostly a fixed
+cost per call (onnxruntime's per-node overhead: a 10 ms call of the shipped spotter costs
+about what a 100 ms call does), so the worker makes few calls where it can without
+changing a detection or delaying one: a file (``--input``), whose samples are all there,
+runs in calls of the model's export chunk (:attr:`~.kws.KeywordSpotter.batch`, 100 ms
+for the shipped spotter; ``--live-calls`` makes it call as for a microphone); a live input
+runs each ``--chunk-ms`` block as it comes, except that it holds blocks back while no
+detection can come from them (the keyword scores far below their thresholds, or a
+detection's refractory period: :meth:`~.kws.KeywordSpotter.quiet_samples`) and runs them
+later in one call, before the block that could fire arrives, which then runs alone on its
+arrival. The detections and their times are the same in every case (the rule runs on
+every sample; the graphs are exact for any chunking, to float32 rounding: the cost per
+audio hour is bench/kws_cpu.py). The main thread prints every detection as
 ``HH:MM:SS.mmm  keyword  score`` (wall clock for a microphone, stream time for a file),
 draws the rich live view (input level + per-keyword score bars) when stdout is a TTY and
 ``--no-ui`` is not given, and on Ctrl-C (or the end of the file) stops the worker and
@@ -33,6 +45,9 @@ onnxruntime, sounddevice and rich are imported inside the commands, torch never.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import math
 import sys
 import threading
 import time
@@ -50,19 +65,44 @@ class KwsWorker(threading.Thread):
 
     ``events`` receives ``(Detection, wall_time)``; ``latencies`` the seconds of every
     ``spotter.detect`` call; ``trace`` (when ``record_trace``) ``(time_s, scores...)``
-    at every chunk's end; ``error`` any exception that ended the run (a refused sample:
+    at every call's end; ``error`` any exception that ended the run (a refused sample:
     a :class:`~.kws.KwsInputError` whose ``time_s`` is time in the source, i.e. shifted
     back by the resampler's delay like the detections).
+
+    ``batch`` is the number of model-rate samples a call takes when the audio is all there
+    (a file): calls of exactly that many samples (:attr:`~.kws.KeywordSpotter.batch`), the
+    last samples of the stream in one shorter call.
+
+    ``batch=None`` (a live input): the whole ``spotter.chunk`` blocks that have arrived,
+    as soon as one of them could hold a detection. While the keyword scores are far below
+    their thresholds (or a detection's refractory period runs), no sample of the next
+    :meth:`~.kws.KeywordSpotter.quiet_samples` can fire whatever it holds, so the worker
+    holds those blocks back and runs them in calls of ``spotter.batch`` samples (the
+    model's export chunk: 100 ms for the price of one 10 ms call) or all at once when the
+    next block could reach the bound; the block that could fire is then run alone on its
+    arrival, as with one call a block: a detection comes as early. A worker that fell
+    behind takes the whole backlog in one call (a microphone's queue drained by
+    :meth:`~.audio.MicSource.blocks`). ``hold=False``: no holding back (one call a block).
+
+    The detections and their times do not depend on any of this (the rule runs on every
+    sample; the graphs are exact for any chunking, to float32 rounding).
     """
 
-    def __init__(self, spotter, source, record_trace: bool = False):
+    def __init__(self, spotter, source, record_trace: bool = False, batch: int | None = None,
+                 hold: bool = True):  # fmt: skip
         import queue
 
         from .audio import stream_resampler
+        from .kws import KwsInputError
 
         super().__init__(name="kws-worker", daemon=True)
         self.spotter = spotter
         self.source = source
+        self.batch = batch
+        self.hold = hold
+        self._refused = KwsInputError
+        self.calls = array("i")  # model-rate samples of every call (beside ``latencies``)
+        self._recent = collections.deque([spotter.chunk], maxlen=16)  # the last blocks' lengths
         self.resampler = (
             stream_resampler(source.rate, spotter.sample_rate)
             if int(source.rate) != spotter.sample_rate
@@ -87,30 +127,32 @@ class KwsWorker(threading.Thread):
         self.stopped.set()
         self.source.stop()
 
-    def run(self) -> None:
-        import dataclasses
+    def _blocks(self):
+        if getattr(self.source, "kind", None) == "mic":
+            return self.source.blocks(drain=True)  # a backlog in one block
+        return self.source.blocks()
 
+    def run(self) -> None:
         import numpy as np
 
         from .kws import KwsInputError
 
-        chunk = self.spotter.chunk
         pending = np.zeros(0, np.float32)
         try:
-            for block in self.source.blocks():
+            for block in self._blocks():
                 if self.stopped.is_set():
                     break
                 block = np.asarray(block, np.float32)
-                if len(block):
-                    rms = float(np.sqrt(np.mean(block.astype(np.float64) ** 2)))
-                    self.level_db = 20 * np.log10(max(rms, 1e-6))
+                if len(block):  # the level meter (float32 dot: display only)
+                    ms = float(np.dot(block, block)) / len(block)
+                    self.level_db = 10 * math.log10(max(ms, 1e-12))
                 y = self.resampler.process(block) if self.resampler is not None else block
                 pending = np.concatenate([pending, y]) if len(pending) else y
-                while len(pending) >= chunk:
-                    self._step(pending[:chunk], dataclasses, np)
-                    pending = pending[chunk:]
+                for size in self._calls(len(pending), len(y)):
+                    self._step(pending[:size])
+                    pending = pending[size:]
             if len(pending) and not self.stopped.is_set():
-                self._step(pending, dataclasses, np)
+                self._step(pending)
         except KwsInputError as e:  # reported by the main thread, in source time
             reason = e.reason
             if self.resampler is not None:
@@ -119,16 +161,39 @@ class KwsWorker(threading.Thread):
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             self.error = e
 
-    def _step(self, x, dataclasses, np) -> None:
+    def _calls(self, have: int, block: int) -> list[int]:
+        """The lengths of the calls to make now, on ``have`` pending samples of which the
+        last ``block`` just arrived (the rule of the class docstring)."""
+        if self.batch:  # a file: whole batches
+            return [self.batch] * (have // self.batch)
+        chunk = self.spotter.chunk
+        n = have // chunk * chunk
+        if not n:
+            return []
+        self._recent.append(block)  # the next block: as long as the longest of the last 16
+        if self.hold and have + max(self._recent) <= self.spotter.quiet_samples():
+            batch = self.spotter.batch  # neither this audio nor the next block can fire:
+            return [batch] * (n // batch)  # whole model chunks now, the rest held back
+        return [n]
+
+    def _step(self, x) -> None:
         t = time.perf_counter()
-        dets = self.spotter.detect(x)
+        try:
+            dets = self.spotter.detect(x)
+        except self._refused as e:  # a refused sample: first the whole chunks before it,
+            before = (e.index or 0) // self.spotter.chunk * self.spotter.chunk
+            if before:  # as calls of one chunk each would have run them
+                self._step(x[:before])
+            raise
         self.latencies.append(time.perf_counter() - t)
+        self.calls.append(len(x))
         self.samples += len(x)
-        now = time.time()
-        for d in dets:
-            if self.delay_s:
-                d = dataclasses.replace(d, time_s=max(0.0, d.time_s - self.delay_s))
-            self.events.put((d, now))
+        if dets:
+            now = time.time()
+            for d in dets:
+                if self.delay_s:
+                    d = dataclasses.replace(d, time_s=max(0.0, d.time_s - self.delay_s))
+                self.events.put((d, now))
         if self.record_trace:
             self.trace.append([self.spotter.time_s - self.delay_s, *self.spotter.scores.values()])
 
@@ -234,10 +299,10 @@ def _live_view(worker, spotter, source_name: str):
     return table
 
 
-def run_kws(spotter, source, *, mic: bool, ui: bool, echo=click.echo) -> dict:
+def run_kws(spotter, source, *, mic: bool, ui: bool, echo=click.echo, batch=None) -> dict:
     """Run ``source`` through ``spotter`` in a worker thread until the source ends or
-    Ctrl-C; print detections; return the summary dict."""
-    worker = KwsWorker(spotter, source)
+    Ctrl-C; print detections; return the summary dict. ``batch``: see :class:`KwsWorker`."""
+    worker = KwsWorker(spotter, source, batch=batch)
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     n_det = 0
     interrupted = False
@@ -306,7 +371,9 @@ _SPOTTER_OPTIONS = [
                  help="Moving-average window of the posteriors [default: the model's tuned "
                       "window (kws-tune), else 100 ms]."),
     click.option("--chunk-ms", default=10.0, show_default=True, type=click.FloatRange(0.1),
-                 help="Audio per model call."),
+                 help="Audio per model call (kws: blocks of a live input; it runs several "
+                      "in one call only while none can fire a detection; a file runs in "
+                      "calls of at least the model's export chunk, unless --live-calls)."),
     click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
                  help="onnxruntime intra-op threads."),
 ]  # fmt: skip
@@ -325,10 +392,15 @@ def _spotter_options(fn):
 @click.option("--input", "input_path", default=None, type=click.Path(dir_okay=False),
               help="Read a WAV file instead of a microphone.")  # fmt: skip
 @click.option("--fast", is_flag=True, help="With --input: as fast as possible, not real time.")
+@click.option("--live-calls", is_flag=True,
+              help="With --input: call the model as for a microphone, each --chunk-ms "
+                   "block on its arrival unless no detection can come from it (default: a "
+                   "file runs in calls of the model's export chunk, e.g. 100 ms; the same "
+                   "detections either way).")  # fmt: skip
 @_spotter_options
 @click.option("--no-ui", is_flag=True, help="Plain output only (no live view).")
-def kws_cmd(model, device, input_path, fast, keywords, threshold, refractory, smooth_ms,
-            chunk_ms, threads, no_ui):  # fmt: skip
+def kws_cmd(model, device, input_path, fast, live_calls, keywords, threshold, refractory,
+            smooth_ms, chunk_ms, threads, no_ui):  # fmt: skip
     """Spot keywords live with an exported per-step classifier MODEL (.onnx); without
     MODEL, the pretrained SC10 spotter shipped with the package (liquid_stream/models).
 
@@ -339,6 +411,9 @@ def kws_cmd(model, device, input_path, fast, keywords, threshold, refractory, sm
         raise click.UsageError("give either --device or --input, not both")
     if fast and not input_path:
         raise click.UsageError("--fast needs --input FILE.wav")
+    if live_calls and not input_path:
+        raise click.UsageError("--live-calls needs --input FILE.wav (a microphone always "
+                               "runs in --chunk-ms calls)")  # fmt: skip
     if model is None:
         from liquid_stream.models import KWS, ShippedModelMissing, shipped
 
@@ -351,7 +426,11 @@ def kws_cmd(model, device, input_path, fast, keywords, threshold, refractory, sm
     ui = not no_ui and sys.stdout.isatty()
     err = sys.stderr
     if input_path:
-        source = _open_wav(input_path, chunk_ms, realtime=not fast)
+        # a file's samples are all there: calls of the model's own chunk (spotter.batch)
+        # read in blocks of as much audio, unless --live-calls asks for a microphone's calls
+        batch = None if live_calls else spotter.batch
+        block_ms = chunk_ms if batch is None else 1000.0 * batch / spotter.sample_rate
+        source = _open_wav(input_path, block_ms, realtime=not fast)
         for note in source.notes:
             click.echo(f"note: {note}", err=True)
         with source:
@@ -359,7 +438,7 @@ def kws_cmd(model, device, input_path, fast, keywords, threshold, refractory, sm
                 source.rate != spotter.sample_rate
             )
             click.echo(f"reading {source.name} ({source.duration_s:.1f} s{rate_note})", err=True)
-            summary = run_kws(spotter, source, mic=False, ui=ui)
+            summary = run_kws(spotter, source, mic=False, ui=ui, batch=batch)
     else:
         from .audio import AudioError, MicSource
 
@@ -420,7 +499,7 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
     source = _open_wav(stream_path, chunk_ms, realtime=False)
     if len(source.samples) == 0:
         raise click.ClickException(f"{source.name}: the WAV holds no samples: nothing to score")
-    worker = KwsWorker(spotter, source, record_trace=True)
+    worker = KwsWorker(spotter, source, record_trace=True, hold=False)  # a call a chunk
     t_wall, t_cpu = time.perf_counter(), time.process_time()
     worker.run()  # in this thread: nothing to display
     wall, cpu = time.perf_counter() - t_wall, time.process_time() - t_cpu
