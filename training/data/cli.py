@@ -280,13 +280,38 @@ def pathfinder_cmd(out, n_images, resolution, difficulty, seed, workers):
 @click.option("--distinct", is_flag=True,
               help="Draw each word's clips without replacement (no clip repeats before all "
                    "of its word's clips are used) [default: with replacement].")  # fmt: skip
+@click.option("--mode", default="clips", show_default=True,
+              type=click.Choice(["clips", "sentences"]),
+              help="'sentences': synthetic spoken sentences with the keywords at known "
+                   "places and near-miss sentences (a phonetic neighbour in the keyword's "
+                   "place), instead of Speech Commands clips.")  # fmt: skip
+@click.option("--engines", default=None,
+              help="With --mode sentences: comma-separated TTS engines of the voices, of "
+                   "espeak-ng, flite, festival, piper [default: all installed].")  # fmt: skip
+@click.option("--near-miss", default=None, type=click.FloatRange(0, 1),
+              help="With --mode sentences: the fraction of sentences with a near miss in "
+                   "the keyword's place (needs pocketsphinx's dictionary when > 0) "
+                   "[default: 0.5].")  # fmt: skip
+@click.option("--near-k", default=None, type=click.IntRange(1),
+              help="With --mode sentences: the near misses of each keyword are drawn from "
+                   "its this many nearest neighbours [default: 10].")  # fmt: skip
 def kws_stream_cmd(out_wav, labels_path, root, minutes, keywords, seed, noise_gain,
-                   synth_per_word, split, distinct):  # fmt: skip
+                   synth_per_word, split, distinct, mode, engines, near_miss,
+                   near_k):  # fmt: skip
     """Build a long 16 kHz test stream OUT_WAV of Speech Commands TEST clips (or VALIDATION
     clips, --split validation; keywords at known times, other words and background noise
-    between) and its labels CSV."""
+    between) and its labels CSV. --mode sentences: synthetic sentences instead, the
+    keyword's label at its time in the sentence, and near-miss sentences (--data then only
+    gives the background noise; --split picks another set of voices)."""
     from liquid_stream.training.data.kws_stream import SC10, build_kws_stream, write_kws_stream
 
+    if mode == "sentences":
+        return _kws_sentences(out_wav, labels_path, root, minutes, keywords, seed, noise_gain,
+                              split, distinct, engines, near_miss, near_k)  # fmt: skip
+    for name, value in (("--engines", engines), ("--near-miss", near_miss),
+                        ("--near-k", near_k)):  # fmt: skip
+        if value is not None:
+            raise click.UsageError(f"{name} needs --mode sentences")
     if root is None:
         from liquid_stream.training.data.speech_synth import ensure_synth
 
@@ -301,6 +326,67 @@ def kws_stream_cmd(out_wav, labels_path, root, minutes, keywords, seed, noise_ga
     n_kw = sum(r.is_keyword for r in rows)
     click.echo(f"wrote {out_wav} ({len(x) / 16000:.1f} s, {n_kw} keywords, "
                f"{len(rows) - n_kw} other words) and {labels_path}")  # fmt: skip
+
+
+def _kws_sentences(out_wav, labels_path, root, minutes, keywords, seed, noise_gain, split,
+                   distinct, engines, near_miss, near_k):  # fmt: skip
+    """``kws-stream --mode sentences``."""
+    from liquid_stream.training.data.kws_stream import SC10, sentence_stream, write_kws_stream
+    from liquid_stream.training.data.phonetic import PhoneticDictMissing
+    from liquid_stream.training.data.speech_synth import SynthToolMissing, select_engines
+
+    if distinct:
+        raise click.UsageError("--distinct is for --mode clips")
+    if engines is not None:
+        try:
+            engines = select_engines(engines)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--engines") from e
+    kw = [k.strip() for k in keywords.split(",") if k.strip()] if keywords else list(SC10)
+    try:
+        s = sentence_stream(
+            minutes, kw, seed, near_miss_prob=0.5 if near_miss is None else near_miss,
+            noise_gain=noise_gain, split=split, engines=engines, noise_root=root,
+            near_k=10 if near_k is None else near_k,
+        )  # fmt: skip
+    except (PhoneticDictMissing, SynthToolMissing, OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    write_kws_stream(out_wav, labels_path, s.x, s.rows)
+    n_kw = sum(r.is_keyword for r in s.rows)
+    n_near = sum(p.plan.near_miss for p in s.sentences)
+    click.echo(f"wrote {out_wav} ({len(s.x) / 16000:.1f} s, {len(s.sentences)} sentences: "
+               f"{n_kw} keywords, {n_near} near misses) and {labels_path}")  # fmt: skip
+
+
+@data.command("kws-neighbours")
+@click.option("--keywords", default=None, help="Comma-separated keywords [default: SC10].")
+@click.option("--k", "k", default=20, show_default=True, type=click.IntRange(1),
+              help="Neighbours per keyword.")  # fmt: skip
+@click.option("--max-distance", default=None, type=click.FloatRange(0),
+              help="Only neighbours at most this far (weighted phone edits).")  # fmt: skip
+def kws_neighbours_cmd(keywords, k, max_distance):
+    """Print each keyword's phonetic neighbours: the real English words nearest in phones
+    (near misses, negatives for a keyword spotter) with their distances, and its homophones
+    (never negatives), from the CMU pronouncing dictionary of pocketsphinx
+    (training/data/phonetic.py)."""
+    from liquid_stream.training.data.kws_stream import SC10
+    from liquid_stream.training.data.phonetic import (
+        PhoneticDictMissing,
+        find_neighbours,
+        homophones,
+        pronunciations,
+    )
+
+    kw = [k_.strip().lower() for k_ in keywords.split(",") if k_.strip()] if keywords else SC10
+    try:
+        for word in kw:
+            prons = " | ".join(" ".join(p) for p in pronunciations(word))
+            near = find_neighbours(word, k, max_distance=max_distance)
+            click.echo(f"{word}  [{prons}]")
+            click.echo(f"  homophones: {', '.join(homophones(word)) or '-'}")
+            click.echo(f"  neighbours: {', '.join(f'{n.word} {n.distance:.2f}' for n in near)}")
+    except (PhoneticDictMissing, ValueError) as e:
+        raise click.ClickException(str(e)) from e
 
 
 @data.command("lsl-replay")
