@@ -180,10 +180,11 @@ class KeywordSpotter:
     ``batch`` is the length of the calls an app should make when the audio is already
     there (a file, a backlog): ``chunk`` rounded up to whole export chunks of the model
     (its metadata ``chunk``, e.g. 1600 samples = 100 ms for the shipped spotter, whose
-    graph runs a call of exactly that length as one MatMul a layer). Detections are a
-    rule on every sample, so they do not depend on the call length; a 10 ms call costs
-    about what a 100 ms call of that graph costs (onnxruntime's per-node overhead).
-    """
+    graph runs a call of exactly that length as one MatMul a layer; a 10 ms call costs
+    about what a 100 ms call of it costs: onnxruntime's per-node overhead). Detections
+    are a rule on every sample, so they do not depend on the call length, but for the
+    float32 rounding of the graph (a crossing within ~1e-6 of its threshold may move by a
+    sample)."""
 
     def __init__(
         self,

@@ -23,9 +23,10 @@ runs each ``--chunk-ms`` block as it comes, except that it holds blocks back whi
 detection can come from them (the keyword scores far below their thresholds, or a
 detection's refractory period: :meth:`~.kws.KeywordSpotter.quiet_samples`) and runs them
 later in one call, before the block that could fire arrives, which then runs alone on its
-arrival. The detections and their times are the same in every case (the rule runs on
-every sample; the graphs are exact for any chunking, to float32 rounding: the cost per
-audio hour is bench/kws_cpu.py). The main thread prints every detection as
+arrival. The detections are the same in every case (the rule runs on every sample; the
+graphs are exact for any chunking to float32 rounding, so a crossing that lands within
+~1e-6 of its threshold may move by one sample; the cost per audio hour and the comparison
+are bench/kws_cpu.py). The main thread prints every detection as
 ``HH:MM:SS.mmm  keyword  score`` (wall clock for a microphone, stream time for a file),
 draws the rich live view (input level + per-keyword score bars) when stdout is a TTY and
 ``--no-ui`` is not given, and on Ctrl-C (or the end of the file) stops the worker and
@@ -82,10 +83,13 @@ class KwsWorker(threading.Thread):
     next block could reach the bound; the block that could fire is then run alone on its
     arrival, as with one call a block: a detection comes as early. A worker that fell
     behind takes the whole backlog in one call (a microphone's queue drained by
-    :meth:`~.audio.MicSource.blocks`). ``hold=False``: no holding back (one call a block).
+    :meth:`~.audio.MicSource.blocks`). ``hold=False``: one call a ``spotter.chunk``, as
+    they come (``kws-eval``: its latencies and trace are per chunk).
 
-    The detections and their times do not depend on any of this (the rule runs on every
-    sample; the graphs are exact for any chunking, to float32 rounding).
+    The detections do not depend on any of this: the rule runs on every sample, and the
+    graphs are exact for any chunking to float32 rounding (~1e-6 of the logits between
+    10 ms and 100 ms calls of the shipped graph), so only a crossing whose smoothed score
+    lands within that of its threshold can move, by one sample (tests/test_kws_cpu_path.py).
     """
 
     def __init__(self, spotter, source, record_trace: bool = False, batch: int | None = None,
@@ -168,10 +172,12 @@ class KwsWorker(threading.Thread):
             return [self.batch] * (have // self.batch)
         chunk = self.spotter.chunk
         n = have // chunk * chunk
+        if not self.hold:  # one call a chunk
+            return [chunk] * (n // chunk)
         if not n:
             return []
         self._recent.append(block)  # the next block: as long as the longest of the last 16
-        if self.hold and have + max(self._recent) <= self.spotter.quiet_samples():
+        if have + max(self._recent) <= self.spotter.quiet_samples():
             batch = self.spotter.batch  # neither this audio nor the next block can fire:
             return [batch] * (n // batch)  # whole model chunks now, the rest held back
         return [n]

@@ -1,17 +1,26 @@
-"""The cheap `kws` paths detect exactly what the 10 ms path detects (issue 63 item 5).
+"""The cheap `kws` paths detect what the 10 ms path detects (issue 63 item 5).
 
 The shipped spotter's graph costs about as much per 10 ms call as per 100 ms call, so
 `kws` calls it less often: a file in calls of the model's export chunk (100 ms), a live
 input holding blocks back while no detection can come from them
 (``KeywordSpotter.quiet_samples``). Here, on a real speech WAV (espeak-ng keywords,
-bench/kws_cpu.py's stream) through the real shipped model: the 10 ms path (a call every
-10 ms block), 100 ms calls, the file batches and the held-back live path give the same
-detections at the same samples with the same keywords; the held-back path emits each
-detection in a call of its own block only (on the block's arrival: no later than the
-10 ms path); a refused sample stops every path at the same sample after the same
-detections; the shared rule (``detect_events``) equals the rule written sample by sample;
-and ``quiet_samples`` is a true bound (no input fires within it). No timing assertions:
-the CPU numbers are bench/kws_cpu.py's.
+bench/kws_cpu.py's stream) through the real shipped model:
+
+- the file batches are the 100 ms calls, bit for bit (the same calls of the graph): the
+  same detections at the same samples with the same scores;
+- the 100 ms calls, the file batches and the held-back live path detect the same keywords
+  as the 10 ms path (a call every 10 ms block) at the same samples, but for a float tie:
+  the graph is exact for any chunking only to float32 rounding (10 ms and 100 ms calls
+  differ by ~1e-6 of the logits), so a crossing whose smoothed score lands within 1e-6 of
+  the threshold may move by one sample (1 of 138 detections on bench/kws_cpu.py's 5-minute
+  stream, 62.5 µs; none on this one);
+- the held-back path emits each detection in a call of its own block only (on the block's
+  arrival: no later than the 10 ms path);
+- a refused sample stops every path at the same sample after the same detections;
+- the shared rule (``detect_events``) equals the rule written sample by sample, and
+  ``quiet_samples`` is a true bound (no input fires within it).
+
+No timing assertions: the CPU numbers are bench/kws_cpu.py's.
 """
 
 from __future__ import annotations
@@ -96,8 +105,19 @@ def run_path(source, chunk_ms: float, **worker_kw):
     spotter.detect = logged
     worker = KwsWorker(spotter, source, **worker_kw)
     worker.run()  # in this thread
-    dets = [(round(d.time_s * SR), d.keyword) for _, _, ds in calls for d in ds]
+    dets = [(round(d.time_s * SR), d.keyword, d.score) for _, _, ds in calls for d in ds]
     return dets, calls, worker
+
+
+def assert_same_but_ties(got, ref, threshold: float, tie: float = 1e-6) -> None:
+    """The same keywords in the same order at the same samples, but where the smoothed
+    score at the crossing is within ``tie`` of the threshold on one of the two paths
+    (float32 rounding of the graph): there one sample apart at most."""
+    assert [w for _, w, _ in got] == [w for _, w, _ in ref], (got, ref)
+    for (t, _, s), (t0, _, s0) in zip(got, ref, strict=True):
+        if t != t0:
+            assert abs(t - t0) <= 1, (t, t0, s, s0)
+            assert min(abs(s - threshold), abs(s0 - threshold)) < tie, (t, t0, s, s0)
 
 
 @pytest.mark.tts
@@ -118,9 +138,10 @@ def test_every_path_detects_the_same_at_the_same_samples(speech_wav):
     held, calls, worker = run_path(FakeMic(x, SR, 160), 10.0)
     assert worker.error is None and worker.samples == len(x)
     assert len(calls) < len(ten_calls) / 3  # blocks were held back and run together
-    assert hundred == ten
-    assert batched == ten
-    assert held == ten
+    assert batched == hundred  # bit for bit: the same calls of the graph
+    thr = float(spotter.thresholds.min())
+    for got in (hundred, batched, held):
+        assert_same_but_ties(got, ten, thr)
     # latency: every detection of the held-back path comes from a call of its own 10 ms
     # block alone, i.e. on that block's arrival, as in the 10 ms path
     firing = [(n0, n) for n0, n, dets in calls if dets]
@@ -139,7 +160,15 @@ def test_kws_command_paths_print_the_same_detections(speech_wav):
                                          "--no-ui", *extra])  # fmt: skip
         assert r.exit_code == 0, r.output
         out[" ".join(extra)] = [ln for ln in r.output.splitlines() if DET_LINE.match(ln)]
-    assert out[""] and out[""] == out["--chunk-ms 100"] == out["--live-calls"], out
+    assert out[""] and out[""] == out["--chunk-ms 100"], out  # the same calls of the graph
+    # a microphone's calls: the same keywords at the same millisecond (a float tie may move
+    # a crossing by one sample, so across a millisecond: at most 1 ms then)
+    live = [ln.split("  ") for ln in out["--live-calls"]]
+    ref = [ln.split("  ") for ln in out[""]]
+    assert [w for _, w, _ in live] == [w for _, w, _ in ref], out
+    ms = [[int(t[-3:]) + 1000 * (int(t[:2]) * 3600 + int(t[3:5]) * 60 + int(t[6:8])) for t, _, _
+           in lines] for lines in (live, ref)]  # fmt: skip
+    assert max(abs(a - b) for a, b in zip(*ms, strict=True)) <= 1, out
     r = CliRunner().invoke(kws_cmd, ["--live-calls", "--no-ui"])
     assert r.exit_code != 0 and "--live-calls needs --input" in r.output
 
@@ -164,8 +193,9 @@ def test_a_refused_sample_stops_every_path_at_it_after_the_same_detections(speec
     # the 10 ms path ran the whole blocks before the bad one, and detected what it did
     assert ref_worker.error is not None
     assert ref_dets == [d for d in ten if d[0] <= bad_at // 160 * 160]
+    thr = KeywordSpotter(shipped(KWS), threads=1).thresholds.min()
     for name, (dets, _, worker) in runs.items():
-        assert dets == ref_dets, name
+        assert_same_but_ties(dets, ref_dets, thr)
         assert worker.error.time_s == pytest.approx(bad_at / SR), name
         assert worker.samples == bad_at // 160 * 160, name  # the whole blocks before it
 
