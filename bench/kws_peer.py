@@ -39,12 +39,19 @@ Three methods, every threshold chosen on the VALIDATION stream only:
 - **pocketsphinx, per keyword**: its kws threshold per keyword (or the keyword off),
   both chosen by :func:`allocate`: the per-keyword thresholds with the most validation
   detections whose false accepts sum to ≤ B·hours (each keyword scored alone; exact, by
-  dynamic programming over the false-accept count), then scored all together.
-For every false-accept count c = 0 … 200 / h on validation each method has its point
-chosen at ≤ c (its *ladder*). Per set, the table gives (detection, false accepts / h):
+  dynamic programming over the false-accept count), then scored all together, and
+  stepped down to a smaller sum until together they keep ≤ B·hours
+  (:func:`checked_allocate`: the refractory period couples the keywords).
+Each method's *ladder* of points, all chosen on validation: its point at ≤ c false
+accepts for every c = 0 … 200 / h, and, for the strict side (a short validation stream
+has no false accept to give below some point), the point with the fewest validation
+false accepts that still detects ≥ d of its keywords (ties: the stricter thresholds), for
+d = 5 %, 10 %, … 95 %, 97.5 %, 99 %, 100 % (:func:`allocate_min_fa`). Per set, the table
+gives (detection, false accepts / h):
 - ``val ≤ B / h``: each method's point chosen on validation at that budget;
 - ``≤ x / h here``: the best of its ladder's points with ≤ x / h on this set (matched
-  false-accept rates: the points are chosen on validation, read off on this set);
+  false-accept rates: the points are chosen on validation, read off on this set;
+  –: none of them is that low here);
 - ``at <method>'s FA/h``: every method at ≤ the false accepts / h the other reaches on
   this set with its ``val ≤ 5 / h`` point.
 
@@ -112,6 +119,7 @@ VAL_BUDGETS = (2.0, 5.0, 10.0, 20.0, 50.0)
 HERE_BUDGETS = (2.0, 5.0, 10.0, 20.0, 50.0)
 MATCH_BUDGET = 5.0
 LADDER_MAX_FA = 200.0
+DETECTION_TARGETS = tuple(d / 100 for d in (*range(5, 100, 5), 97.5, 99, 100))
 LANGUAGES = ("es", "fr", "it", "ru")
 COGNATES = {"no": ("no", "non")}
 INSTALL_NOTE = ("bench/kws_peer.py needs pocketsphinx >= 5 (the peer): "
@@ -248,6 +256,24 @@ def allocate(curves: list[list[tuple[int, int]]], capacity: int) -> tuple[int, .
         best = nxt
     f, (_, _, js) = max(best.items(), key=lambda kv: (kv[1][0], -kv[0], kv[1][1]))
     return js
+
+
+def allocate_min_fa(curves: list[list[tuple[int, int]]], target: int) -> tuple[int, ...] | None:
+    """The strict side of :func:`allocate`: the j per keyword with the fewest false accepts
+    whose detections sum to ≥ ``target`` (ties: the stricter thresholds, the smaller sum
+    of j, then more detections); None if no choice detects that many."""
+    # total detections (capped at target) → (false accepts, Σj, -detections, js)
+    best: dict[int, tuple[int, int, int, tuple[int, ...]]] = {0: (0, 0, 0, ())}
+    for c in curves:
+        nxt: dict[int, tuple[int, int, int, tuple[int, ...]]] = {}
+        for d0, (fa0, sj0, nd0, js) in best.items():
+            for j, (det, fa) in enumerate(c):
+                d = min(d0 + det, target)
+                cand = (fa0 + fa, sj0 + j, nd0 - det, (*js, j))
+                if d not in nxt or cand[:3] < nxt[d][:3]:
+                    nxt[d] = cand
+        best = nxt
+    return best[target][3] if target in best else None
 
 
 def checked_allocate(curves, capacity: int, combined_fa) -> tuple[int, ...]:
@@ -442,11 +468,21 @@ class SpotterOne:
                     "detection_rate": r["detection_rate"] or 0.0,
                     "false_accepts_per_hour": r["false_accepts_per_hour"],
                 })  # fmt: skip
-        self.val_hours = val.hours
+        self.val, self.val_hours = val, val.hours
 
     def choose(self, fa_count: int) -> tuple:
         pick = choose(self.rows, (fa_count + 1e-6) / self.val_hours)
         return (pick["smooth_ms"], (pick["threshold"],) * len(self.keywords))
+
+    def strict(self, target: int) -> tuple | None:
+        """The setting with the fewest validation false accepts detecting ≥ ``target``
+        keywords there (ties: the higher threshold, then the shorter window)."""
+        n = sum(e.is_keyword for e in self.val.truth)
+        ok = [r for r in self.rows if r["detection_rate"] * n >= target - 1e-9]
+        if not ok:
+            return None
+        r = min(ok, key=lambda r: (r["false_accepts_per_hour"], -r["threshold"], r["smooth_ms"]))
+        return (r["smooth_ms"], (r["threshold"],) * len(self.keywords))
 
     def detections(self, setting: tuple, stream: Stream) -> list[Detection]:
         sm, thr = setting
@@ -501,6 +537,18 @@ class SpotterPerKeyword(SpotterOne):
                 best = (key, self.setting(sm, js))
         return best[1]
 
+    def strict(self, target: int) -> tuple | None:
+        best = None
+        for sm, cur in self.curves.items():
+            js = allocate_min_fa(cur, target)
+            if js is None:
+                continue
+            r = on_val(self, self.setting(sm, js))
+            key = (r["false_accepts"], -r["detected"], sm)
+            if best is None or key < best[0]:
+                best = (key, self.setting(sm, js))
+        return None if best is None else best[1]
+
     def describe(self, setting: tuple) -> str:
         return f"{setting[0]:g} ms, " + " ".join(
             f"{k} {t:.2f}" for k, t in zip(self.keywords, setting[1], strict=True)
@@ -550,6 +598,9 @@ class Peer:
     def choose(self, fa_count: int) -> tuple:
         return checked_allocate(self.curves, fa_count,
                                 lambda js: on_val(self, js)["false_accepts"])  # fmt: skip
+
+    def strict(self, target: int) -> tuple | None:
+        return allocate_min_fa(self.curves, target)
 
     def detections(self, setting: tuple, stream: Stream) -> list[Detection]:
         hits = self.decode(stream)
@@ -654,14 +705,16 @@ def main(argv: list[str] | None = None) -> None:
     methods = [one, per, peer]
 
     cmax = int(math.floor(LADDER_MAX_FA * val.hours + 1e-9))
+    n_val = sum(e.is_keyword for e in val.truth)
     ladders = {}
     for m in methods:
         seen, lad = set(), []
-        for c in range(cmax + 1):
-            s = m.choose(c)
-            if s not in seen:
-                seen.add(s)
-                lad.append(s)
+        cands = [m.choose(c) for c in range(cmax + 1)]
+        cands += [m.strict(int(math.ceil(d * n_val - 1e-9))) for d in DETECTION_TARGETS]
+        for st in cands:
+            if st is not None and st not in seen:
+                seen.add(st)
+                lad.append(st)
         ladders[m.name] = lad
     budgets = {b: {m.name: m.choose(int(math.floor(b * val.hours + 1e-9))) for m in methods}
                for b in VAL_BUDGETS}  # fmt: skip
@@ -747,7 +800,7 @@ def main(argv: list[str] | None = None) -> None:
         hours = sum(s.hours for s in foreign)
         langs = [s.name.split(": ")[1] for s in foreign]
         print(f"\n## non-English speech, false accepts ({', '.join(langs)}: "
-              f"{hours * 60:.0f} min, {sum(len(s.prompts) for s in foreign)} prompts; one false "
+              f"{hours * 60:.3g} min, {sum(len(s.prompts) for s in foreign)} prompts; one false "
               f"accept = {1 / hours:.1f} / h)\n")  # fmt: skip
         print(
             "| method | chosen on val at | test detection (FA/h) | FA/h, all | FA/h without "
@@ -760,8 +813,8 @@ def main(argv: list[str] | None = None) -> None:
                 fa = sum(r["fa_all"] for r in rs)
                 cog = sum(r["fa_cognate"] for r in rs)
                 byk = {k: sum(r["fa_by_keyword"][k] for r in rs) for k in kws}
-                top = ", ".join(f"{k} {v}" for k, v in sorted(byk.items(), key=lambda kv: -kv[1])
-                                if v)[:60] or "–"  # fmt: skip
+                most = sorted((kv for kv in byk.items() if kv[1]), key=lambda kv: -kv[1])[:4]
+                top = ", ".join(f"{k} {v}" for k, v in most) or "–"
                 print(
                     f"| {n} | ≤ {b:g} / h | {cell(results[test.name][n]['budgets'][b])} | "
                     f"{fa / hours:.1f} ({fa}) | {(fa - cog) / hours:.1f} ({fa - cog}) | "

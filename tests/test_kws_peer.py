@@ -1,8 +1,9 @@
 """bench/kws_peer.py, the spotter next to pocketsphinx (issue 63 item 4): its threshold
 and matching logic.
 
-- :func:`allocate` (per-keyword thresholds under a false-accept budget) is the best of every
-  combination, ties and the budget that nothing meets included (brute force);
+- :func:`allocate` (per-keyword thresholds under a false-accept budget) and
+  :func:`allocate_min_fa` (the fewest false accepts for a number of detections) are the best
+  of every combination, ties and the budget that nothing meets included (brute force);
 - ``best_at`` (a method at a matched false-accept rate), the refractory rule and the count
   of cognate hits on non-English prompts, on small hand-made cases;
 - with pocketsphinx installed (else skipped, with the reason), on a real stream of
@@ -76,6 +77,29 @@ def test_allocate_is_the_best_combination(seed):
         curves.append([(int(d), int(f)) for d, f in zip(det, fa, strict=True)])
     for cap in range(0, 9):
         assert kp.allocate(curves, cap) == _brute(curves, cap), (curves, cap)
+
+
+def _brute_min_fa(curves, target):
+    combos = list(itertools.product(*[range(len(c)) for c in curves]))
+
+    def tot(js, i):
+        return sum(c[j][i] for c, j in zip(curves, js, strict=True))
+
+    ok = [js for js in combos if tot(js, 0) >= target]
+    return min(ok, key=lambda js: (tot(js, 1), sum(js), -tot(js, 0))) if ok else None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_allocate_min_fa_is_the_strictest_combination_detecting_enough(seed):
+    rng = np.random.default_rng(100 + seed)
+    curves = []
+    for _ in range(int(rng.integers(1, 5))):
+        n = int(rng.integers(1, 6))
+        det = np.sort(rng.integers(0, 6, n))
+        fa = np.sort(rng.integers(0, 5, n)) if rng.random() < 0.7 else rng.integers(0, 5, n)
+        curves.append([(int(d), int(f)) for d, f in zip(det, fa, strict=True)])
+    for target in range(0, 16):
+        assert kp.allocate_min_fa(curves, target) == _brute_min_fa(curves, target), (curves, target)
 
 
 def test_allocate_ties_and_an_unmeetable_budget():
