@@ -418,8 +418,8 @@ def kws_cmd(model, device, input_path, fast, live_calls, keywords, threshold, re
     if fast and not input_path:
         raise click.UsageError("--fast needs --input FILE.wav")
     if live_calls and not input_path:
-        raise click.UsageError("--live-calls needs --input FILE.wav (a microphone always "
-                               "runs in --chunk-ms calls)")  # fmt: skip
+        raise click.UsageError("--live-calls needs --input FILE.wav (a microphone's calls "
+                               "are always these)")  # fmt: skip
     if model is None:
         from liquid_stream.models import KWS, ShippedModelMissing, shipped
 

@@ -266,3 +266,27 @@ def test_quiet_samples_is_a_true_bound(seed):
             probe.update(worst)
             for d in probe.detections:
                 assert round(d.time_s * SR) - 1 - n0 >= q, (seed, trial, q, d)
+
+
+def test_microphone_drain_joins_a_backlog_in_one_block():
+    """MicSource.blocks(drain=True): a consumer that fell behind gets the queued blocks in
+    one block (one model call instead of one a block); without drain, one at a time."""
+    import queue
+    import threading
+
+    from liquid_stream.apps.audio import MicSource
+
+    def source(blocks):
+        mic = object.__new__(MicSource)  # no device: the queue as the callback fills it
+        mic.queue, mic._stop, mic.first_block_at = queue.Queue(), threading.Event(), None
+        for b in blocks:
+            mic.queue.put(b)
+        return mic
+
+    blocks = [np.full(160, i, np.float32) for i in range(3)]
+    mic = source(blocks)
+    got = next(mic.blocks(drain=True))
+    assert np.array_equal(got, np.concatenate(blocks)) and mic.queue.empty()
+    mic = source(blocks)
+    it = mic.blocks()
+    assert [len(next(it)) for _ in range(3)] == [160, 160, 160]
