@@ -237,6 +237,7 @@ def _plain_decode(pcm, words, exponent):
     return {w: sorted(t) for w, t in out.items()}, len(lines)
 
 
+@pytest.mark.tts
 def test_one_decode_of_aliases_is_a_decode_per_threshold(speech):
     words = ["yes", "stop", "go", "no", "on", "right"]  # "on" has two pronunciations
     exps = [5, -3, -10]  # the plain decode writes 1e+5 …; the bench its own way
@@ -253,6 +254,7 @@ def test_one_decode_of_aliases_is_a_decode_per_threshold(speech):
     assert len(hits["yes"][2]) >= len(hits["yes"][0])  # a looser threshold: no fewer
 
 
+@pytest.mark.tts
 def test_thresholds_chosen_at_a_budget_keep_it_on_their_stream(speech):
     peer = kp.Peer(list(kp.SC10), calib_minutes=0.5)
     peer.fit(speech)
