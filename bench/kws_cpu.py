@@ -300,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     commit = git("rev-parse", "--short", "HEAD")
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    code_dirs = ("liquid_stream", "apps", "export", "training", "bench")
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", *code_dirs))
     with tempfile.TemporaryDirectory(prefix="kws-cpu-") as tmp:
         tmp = Path(tmp)
         if a.wav is not None and a.wav.is_file():
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
 
     print(f"\n# kws CPU per audio hour — {datetime.datetime.now():%Y-%m-%d %H:%M}, commit "
-          f"{commit}{' (+ uncommitted changes)' if dirty else ''}")  # fmt: skip
+          f"{commit}{' (+ uncommitted changes to the code)' if dirty else ''}")  # fmt: skip
     print(f"command: python {' '.join(shlex.quote(s) for s in [sys.argv[0], *sys.argv[1:]])}")
     import onnxruntime
 
