@@ -1,5 +1,5 @@
 # liquid-stream developer entry points.
-#   make test   - create .venv if missing, install, ruff + pytest
+#   make test   - create .venv if missing, install, ruff (lint + format check) + pytest
 #   make test-fast - the same without the tests marked slow, browser or tts (the inner loop)
 #   make demo   - install, run the main job end to end on the embedded defaults
 #                 (python -m liquid_stream.main_job: KWS + vital signs at a small budget,
@@ -70,14 +70,17 @@ $(ORT_H): scripts/fetch-ort-header.sh | $(PY)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: $(STAMP) $(ORT_H)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest -q --durations=15
 
 # The inner loop: the suite without the tests marked slow, browser or tts (pyproject.toml).
 test-fast: $(STAMP) $(ORT_H)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest -q -m "not slow and not browser and not tts" --durations=5
 
 demo: $(STAMP) $(ORT_H)

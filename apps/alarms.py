@@ -176,8 +176,18 @@ def check_alarm(rule: AlarmRule, on: list[bool], refs: list[float]) -> dict[str,
     """
     if len(on) != len(refs):
         raise ValueError(f"{len(on)} alarm states but {len(refs)} references")
-    keys = ("active_s", "true_s", "false_s", "missed_s", "breach_s", "episodes",
-            "false_episodes", "ref_active_s", "false_vs_ref_s", "missed_vs_ref_s")  # fmt: skip
+    keys = (
+        "active_s",
+        "true_s",
+        "false_s",
+        "missed_s",
+        "breach_s",
+        "episodes",
+        "false_episodes",
+        "ref_active_s",
+        "false_vs_ref_s",
+        "missed_vs_ref_s",
+    )
     c = dict.fromkeys(keys, 0)
     ref_alarm = Alarm(rule)
     breached_in_episode = False

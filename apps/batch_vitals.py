@@ -201,9 +201,13 @@ class VitalsBank:
             raise ValueError(f"no model for channels {names} (the models need {needs})")
         rate = check_rate(sample_rate, self.sample_rate, integer=False)
         monitor = VitalsMonitor(
-            [self.models[i] for i in used], alarms=alarms, channels=names, input_rate=rate,
-            max_gap_s=self.max_gap_s, deferred=True,
-        )  # fmt: skip
+            [self.models[i] for i in used],
+            alarms=alarms,
+            channels=names,
+            input_rate=rate,
+            max_gap_s=self.max_gap_s,
+            deferred=True,
+        )
         feeds = [_Feed(j, self.models[i].window) for j, i in enumerate(used)]
         for i in used:
             self.sessions[i].add(sid)
@@ -268,8 +272,9 @@ class VitalsBank:
                 feed.add(ops)
             bed.waiting_s = 0.0
         for i in range(len(self.models)):
-            feeds = {sid: bed.feeds[bed.models.index(i)] for sid, bed in beds.items()
-                     if i in bed.models}  # fmt: skip
+            feeds = {
+                sid: bed.feeds[bed.models.index(i)] for sid, bed in beds.items() if i in bed.models
+            }
             self._drain(i, feeds, force=False)
         return {sid: ev for sid, bed in beds.items() if (ev := self._events(bed))}
 
@@ -297,12 +302,13 @@ class VitalsBank:
                     e, mon = session.errors[sid], bed.monitor
                     delay = 0.0 if mon.resampler is None else mon.resampler.delay_s
                     t = max(0.0, (last + 1 - len(blocks[sid])) / self.sample_rate - delay)
-                    bed.errors.append({
-                        "type": "error",
-                        "message": f"{self.models[i].path.name} refused the input at {t:.3f} s: "
-                        f"{e.reason}; its {len(blocks[sid])} samples are skipped (seconds "
-                        "ending in them: no estimate)",
-                    })  # fmt: skip
+                    n = len(blocks[sid])
+                    msg = (
+                        f"{self.models[i].path.name} refused the input at {t:.3f} s: "
+                        f"{e.reason}; its {n} samples are skipped (seconds ending in them: "
+                        "no estimate)"
+                    )
+                    bed.errors.append({"type": "error", "message": msg})
 
     def _events(self, bed: _Bed) -> list[dict]:
         ests, bed.outbox = bed.outbox + bed.monitor.emit(), []

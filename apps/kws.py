@@ -104,12 +104,15 @@ def check_tuning(path: str | os.PathLike, threshold: float | None, smooth_ms: fl
     :class:`KwsModelError` naming the file and the key (a threshold of 7 would never fire,
     a negative window is no window: the model would run and spot nothing, silently)."""
     if threshold is not None and not 0 < threshold <= 1:
-        raise KwsModelError(f"{path}: metadata kws_threshold must be in (0, 1], got "
-                            f"{threshold!r}; re-run kws-tune")  # fmt: skip
+        raise KwsModelError(
+            f"{path}: metadata kws_threshold must be in (0, 1], got {threshold!r}; re-run kws-tune"
+        )
     if smooth_ms is not None and not 0 <= smooth_ms <= MAX_TUNED_SMOOTH_MS:
-        raise KwsModelError(f"{path}: metadata kws_smooth_ms must be in [0, "
-                            f"{MAX_TUNED_SMOOTH_MS:g}] ms, got {smooth_ms!r}; re-run "
-                            "kws-tune")  # fmt: skip
+        raise KwsModelError(
+            f"{path}: metadata kws_smooth_ms must be in [0, "
+            f"{MAX_TUNED_SMOOTH_MS:g}] ms, got {smooth_ms!r}; re-run "
+            "kws-tune"
+        )
 
 
 def check_kws_model(streamer: OnnxStreamer, meta: ModelMeta) -> int:
@@ -254,9 +257,13 @@ class KeywordSpotter:
         smoothing and refractory period: the decision state of one more stream of the same
         model (what :class:`~liquid_stream.apps.batch.KwsBank` keeps per stream)."""
         return KeywordTracker(
-            self.keywords, self._cls, self.thresholds, self.smooth,
-            self.refractory * self.sample_rate, self.sample_rate,
-        )  # fmt: skip
+            self.keywords,
+            self._cls,
+            self.thresholds,
+            self.smooth,
+            self.refractory * self.sample_rate,
+            self.sample_rate,
+        )
 
     # ------------------------------------------------------------------ state
 

@@ -92,8 +92,14 @@ class KwsWorker(threading.Thread):
     lands within that of its threshold can move, by one sample (tests/test_kws_cpu_path.py).
     """
 
-    def __init__(self, spotter, source, record_trace: bool = False, batch: int | None = None,
-                 hold: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        spotter,
+        source,
+        record_trace: bool = False,
+        batch: int | None = None,
+        hold: bool = True,
+    ):
         import queue
 
         from .audio import stream_resampler
@@ -224,9 +230,14 @@ def _open_spotter(model, keywords, threshold, refractory, smooth_ms, chunk_ms, t
     kw = [k.strip() for k in keywords.split(",") if k.strip()] if keywords else None
     try:
         return KeywordSpotter(
-            model, keywords=kw, threshold=threshold, refractory=refractory,
-            smooth_ms=smooth_ms, chunk_ms=chunk_ms, threads=threads,
-        )  # fmt: skip
+            model,
+            keywords=kw,
+            threshold=threshold,
+            refractory=refractory,
+            smooth_ms=smooth_ms,
+            chunk_ms=chunk_ms,
+            threads=threads,
+        )
     except KwsModelError as e:
         raise click.ClickException(str(e)) from e
 
@@ -299,8 +310,11 @@ def _live_view(worker, spotter, source_name: str):
     for k, thr in zip(spotter.keywords, spotter.thresholds, strict=True):
         score = spotter.scores.get(k, 0.0)
         style = "bold green" if score >= thr else ""
-        table.add_row(k, f"[{style}]{bar(score, mark=thr)}[/]" if style else bar(score, mark=thr),
-                      f"{score:.2f}")  # fmt: skip
+        table.add_row(
+            k,
+            f"[{style}]{bar(score, mark=thr)}[/]" if style else bar(score, mark=thr),
+            f"{score:.2f}",
+        )
     table.add_row("time", f"{worker.audio_s:8.2f} s", "")
     return table
 
@@ -368,21 +382,44 @@ def run_kws(spotter, source, *, mic: bool, ui: bool, echo=click.echo, batch=None
 
 _SPOTTER_OPTIONS = [
     click.option("--keywords", default=None, help="Comma-separated keywords [default: all]."),
-    click.option("--threshold", default=None, type=click.FloatRange(0, 1, min_open=True),
-                 help="Smoothed-score threshold of a detection [default: the model's tuned "
-                      "threshold (kws-tune), else 0.8]."),
-    click.option("--refractory", default=1.0, show_default=True, type=click.FloatRange(0),
-                 help="Seconds after a detection during which nothing fires."),
-    click.option("--smooth-ms", default=None, type=click.FloatRange(0),
-                 help="Moving-average window of the posteriors [default: the model's tuned "
-                      "window (kws-tune), else 100 ms]."),
-    click.option("--chunk-ms", default=10.0, show_default=True, type=click.FloatRange(0.1),
-                 help="Audio per model call (kws: blocks of a live input; it runs several "
-                      "in one call only while none can fire a detection; a file runs in "
-                      "calls of at least the model's export chunk, unless --live-calls)."),
-    click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
-                 help="onnxruntime intra-op threads."),
-]  # fmt: skip
+    click.option(
+        "--threshold",
+        default=None,
+        type=click.FloatRange(0, 1, min_open=True),
+        help="Smoothed-score threshold of a detection [default: the model's tuned "
+        "threshold (kws-tune), else 0.8].",
+    ),
+    click.option(
+        "--refractory",
+        default=1.0,
+        show_default=True,
+        type=click.FloatRange(0),
+        help="Seconds after a detection during which nothing fires.",
+    ),
+    click.option(
+        "--smooth-ms",
+        default=None,
+        type=click.FloatRange(0),
+        help="Moving-average window of the posteriors [default: the model's tuned "
+        "window (kws-tune), else 100 ms].",
+    ),
+    click.option(
+        "--chunk-ms",
+        default=10.0,
+        show_default=True,
+        type=click.FloatRange(0.1),
+        help="Audio per model call (kws: blocks of a live input; it runs several "
+        "in one call only while none can fire a detection; a file runs in "
+        "calls of at least the model's export chunk, unless --live-calls).",
+    ),
+    click.option(
+        "--threads",
+        default=1,
+        show_default=True,
+        type=click.IntRange(1),
+        help="onnxruntime intra-op threads.",
+    ),
+]
 
 
 def _spotter_options(fn):
@@ -393,20 +430,43 @@ def _spotter_options(fn):
 
 @click.command("kws")
 @click.argument("model", required=False, default=None, type=click.Path(dir_okay=False))
-@click.option("--device", default=None, help="Input device: PortAudio index or name "
-              "(e.g. 'pulse') [default: the default input].")  # fmt: skip
-@click.option("--input", "input_path", default=None, type=click.Path(dir_okay=False),
-              help="Read a WAV file instead of a microphone.")  # fmt: skip
+@click.option(
+    "--device",
+    default=None,
+    help="Input device: PortAudio index or name (e.g. 'pulse') [default: the default input].",
+)
+@click.option(
+    "--input",
+    "input_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Read a WAV file instead of a microphone.",
+)
 @click.option("--fast", is_flag=True, help="With --input: as fast as possible, not real time.")
-@click.option("--live-calls", is_flag=True,
-              help="With --input: call the model as for a microphone, each --chunk-ms "
-                   "block on its arrival unless no detection can come from it (default: a "
-                   "file runs in calls of the model's export chunk, e.g. 100 ms; the same "
-                   "detections either way).")  # fmt: skip
+@click.option(
+    "--live-calls",
+    is_flag=True,
+    help="With --input: call the model as for a microphone, each --chunk-ms "
+    "block on its arrival unless no detection can come from it (default: a "
+    "file runs in calls of the model's export chunk, e.g. 100 ms; the same "
+    "detections either way).",
+)
 @_spotter_options
 @click.option("--no-ui", is_flag=True, help="Plain output only (no live view).")
-def kws_cmd(model, device, input_path, fast, live_calls, keywords, threshold, refractory,
-            smooth_ms, chunk_ms, threads, no_ui):  # fmt: skip
+def kws_cmd(
+    model,
+    device,
+    input_path,
+    fast,
+    live_calls,
+    keywords,
+    threshold,
+    refractory,
+    smooth_ms,
+    chunk_ms,
+    threads,
+    no_ui,
+):
     """Spot keywords live with an exported per-step classifier MODEL (.onnx); without
     MODEL, the pretrained SC10 spotter shipped with the package (liquid_stream/models).
 
@@ -418,8 +478,9 @@ def kws_cmd(model, device, input_path, fast, live_calls, keywords, threshold, re
     if fast and not input_path:
         raise click.UsageError("--fast needs --input FILE.wav")
     if live_calls and not input_path:
-        raise click.UsageError("--live-calls needs --input FILE.wav (a microphone's calls "
-                               "are always these)")  # fmt: skip
+        raise click.UsageError(
+            "--live-calls needs --input FILE.wav (a microphone's calls are always these)"
+        )
     if model is None:
         from liquid_stream.models import KWS, ShippedModelMissing, shipped
 
@@ -456,8 +517,11 @@ def kws_cmd(model, device, input_path, fast, live_calls, keywords, threshold, re
                 rate_note = f", resampled to {spotter.sample_rate} Hz" * (
                     source.rate != spotter.sample_rate
                 )
-                print(f"listening on {source.name!r} at {source.rate} Hz{rate_note}; "
-                      "Ctrl-C to stop", file=err, flush=True)  # fmt: skip
+                print(
+                    f"listening on {source.name!r} at {source.rate} Hz{rate_note}; Ctrl-C to stop",
+                    file=err,
+                    flush=True,
+                )
                 summary = run_kws(spotter, source, mic=True, ui=ui)
         except AudioError as e:
             raise click.ClickException(str(e)) from e
@@ -468,10 +532,10 @@ def _stream_options(stream_help: str, labels_help: str):
     """``--stream`` (a WAV) and ``--labels`` (its CSV) of a labelled stream, both required."""
 
     def deco(fn):
-        fn = click.option("--labels", "labels_path", required=True, type=FILE,
-                          help=labels_help)(fn)  # fmt: skip
-        return click.option("--stream", "stream_path", required=True, type=FILE,
-                            help=stream_help)(fn)  # fmt: skip
+        fn = click.option("--labels", "labels_path", required=True, type=FILE, help=labels_help)(fn)
+        return click.option("--stream", "stream_path", required=True, type=FILE, help=stream_help)(
+            fn
+        )
 
     return deco
 
@@ -481,13 +545,34 @@ def _stream_options(stream_help: str, labels_help: str):
 @_stream_options(
     "Long WAV to spot keywords in.", "CSV start_s,end_s,word,is_keyword of the stream."
 )
-@click.option("--tolerance", default=1.0, show_default=True, type=click.FloatRange(0),
-              help="A detection counts until this long after the keyword's end.")  # fmt: skip
+@click.option(
+    "--tolerance",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="A detection counts until this long after the keyword's end.",
+)
 @_spotter_options
-@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
-              help="Write the metrics as JSON here and a plot next to it (.png).")  # fmt: skip
-def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold, refractory,
-                 smooth_ms, chunk_ms, threads, out_path):  # fmt: skip
+@click.option(
+    "--out",
+    "out_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Write the metrics as JSON here and a plot next to it (.png).",
+)
+def kws_eval_cmd(
+    model,
+    stream_path,
+    labels_path,
+    tolerance,
+    keywords,
+    threshold,
+    refractory,
+    smooth_ms,
+    chunk_ms,
+    threads,
+    out_path,
+):
     """Score MODEL on a labelled stream: detection rate, false accepts per hour, latency."""
     import json
     from pathlib import Path
@@ -523,20 +608,29 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
     if refused is not None:
         res.update(partial=True, error=f"{source.name}: {refused}")
     run = _summary(worker, wall, cpu, len(dets), False)
-    res.update(model=str(model), stream=str(stream_path),
-               threshold=float(spotter.thresholds.min()), smooth_ms=spotter.smooth_ms,
-               rtf=run["rtf"], latency_mean_ms=run["latency_mean_ms"],
-               latency_p95_ms=run["latency_p95_ms"],
-               detections=[{"time_s": round(d.time_s, 4), "keyword": d.keyword,
-                            "score": round(d.score, 4)} for d in dets])  # fmt: skip
+    res.update(
+        model=str(model),
+        stream=str(stream_path),
+        threshold=float(spotter.thresholds.min()),
+        smooth_ms=spotter.smooth_ms,
+        rtf=run["rtf"],
+        latency_mean_ms=run["latency_mean_ms"],
+        latency_p95_ms=run["latency_p95_ms"],
+        detections=[
+            {"time_s": round(d.time_s, 4), "keyword": d.keyword, "score": round(d.score, 4)}
+            for d in dets
+        ],
+    )
 
     def fmt(v, spec=".3f"):
         return "-" if v is None else format(v, spec)
 
     click.echo(f"{'keyword':<16}{'targets':>8}{'hit':>6}{'rate':>7}{'FA':>5}{'lat s':>8}")
     for k, r in res["per_keyword"].items():
-        click.echo(f"{k:<16}{r['targets']:>8}{r['detected']:>6}{fmt(r['detection_rate']):>7}"
-                   f"{r['false_accepts']:>5}{fmt(r['mean_latency_s']):>8}")  # fmt: skip
+        click.echo(
+            f"{k:<16}{r['targets']:>8}{r['detected']:>6}{fmt(r['detection_rate']):>7}"
+            f"{r['false_accepts']:>5}{fmt(r['mean_latency_s']):>8}"
+        )
     click.echo(
         f"detection rate {fmt(res['detection_rate'])} ({res['detected']}/{res['targets']}), "
         f"false accepts {res['false_accepts']} ({res['false_accepts_per_hour']:.1f}/h over "
@@ -544,8 +638,11 @@ def kws_eval_cmd(model, stream_path, labels_path, tolerance, keywords, threshold
         f"keyword's end, RTF {run['rtf']:.3f}"
     )
     if res["ignored_words"]:
-        click.echo(f"note: keywords in the labels the model does not spot: "
-                   f"{', '.join(res['ignored_words'])}", err=True)  # fmt: skip
+        click.echo(
+            f"note: keywords in the labels the model does not spot: "
+            f"{', '.join(res['ignored_words'])}",
+            err=True,
+        )
     if out_path:  # both files or neither: the plot first, the JSON last, each atomically
         from liquid_stream.apps.plots import NO_PLOT, can_plot
 
@@ -610,18 +707,39 @@ def _plot_eval(path, source, trace, spotter, truth, dets, until_s=None) -> None:
 
 @click.command("kws-tune")
 @click.argument("model", type=FILE)
-@_stream_options("A labelled VALIDATION stream (kws-stream --split validation).",
-                 "Its CSV start_s,end_s,word,is_keyword.")  # fmt: skip
-@click.option("--max-fa-per-hour", default=2.0, show_default=True, type=click.FloatRange(0),
-              help="False accepts per hour allowed on the stream.")  # fmt: skip
-@click.option("--write/--no-write", default=True, show_default=True,
-              help="Store the chosen threshold and smoothing in MODEL's metadata.")  # fmt: skip
-@click.option("--chunk-ms", default=10.0, show_default=True, type=click.FloatRange(0.1),
-              help="Audio per model call (the posteriors do not depend on it: the graphs "
-                   "are exact for any chunking; a graph exported for long chunks runs "
-                   "faster in them).")  # fmt: skip
-@click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
-              help="Write the whole grid (JSON) here.")  # fmt: skip
+@_stream_options(
+    "A labelled VALIDATION stream (kws-stream --split validation).",
+    "Its CSV start_s,end_s,word,is_keyword.",
+)
+@click.option(
+    "--max-fa-per-hour",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="False accepts per hour allowed on the stream.",
+)
+@click.option(
+    "--write/--no-write",
+    default=True,
+    show_default=True,
+    help="Store the chosen threshold and smoothing in MODEL's metadata.",
+)
+@click.option(
+    "--chunk-ms",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0.1),
+    help="Audio per model call (the posteriors do not depend on it: the graphs "
+    "are exact for any chunking; a graph exported for long chunks runs "
+    "faster in them).",
+)
+@click.option(
+    "--out",
+    "out_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Write the whole grid (JSON) here.",
+)
 def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, chunk_ms, out_path):
     """Choose MODEL's detection threshold and smoothing on a labelled validation stream:
     the highest detection rate with at most --max-fa-per-hour false accepts."""
@@ -659,8 +777,9 @@ def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, chunk_
         if write:
             write_tuning(model, res, Path(stream_path).name)
     except OSError as e:
-        raise click.ClickException(f"cannot write {where}: {e.strerror or e}; {model} is "
-                                   "unchanged") from None  # fmt: skip
+        raise click.ClickException(
+            f"cannot write {where}: {e.strerror or e}; {model} is unchanged"
+        ) from None
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     if write:

@@ -124,15 +124,23 @@ def tune_thresholds(
         s = smooth(p, max(1, int(round(sm / 1000 / dt))))
         for thr in threshold_grid:
             res = replay(s, dt, thr, keywords, truth, refractory, tolerance)
-            table.append({
-                "smooth_ms": sm, "threshold": thr,
-                "detection_rate": res["detection_rate"] or 0.0,
-                "false_accepts_per_hour": res["false_accepts_per_hour"],
-                "mean_latency_s": res["mean_latency_s"],
-            })  # fmt: skip
+            table.append(
+                {
+                    "smooth_ms": sm,
+                    "threshold": thr,
+                    "detection_rate": res["detection_rate"] or 0.0,
+                    "false_accepts_per_hour": res["false_accepts_per_hour"],
+                    "mean_latency_s": res["mean_latency_s"],
+                }
+            )
     best = choose(table, max_fa_per_hour)
-    return TuneResult(best["threshold"], best["smooth_ms"], best["detection_rate"],
-                      best["false_accepts_per_hour"], table)  # fmt: skip
+    return TuneResult(
+        best["threshold"],
+        best["smooth_ms"],
+        best["detection_rate"],
+        best["false_accepts_per_hour"],
+        table,
+    )
 
 
 def replay(

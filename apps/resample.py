@@ -109,9 +109,7 @@ class StreamResampler:
         max_rate = max(self.up, self.down)
         half_len = 10 * max_rate if self.up != self.down else 0
         self.h = (
-            kaiser_lowpass(2 * half_len + 1, 1.0 / max_rate) * self.up
-            if half_len
-            else np.ones(1)
+            kaiser_lowpass(2 * half_len + 1, 1.0 / max_rate) * self.up if half_len else np.ones(1)
         )
         self.delay_s = half_len / self.up / fs_in
         K = -(-len(self.h) // self.up)

@@ -633,19 +633,24 @@ class StreamServer:
                 )
                 view.waiting = bool(s.inbox)  # blocks not stepped yet: data, not silence
             streams.append(view.to_text(now))
-        server = json_safe({
-            "time": now,
-            "uptime_s": now - self.started,
-            "streams": len(self.streams),
-            "max_streams": self.max_streams,
-            "models": list(self.hosts),
-            "hosts": [{**h.describe(), "shard": i, **h.stats.to_json()}
-                      for banks in self.shards.values() for i, h in enumerate(banks)],
-            "budget_ms": self.budget * 1000,
-            "bulk_ms": self.bulk_ms,
-            "bulk_share": self.bulk_share,
-            "stale_s": self.stale_s,
-        })  # fmt: skip
+        server = json_safe(
+            {
+                "time": now,
+                "uptime_s": now - self.started,
+                "streams": len(self.streams),
+                "max_streams": self.max_streams,
+                "models": list(self.hosts),
+                "hosts": [
+                    {**h.describe(), "shard": i, **h.stats.to_json()}
+                    for banks in self.shards.values()
+                    for i, h in enumerate(banks)
+                ],
+                "budget_ms": self.budget * 1000,
+                "bulk_ms": self.bulk_ms,
+                "bulk_share": self.bulk_share,
+                "stale_s": self.stale_s,
+            }
+        )
         text = '{"server":' + json.dumps(server) + ',"streams":[' + ",".join(streams) + "]}"
         self._state_cache = (now, text)
         return text
@@ -896,10 +901,12 @@ class StreamServer:
         models = s.host.bank.models
         for i in self._used_models(s.host, channels):
             m = models[i]
-            center = np.broadcast_to(np.asarray(m.streamer.input_center, np.float64).reshape(-1),
-                                     (len(m.channels),))  # fmt: skip
-            half = np.broadcast_to(np.asarray(m.streamer.input_half_width, np.float64).reshape(-1),
-                                   (len(m.channels),))  # fmt: skip
+            center = np.broadcast_to(
+                np.asarray(m.streamer.input_center, np.float64).reshape(-1), (len(m.channels),)
+            )
+            half = np.broadcast_to(
+                np.asarray(m.streamer.input_half_width, np.float64).reshape(-1), (len(m.channels),)
+            )
             for j, c in enumerate(m.channels):
                 k = s.names.index(c)
                 lo[k] = max(lo[k], center[j] - half[j])
@@ -1204,9 +1211,14 @@ class StreamServer:
             reader = await loop.run_in_executor(None, lambda: LslReader(name, timeout))
         except LslError as e:
             raise ValueError(str(e)) from None
-        req = {"op": "open", "model": model or "vitals", "channels": list(reader.channels),
-               "sample_rate": reader.rate, "alarms": alarms,
-               "id": sid or f"lsl-{name}"}  # fmt: skip
+        req = {
+            "op": "open",
+            "model": model or "vitals",
+            "channels": list(reader.channels),
+            "sample_rate": reader.rate,
+            "alarms": alarms,
+            "id": sid or f"lsl-{name}",
+        }
         try:
             host, sid, kwargs, columns, rate, _ = self._open_request(req, {})
             self._reserved.add(sid)
@@ -1232,8 +1244,12 @@ class StreamServer:
         self.views.pop(sid, None)
         self.views[sid] = view
         self._state_cache = None  # a stream more: /api/state shows it at once
-        threading.Thread(target=self._pump_lsl, args=(loop, stream, reader, block_s),
-                         name=f"lsl-{name}", daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=self._pump_lsl,
+            args=(loop, stream, reader, block_s),
+            name=f"lsl-{name}",
+            daemon=True,
+        ).start()
         return sid
 
     def _pump_lsl(self, loop, s: _Stream, reader, block_s: float, poll_s: float = 0.02) -> None:

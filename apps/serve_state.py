@@ -154,12 +154,15 @@ def alarm_rule(text: str) -> dict | None:
         return None
     m = RULE_TEXT.search(text)
     return {
-        "name": rule.name, "vital": display(rule.vital), "op": rule.op,
+        "name": rule.name,
+        "vital": display(rule.vital),
+        "op": rule.op,
         "threshold": rule.threshold,
         "hold_s": int(m.group(1)) if m else rule.hold_s,
         "clear_level": finite(m.group(2)) if m else rule.clear_level,
-        "units": UNITS.get(rule.vital, ""), "text": text,
-    }  # fmt: skip
+        "units": UNITS.get(rule.vital, ""),
+        "text": text,
+    }
 
 
 def tech_channel(message: str) -> str | None:
@@ -359,15 +362,23 @@ class StreamView:
         there is no data."""
         now = time.time() if now is None else now
         stale = self.stale(now)
-        head = json.dumps({
-            "id": self.id, "task": self.task, "model": self.model,
-            "connected": self.connected, "stale": stale, "sample_rate": self.sample_rate,
-            "stream_time_s": self.stream_time, "health": self.health(now),
-            "alarms": [] if stale else list(self.alarms.values()),
-            "technical": [self.no_data_message()] if stale else self.technical,
-            "detections": list(self.detections),
-            "alarm_rules": self.rules,
-        }, allow_nan=False)  # fmt: skip
+        head = json.dumps(
+            {
+                "id": self.id,
+                "task": self.task,
+                "model": self.model,
+                "connected": self.connected,
+                "stale": stale,
+                "sample_rate": self.sample_rate,
+                "stream_time_s": self.stream_time,
+                "health": self.health(now),
+                "alarms": [] if stale else list(self.alarms.values()),
+                "technical": [self.no_data_message()] if stale else self.technical,
+                "detections": list(self.detections),
+                "alarm_rules": self.rules,
+            },
+            allow_nan=False,
+        )
         vitals = ",".join(self._vital_text(name, slot, stale) for name, slot in self.vitals.items())
         return head[:-1] + ',"vitals":{' + vitals + "}}"
 
@@ -375,14 +386,26 @@ class StreamView:
         """One vital's entry of ``vitals`` as JSON text (its history joined, not converted)."""
         reason, left = self.reason(name, slot, stale)
         return (
-            json.dumps(name) + ":" + json.dumps({
-                "value": slot.get("value"), "valid": slot.get("valid", False) and not stale,
-                "units": slot.get("units", ""), "status": slot.get("status") or "warmup",
-                "reason": reason, "left_s": left, "window_s": self.windows_s.get(name),
-            }, allow_nan=False)[:-1]
-            + ',"limits":' + self.limits.get(name, "[]")
-            + ',"history":[' + ",".join(slot["history"]) + "]}"
-        )  # fmt: skip
+            json.dumps(name)
+            + ":"
+            + json.dumps(
+                {
+                    "value": slot.get("value"),
+                    "valid": slot.get("valid", False) and not stale,
+                    "units": slot.get("units", ""),
+                    "status": slot.get("status") or "warmup",
+                    "reason": reason,
+                    "left_s": left,
+                    "window_s": self.windows_s.get(name),
+                },
+                allow_nan=False,
+            )[:-1]
+            + ',"limits":'
+            + self.limits.get(name, "[]")
+            + ',"history":['
+            + ",".join(slot["history"])
+            + "]}"
+        )
 
     def to_json(self, now: float | None = None) -> dict:
         """The stream's entry of ``/api/state`` (the schema in the module docstring)."""

@@ -87,11 +87,15 @@ class Dashboard:
         e = self.last
         table = Table(expand=True, box=None, pad_edge=False)
         for col, kw in (
-            ("vital", {}), ("estimate", {"justify": "right"}), ("", {"no_wrap": True}),
-            ("status", {}), ("monitor (window)", {"justify": "right"}),
-            ("monitor 1 Hz", {"justify": "right"}), (f"last {spark_width} s", {"no_wrap": True}),
+            ("vital", {}),
+            ("estimate", {"justify": "right"}),
+            ("", {"no_wrap": True}),
+            ("status", {}),
+            ("monitor (window)", {"justify": "right"}),
+            ("monitor 1 Hz", {"justify": "right"}),
+            (f"last {spark_width} s", {"no_wrap": True}),
             ("alarms", {}),
-        ):  # fmt: skip
+        ):
             table.add_column(col, **kw)
         for t in self.monitor.targets:
             units = self.monitor.units[t]
@@ -103,10 +107,15 @@ class Dashboard:
             est = Text(f"{val:.1f}" if math.isfinite(val) else "--", style="bold" if ok else "dim")
             alarms = [n for n, on in e.alarms.items() if n.startswith(t) and on]
             table.add_row(
-                t.upper(), est, units, Text(e.status[t], style="green" if ok else "yellow"),
-                _num(e.ref.get(t)), _num(e.ref_1hz.get(t)), sparkline(self.hist[t], spark_width),
+                t.upper(),
+                est,
+                units,
+                Text(e.status[t], style="green" if ok else "yellow"),
+                _num(e.ref.get(t)),
+                _num(e.ref_1hz.get(t)),
+                sparkline(self.hist[t], spark_width),
                 Text(" ".join(alarms) or "-", style="bold white on red" if alarms else "dim"),
-            )  # fmt: skip
+            )
         now = e.time_s if e else 0
         speed = "max" if self.speed is None else f"{self.speed:g}x"
         head = (
@@ -115,8 +124,9 @@ class Dashboard:
         )
         log = Text("\n".join(self.log) or "no alarm events", style="dim" if not self.log else "")
         if e is not None and e.technical:
-            log = Group(Text("TECHNICAL: " + "; ".join(e.technical), style="bold black on yellow"),
-                        log)  # fmt: skip
+            log = Group(
+                Text("TECHNICAL: " + "; ".join(e.technical), style="bold black on yellow"), log
+            )
         return Panel(Group(table, Text(""), log), title="liquid-stream vitals", subtitle=head)
 
 
@@ -220,9 +230,22 @@ def _num(v) -> str:
     "--threads", default=1, show_default=True, type=click.IntRange(1), help="ORT threads/model."
 )
 def vitals_cmd(
-    models, record, lsl_name, lsl_out, lsl_timeout, lsl_labels, lsl_block, duration, speed,
-    alarms, alarm_hold, max_gap, out_dir, no_ui, threads,
-):  # fmt: skip
+    models,
+    record,
+    lsl_name,
+    lsl_out,
+    lsl_timeout,
+    lsl_labels,
+    lsl_block,
+    duration,
+    speed,
+    alarms,
+    alarm_hold,
+    max_gap,
+    out_dir,
+    no_ui,
+    threads,
+):
     """Stream a WFDB RECORD (or the live LSL stream --lsl NAME) through 1-3 exported
     vital-sign MODELS (hr / rr / spo2); with no MODEL, the shipped models that fit the
     channels (PLETH + II, or PLETH; RR from RESP when there is one; SpO2 from IR + RED).
@@ -244,16 +267,29 @@ def vitals_cmd(
     if (record is None) == (lsl_name is None):
         raise click.UsageError("give --record RECORD or --lsl NAME (one of them)")
     if lsl_name is None:
-        for opt, val in (("--lsl-out", lsl_out), ("--lsl-labels", lsl_labels),
-                         ("--duration", duration)):  # fmt: skip
+        for opt, val in (
+            ("--lsl-out", lsl_out),
+            ("--lsl-labels", lsl_labels),
+            ("--duration", duration),
+        ):
             if val is not None:
                 raise click.UsageError(f"{opt} needs --lsl")
     else:
         labels = None if lsl_labels is None else [x.strip() for x in lsl_labels.split(",")]
         return _vitals_lsl(
-            models, lsl_name, lsl_out, lsl_timeout, labels, lsl_block, duration, alarms,
-            alarm_hold, max_gap, out_dir, threads,
-        )  # fmt: skip
+            models,
+            lsl_name,
+            lsl_out,
+            lsl_timeout,
+            labels,
+            lsl_block,
+            duration,
+            alarms,
+            alarm_hold,
+            max_gap,
+            out_dir,
+            threads,
+        )
     from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
     from liquid_stream.apps.vitals_model import VitalsError
     from liquid_stream.apps.vitals_run import open_record, run_record
@@ -268,8 +304,10 @@ def vitals_cmd(
             raise click.ClickException(str(e)) from None
         click.echo(f"no MODEL given: the shipped models {', '.join(Path(m).stem for m in models)}")
         if not any(Path(m).stem.endswith("-hr") for m in models):
-            click.echo("note: no shipped HR model reads these channels (an ECG alone has none "
-                       "yet): no HR", err=True)  # fmt: skip
+            click.echo(
+                "note: no shipped HR model reads these channels (an ECG alone has none yet): no HR",
+                err=True,
+            )
     try:
         rules = parse_alarms(list(alarms), hold_s=alarm_hold)
         monitor, source = open_record(models, record, rules, max_gap, threads)
@@ -284,7 +322,7 @@ def vitals_cmd(
             f"{source.numerics_name} ({', '.join(source.numerics)})"
             if source.numerics_name
             else "none (no reference)"
-        )  # fmt: skip
+        )
     )
     _describe_monitor(monitor, f"record at {source.fs:g} Hz", echo)
     for w in source.warnings:
@@ -312,8 +350,9 @@ def vitals_cmd(
         echo("stopped at a refused sample: writing what was streamed before it", err=True)
 
     out = Path(out_dir) if out_dir else Path("runs") / "vitals" / source.name
-    _write_results(result, out, source.name, source.name, _summary(result, source, monitor, speed),
-                   echo)  # fmt: skip
+    _write_results(
+        result, out, source.name, source.name, _summary(result, source, monitor, speed), echo
+    )
     if result.error:
         raise click.ClickException(f"record {source.name}: {result.error}")
 
@@ -391,9 +430,19 @@ def _describe_monitor(monitor, source_rate: str, echo) -> None:
 
 
 def _vitals_lsl(
-    models, name, lsl_out, timeout, labels, block_s, duration, alarms, alarm_hold, max_gap,
-    out_dir, threads,
-):  # fmt: skip
+    models,
+    name,
+    lsl_out,
+    timeout,
+    labels,
+    block_s,
+    duration,
+    alarms,
+    alarm_hold,
+    max_gap,
+    out_dir,
+    threads,
+):
     """``vitals --lsl NAME``: the monitor on a live LSL stream (apps/vitals_lsl.py)."""
     import re
 
@@ -434,9 +483,12 @@ def _vitals_lsl(
         if lsl_out:
             try:
                 publisher = LslPublisher(
-                    lsl_out, monitor.targets, monitor.units, source=name,
+                    lsl_out,
+                    monitor.targets,
+                    monitor.units,
+                    source=name,
                     info={"models": ", ".join(m.path.name for m in monitor.models)},
-                )  # fmt: skip
+                )
             except LslError as e:
                 raise click.ClickException(str(e)) from None
             chans = ", ".join(
@@ -459,9 +511,14 @@ def _vitals_lsl(
         restore = interrupt_on_signals()  # SIGTERM stops like Ctrl-C: results written
         try:
             result = run_lsl(
-                monitor, reader, publisher, on_estimate, block_s=block_s, duration_s=duration,
+                monitor,
+                reader,
+                publisher,
+                on_estimate,
+                block_s=block_s,
+                duration_s=duration,
                 source=source,
-            )  # fmt: skip
+            )
         finally:
             restore()
     finally:
@@ -475,10 +532,13 @@ def _vitals_lsl(
     out = Path(out_dir) if out_dir else Path("runs") / "vitals" / f"lsl-{safe}"
     summary = _summary(result, source, monitor, "live")
     summary["lsl"] = {
-        "stream": name, "channels": dict(zip(reader.channels, reader.labels, strict=True)),
-        "ignored": reader.ignored, "end": source.end, "published_as": lsl_out,
+        "stream": name,
+        "channels": dict(zip(reader.channels, reader.labels, strict=True)),
+        "ignored": reader.ignored,
+        "end": source.end,
+        "published_as": lsl_out,
         "published_samples": publisher.samples if publisher else 0,
-    }  # fmt: skip
+    }
     _write_results(result, out, f"lsl-{safe}", f"LSL {name}", summary, echo)
     if result.error:
         raise click.ClickException(f"LSL stream {name}: {result.error}")
@@ -612,15 +672,20 @@ def _print_summary(s: dict, echo) -> None:
         c = check.get(name)
         echo(
             f"  alarm {name}: {a['episodes']} episode(s), active {a['active_s']} s"
-            + (f"; vs the reference: {c['true_s']} s true, {c['false_s']} s false, "
-               f"{c['missed_s']} s missed, {c['false_episodes']} false episode(s); vs the "
-               f"same rule on the reference: {c['false_vs_ref_s']} s false, "
-               f"{c['missed_vs_ref_s']} s missed" if c else "")
-        )  # fmt: skip
+            + (
+                f"; vs the reference: {c['true_s']} s true, {c['false_s']} s false, "
+                f"{c['missed_s']} s missed, {c['false_episodes']} false episode(s); vs the "
+                f"same rule on the reference: {c['false_vs_ref_s']} s false, "
+                f"{c['missed_vs_ref_s']} s missed"
+                if c
+                else ""
+            )
+        )
     rtf = s["real_time_factor"]
     echo(
         f"timing: {s['duration_s']:.1f} s of signal, {s['compute_s']:.3f} s compute -> "
-        f"real-time factor {f(rtf, 4)}" + (f" ({1 / rtf:.0f}x real time)" if rtf else "")
+        f"real-time factor {f(rtf, 4)}"
+        + (f" ({1 / rtf:.0f}x real time)" if rtf else "")
         + f"; per-chunk (1 s) latency mean {f(s['latency_ms_mean'])} ms, p95 "
         f"{f(s['latency_ms_p95'])} ms; wall {s['wall_s']:.2f} s"
-    )  # fmt: skip
+    )

@@ -96,9 +96,14 @@ def monitor_for(
     """A :class:`VitalsMonitor` of ``models`` reading ``reader``'s channels at its rate."""
     try:
         return VitalsMonitor(
-            models, alarms, channels=reader.channels, input_rate=reader.rate,
-            max_gap_s=max_gap_s, threads=threads, out_of_range=out_of_range,
-        )  # fmt: skip
+            models,
+            alarms,
+            channels=reader.channels,
+            input_rate=reader.rate,
+            max_gap_s=max_gap_s,
+            threads=threads,
+            out_of_range=out_of_range,
+        )
     except VitalsError as e:
         if "is not in the input" not in str(e):
             raise

@@ -78,8 +78,10 @@ def load_model(path: str | Path, threads: int | None = 1) -> VitalModel:
     if not s.sample_rate or s.sample_rate <= 0:
         raise VitalsError(f"{path.name}: metadata has no sample_rate")
     if s.sample_rate > FS_RANGE[1]:  # the highest rate a record may have (liquid_stream.wfdb)
-        raise VitalsError(f"{path.name}: metadata sample_rate {s.sample_rate:g} Hz is above the "
-                          f"highest vital-sign input rate, {FS_RANGE[1]:g} Hz")  # fmt: skip
+        raise VitalsError(
+            f"{path.name}: metadata sample_rate {s.sample_rate:g} Hz is above the "
+            f"highest vital-sign input rate, {FS_RANGE[1]:g} Hz"
+        )
     if abs(s.sample_rate - round(s.sample_rate)) > 1e-9:
         raise VitalsError(f"{path.name}: sample rate {s.sample_rate} Hz is not a whole number")
     window = meta.decoder_window

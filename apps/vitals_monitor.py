@@ -281,8 +281,9 @@ class _Lane:
         self.last_bridged = max(self.last_bridged, last)
 
     def _skip(self, g0: int, n: int) -> None:
-        off = {ch: "no data" for ch, bad in zip(self.model.channels, self.gap_cols, strict=True)
-               if bad}  # fmt: skip
+        off = {
+            ch: "no data" for ch, bad in zip(self.model.channels, self.gap_cols, strict=True) if bad
+        }
         for i in self._boundaries(g0, n):
             sec = (i + 1) // self.sps
             self.out[sec] = (math.nan, "gap")
@@ -303,10 +304,26 @@ class _Lane:
         self.recent = self.recent[:0]
         self.sign, self.decided = 1.0, False
 
-    _STATE = ("n_in", "gap_start", "gap_long", "held", "anchor", "first_fed", "last_bridged",
-              "short_gaps", "short_gap_samples", "long_gaps", "long_gap_samples",
-              "out_of_range", "out_of_range_first", "recent", "last_bad",
-              "gap_cols", "sign", "decided")  # fmt: skip
+    _STATE = (
+        "n_in",
+        "gap_start",
+        "gap_long",
+        "held",
+        "anchor",
+        "first_fed",
+        "last_bridged",
+        "short_gaps",
+        "short_gap_samples",
+        "long_gaps",
+        "long_gap_samples",
+        "out_of_range",
+        "out_of_range_first",
+        "recent",
+        "last_bad",
+        "gap_cols",
+        "sign",
+        "decided",
+    )
 
     def snapshot(self) -> tuple:
         """Everything :meth:`push` changes (arrays are replaced, never written in place)."""
@@ -500,8 +517,10 @@ class VitalsMonitor:
         self.set_input_rate(input_rate or self.sample_rate)
         max_gap = int(round(max_gap_s * self.sample_rate))
         self.deferred = deferred
-        self._lanes = [_Lane(m, [self.channels.index(c) for c in m.channels], max_gap, deferred)
-                       for m in self.models]  # fmt: skip
+        self._lanes = [
+            _Lane(m, [self.channels.index(c) for c in m.channels], max_gap, deferred)
+            for m in self.models
+        ]
         if alarms and isinstance(next(iter(alarms)), AlarmRule):
             rules = list(alarms)
         else:
@@ -631,8 +650,9 @@ class VitalsMonitor:
                 values[lane.model.target], status[lane.model.target] = lane.out.pop(k)
                 verdicts.update(lane.tech.pop(k, {}))
             est = Estimate(k, values, status)
-            est.technical = [technical_message(c, verdicts[c]) for c in self.channels
-                             if c in verdicts]  # fmt: skip
+            est.technical = [
+                technical_message(c, verdicts[c]) for c in self.channels if c in verdicts
+            ]
             now = set(est.technical)
             est.tech_events = [(m, "off") for m in self._technical if m not in now] + [
                 (m, "on") for m in est.technical if m not in self._technical

@@ -102,13 +102,21 @@ class EstimateLog(Sequence[Estimate]):
 
     def _row(self, i: int) -> Estimate:
         get = {f: self._table[f][self._idx[f][i]] for f in self._OTHERS}
-        nums = [{k: self._num[f][k][i] for k in ks}
-                for f, ks in zip(self._NUMBERS, get["keys"], strict=True)]  # fmt: skip
+        nums = [
+            {k: self._num[f][k][i] for k in ks}
+            for f, ks in zip(self._NUMBERS, get["keys"], strict=True)
+        ]
         return Estimate(
-            self._time[i], nums[0], dict(get["status"]), dict(get["alarms"]),
-            list(get["events"]), nums[1], nums[2], list(get["technical"]),
+            self._time[i],
+            nums[0],
+            dict(get["status"]),
+            dict(get["alarms"]),
+            list(get["events"]),
+            nums[1],
+            nums[2],
+            list(get["technical"]),
             list(get["tech_events"]),
-        )  # fmt: skip
+        )
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -208,9 +216,12 @@ class RunResult:
                 row: list = [e.time_s]
                 for t in self.targets:
                     row += [
-                        _fmt(e.values[t]), int(e.status[t] == "ok"), e.status[t],
-                        _fmt(e.ref.get(t, math.nan)), _fmt(e.ref_1hz.get(t, math.nan)),
-                    ]  # fmt: skip
+                        _fmt(e.values[t]),
+                        int(e.status[t] == "ok"),
+                        e.status[t],
+                        _fmt(e.ref.get(t, math.nan)),
+                        _fmt(e.ref_1hz.get(t, math.nan)),
+                    ]
                 row += [int(e.alarms.get(a.rule.name, False)) for a in self.alarms]
                 row.append("; ".join(e.technical))
                 w.writerow(row)
@@ -227,8 +238,9 @@ class RunResult:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         t = np.array([e.time_s for e in self.estimates], dtype=np.float64)
-        fig, axes = plt.subplots(len(self.targets), 1, figsize=(10, 2.6 * len(self.targets)),
-                                 sharex=True, squeeze=False)  # fmt: skip
+        fig, axes = plt.subplots(
+            len(self.targets), 1, figsize=(10, 2.6 * len(self.targets)), sharex=True, squeeze=False
+        )
         for ax, tgt in zip(axes[:, 0], self.targets, strict=True):
             est = np.array([e.values[tgt] for e in self.estimates], dtype=np.float64)
             ok = np.array([e.status[tgt] == "ok" for e in self.estimates])
@@ -243,9 +255,16 @@ class RunResult:
             nosig = np.array([e.status[tgt] == "nosignal" for e in self.estimates])
             if nosig.any():
                 ax.fill_between(
-                    t, 0, 1, where=nosig, color="0.3", alpha=0.15, step="pre",
-                    transform=ax.get_xaxis_transform(), label="no signal",
-                )  # fmt: skip
+                    t,
+                    0,
+                    1,
+                    where=nosig,
+                    color="0.3",
+                    alpha=0.15,
+                    step="pre",
+                    transform=ax.get_xaxis_transform(),
+                    label="no signal",
+                )
             for a in self.alarms:
                 if a.rule.vital != tgt:
                     continue
@@ -253,9 +272,16 @@ class RunResult:
                 on = np.array([e.alarms.get(a.rule.name, False) for e in self.estimates])
                 if on.any():
                     ax.fill_between(
-                        t, 0, 1, where=on, color="C3", alpha=0.15, step="pre",
-                        transform=ax.get_xaxis_transform(), label=a.rule.name,
-                    )  # fmt: skip
+                        t,
+                        0,
+                        1,
+                        where=on,
+                        color="C3",
+                        alpha=0.15,
+                        step="pre",
+                        transform=ax.get_xaxis_transform(),
+                        label=a.rule.name,
+                    )
             ax.set_ylabel(f"{tgt.upper()} [{self.units[tgt]}]")
             ax.legend(loc="upper right", fontsize=7, ncol=3)
             ax.grid(alpha=0.3)

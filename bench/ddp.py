@@ -22,10 +22,27 @@ from pathlib import Path
 
 
 def wall(args, k: int, steps: int, out: Path) -> float:
-    cmd = [sys.executable, "-m", "liquid_stream.cli", "train", args.task, "--preset", args.preset,
-           "--out", str(out), "--max-steps", str(steps), "--nproc", str(k),
-           "--set", f"optim.batch_size={args.batch // k}", "--set", "train.progress=false",
-           "--set", f"train.threads={max(1, args.threads // k)}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "liquid_stream.cli",
+        "train",
+        args.task,
+        "--preset",
+        args.preset,
+        "--out",
+        str(out),
+        "--max-steps",
+        str(steps),
+        "--nproc",
+        str(k),
+        "--set",
+        f"optim.batch_size={args.batch // k}",
+        "--set",
+        "train.progress=false",
+        "--set",
+        f"train.threads={max(1, args.threads // k)}",
+    ]
     if args.target:
         cmd += ["--target", args.target]
     if args.device:
@@ -55,17 +72,22 @@ def main() -> None:
         for k in args.nprocs:
             w = {s: wall(args, k, s, Path(tmp) / f"k{k}-s{s}") for s in (args.short, args.long)}
             per_step = (w[args.long] - w[args.short]) / (args.long - args.short)
-            rows.append({"nproc": k, "per_rank_batch": args.batch // k, "s_per_step": per_step,
-                         "wall": w})  # fmt: skip
+            rows.append(
+                {"nproc": k, "per_rank_batch": args.batch // k, "s_per_step": per_step, "wall": w}
+            )
             print(f"{k} process(es): {per_step:.3f} s/step", flush=True)
     base = rows[0]["s_per_step"]
-    print(f"\n{args.task} --preset {args.preset}, global batch {args.batch}, "
-          f"{args.threads} CPU threads in total, device {args.device or 'preset'}")  # fmt: skip
+    print(
+        f"\n{args.task} --preset {args.preset}, global batch {args.batch}, "
+        f"{args.threads} CPU threads in total, device {args.device or 'preset'}"
+    )
     print("| processes | batch per process | s / step | speed-up |")
     print("|---|---|---|---|")
     for r in rows:
-        print(f"| {r['nproc']} | {r['per_rank_batch']} | {r['s_per_step']:.3f} | "
-              f"{base / r['s_per_step']:.2f}× |")  # fmt: skip
+        print(
+            f"| {r['nproc']} | {r['per_rank_batch']} | {r['s_per_step']:.3f} | "
+            f"{base / r['s_per_step']:.2f}× |"
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"argv": sys.argv[1:], "rows": rows}, indent=1))
 

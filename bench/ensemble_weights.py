@@ -62,8 +62,14 @@ def streamed_cached(model: Path, records: list[Path], cache: Path | None):
     """:func:`vitals_stream.streamed`, read from / written to ``cache`` when given."""
     if cache is None:
         return streamed(model, records)
-    files = sorted({f for r in records for n in (r.name, r.name + "n")  # signals, numerics
-                    for f in r.parent.glob(n + ".*")})  # fmt: skip
+    files = sorted(
+        {
+            f
+            for r in records
+            for n in (r.name, r.name + "n")  # signals, numerics
+            for f in r.parent.glob(n + ".*")
+        }
+    )
     path = cache / f"{digest([model])}-{digest(files)}.npz"
     if path.exists():
         z = np.load(path)

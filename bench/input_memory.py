@@ -90,8 +90,7 @@ def write_record(root: Path, name: str, hours: float, seed: int = 0) -> Path:
 
 def write_in_child(kind: str, path: Path, hours: float) -> None:
     """Write an input in a child process (module docstring: why)."""
-    subprocess.run([sys.executable, __file__, "--write", kind, str(path), repr(hours)],
-                   check=True)  # fmt: skip
+    subprocess.run([sys.executable, __file__, "--write", kind, str(path), repr(hours)], check=True)
 
 
 def peak_rss(cmd: list[str], log: Path) -> tuple[float, float, int]:
@@ -143,28 +142,41 @@ def main() -> None:
                 rec = d / "records" / name
                 write_in_child("record", rec, hours)
                 size = Path(f"{rec}.dat").stat().st_size
-                cmd = [*CLI, "vitals", "--record", str(rec), "--speed", "max", "--no-ui",
-                       "--out", str(d / "out" / name)]  # fmt: skip
+                cmd = [
+                    *CLI,
+                    "vitals",
+                    "--record",
+                    str(rec),
+                    "--speed",
+                    "max",
+                    "--no-ui",
+                    "--out",
+                    str(d / "out" / name),
+                ]
                 rows.append(("vitals", hours, size, *peak_rss(cmd, d / "vitals.log")))
     finally:
         if tmp is not None:
             tmp.cleanup()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     print("| command | input | hours | file MB | peak RSS MB | wall s | exit |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for app, hours, size, rss, wall, rc in rows:
         kind = "WAV 16 kHz int16" if app == "kws" else "WFDB 125 Hz PLETH+II"
-        print(f"| {app} | {kind} | {hours:g} | {size / 2**20:.0f} | {rss:.0f} | {wall:.0f} "
-              f"| {rc} |")  # fmt: skip
+        print(
+            f"| {app} | {kind} | {hours:g} | {size / 2**20:.0f} | {rss:.0f} | {wall:.0f} | {rc} |"
+        )
     for app in ("kws", "vitals"):
         r = [row for row in rows if row[0] == app]
         if len(r) == 2:
             (_, h0, _, m0, _, _), (_, h1, _, m1, _, _) = r
             hours, goal = GOALS_MB[app]
             ok = "met" if m1 <= goal and h1 >= hours else ("NOT met" if m1 > goal else "n/a")
-            print(f"{app}: {(m1 - m0) / (h1 - h0):+.1f} MB per hour of input; goal <= {goal:g} "
-                  f"MB on {hours:g} h: {ok} ({m1:.0f} MB on {h1:g} h)")  # fmt: skip
+            print(
+                f"{app}: {(m1 - m0) / (h1 - h0):+.1f} MB per hour of input; goal <= {goal:g} "
+                f"MB on {hours:g} h: {ok} ({m1:.0f} MB on {h1:g} h)"
+            )
     print(f"command: python {shlex.join(['bench/input_memory.py', *sys.argv[1:]])}")
     print(f"date: {datetime.date.today()}  commit: {commit}  python {sys.version.split()[0]}")
 

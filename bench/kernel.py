@@ -119,9 +119,13 @@ def worker(cfg: Config) -> dict[str, Any]:
         layer = official_layer(cfg)
     else:
         layer = LiquidS4(
-            d_model=cfg["H"], d_state=cfg["N"], mode=cfg["mode"], liquid=cfg["liquid"],
-            liquid_order=2, backend=cfg["backend"],
-        )  # fmt: skip
+            d_model=cfg["H"],
+            d_state=cfg["N"],
+            mode=cfg["mode"],
+            liquid=cfg["liquid"],
+            liquid_order=2,
+            backend=cfg["backend"],
+        )
     u = torch.randn(cfg["B"], cfg["L"], cfg["H"])
     rel_err = None
     if cfg["naive"]:
@@ -156,8 +160,15 @@ def worker(cfg: Config) -> dict[str, Any]:
         with torch.no_grad():
             y = layer(u)
         rel_err = float((y - ref).abs().max() / ref.abs().max())
-    return {"warmup_s": warm, "times": times, "peak_gb": rss_gb(), "base_gb": base_gb,
-            "load": load, "others": others, "rel_err": rel_err}  # fmt: skip
+    return {
+        "warmup_s": warm,
+        "times": times,
+        "peak_gb": rss_gb(),
+        "base_gb": base_gb,
+        "load": load,
+        "others": others,
+        "rel_err": rel_err,
+    }
 
 
 OFFICIAL_LAYER = Path("src/models/sequence/ss/s4.py")
@@ -188,15 +199,25 @@ def official_layer(cfg: Config):
     logging.disable(logging.ERROR)  # its import warns about the missing fast kernels
     from src.models.sequence.ss.s4 import S4  # type: ignore[import-not-found]
 
-    return S4(d_model=cfg["H"], d_state=cfg["N"], l_max=cfg["L"], transposed=False,
-              liquid_kernel="polyb", liquid_degree=2, mode="nplr", measure="legs")  # fmt: skip
+    return S4(
+        d_model=cfg["H"],
+        d_state=cfg["N"],
+        l_max=cfg["L"],
+        transposed=False,
+        liquid_kernel="polyb",
+        liquid_degree=2,
+        mode="nplr",
+        measure="legs",
+    )
 
 
 def official_note(path: str) -> str | None:
     """Why the official code at ``path`` cannot be timed (None: it looks usable)."""
     if not (Path(path) / OFFICIAL_LAYER).is_file():
-        return (f"no official Liquid-S4 code at {path} (expected {OFFICIAL_LAYER} of a "
-                "github raminmh/liquid-s4 checkout)")  # fmt: skip
+        return (
+            f"no official Liquid-S4 code at {path} (expected {OFFICIAL_LAYER} of a "
+            "github raminmh/liquid-s4 checkout)"
+        )
     return None
 
 
@@ -310,19 +331,46 @@ def configs(args: argparse.Namespace) -> list[Config]:
                         cfg = dict(base, L=L, N=N, mode=mode, liquid=liquid, backend=backend)
                         out.append(cfg)
                     if args.naive and (mode == "dplr" or liquid == "ltc"):
-                        cfg = dict(base, L=L, N=N, mode=mode, liquid=liquid, backend="torch",
-                                   naive=True, kind="naive")  # fmt: skip
+                        cfg = dict(
+                            base,
+                            L=L,
+                            N=N,
+                            mode=mode,
+                            liquid=liquid,
+                            backend="torch",
+                            naive=True,
+                            kind="naive",
+                        )
                         cfg["naive_est_gb"] = naive_estimate_gb(cfg)
                         out.append(cfg)
     if args.memcheck:
-        out.append(dict(base, H=512, B=1, L=16384, N=64, mode="dplr", liquid="pb",
-                        backend="torch", kind="memcheck"))  # fmt: skip
+        out.append(
+            dict(
+                base,
+                H=512,
+                B=1,
+                L=16384,
+                N=64,
+                mode="dplr",
+                liquid="pb",
+                backend="torch",
+                kind="memcheck",
+            )
+        )
     return out
 
 
 def key(cfg: Config) -> tuple:
-    return (cfg["kind"], cfg["H"], cfg["B"], cfg["L"], cfg["N"], cfg["mode"], cfg["liquid"],
-            cfg["backend"])  # fmt: skip
+    return (
+        cfg["kind"],
+        cfg["H"],
+        cfg["B"],
+        cfg["L"],
+        cfg["N"],
+        cfg["mode"],
+        cfg["liquid"],
+        cfg["backend"],
+    )
 
 
 def main() -> None:
@@ -335,17 +383,29 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="interleaved passes over the sweep")
     ap.add_argument("--reps", type=int, default=3, help="timed calls per process (after 1 warm-up)")
     ap.add_argument("--batch", type=int, default=2, help="batch size B of u (B, L, H)")
-    ap.add_argument("--compare-official", metavar="PATH", default=None,
-                    help="time the official Liquid-S4 layer (a raminmh/liquid-s4 checkout at "
-                         "PATH) beside ours (dplr, PB) at the same B, H, L, N")  # fmt: skip
+    ap.add_argument(
+        "--compare-official",
+        metavar="PATH",
+        default=None,
+        help="time the official Liquid-S4 layer (a raminmh/liquid-s4 checkout at "
+        "PATH) beside ours (dplr, PB) at the same B, H, L, N",
+    )
     ap.add_argument("--naive-max-gb", type=float, default=8.0)
     ap.add_argument("--no-naive", dest="naive", action="store_false")
     ap.add_argument("--no-memcheck", dest="memcheck", action="store_false")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per subprocess")
-    ap.add_argument("--idle-wait", type=float, default=60.0,
-                    help="max seconds to wait before each run for other processes to go idle")
-    ap.add_argument("--retries", type=int, default=2,
-                    help="reruns of a configuration disturbed by other processes")
+    ap.add_argument(
+        "--idle-wait",
+        type=float,
+        default=60.0,
+        help="max seconds to wait before each run for other processes to go idle",
+    )
+    ap.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="reruns of a configuration disturbed by other processes",
+    )
     ap.add_argument("--quick", action="store_true", help="L=1024,4000; N=7; PB only")
     ap.add_argument("--profile", action="store_true", help="only profile dplr/PB N=64 L=16000")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -373,8 +433,9 @@ def main() -> None:
     for rnd in range(args.rounds):
         order = todo if rnd % 2 == 0 else todo[::-1]  # interleave: alternate the order
         for i, cfg in enumerate(order):
-            tag = " ".join(f"{k}={cfg[k]}" for k in ("kind", "mode", "backend", "liquid", "B",
-                                                     "N", "L"))  # fmt: skip
+            tag = " ".join(
+                f"{k}={cfg[k]}" for k in ("kind", "mode", "backend", "liquid", "B", "N", "L")
+            )
             if cfg["naive"] and cfg["naive_est_gb"] > args.naive_max_gb:
                 res = {"skipped": f"estimated {cfg['naive_est_gb']:.1f} GB > {args.naive_max_gb}"}
             elif cfg["kind"] == "official" and note:
@@ -382,16 +443,29 @@ def main() -> None:
             else:
                 res = measure(cfg, args)
             samples.setdefault(key(cfg), []).append(res)
-            msg = res.get("error") or res.get("skipped") or (
-                f"median {statistics.median(res['times']):.3f} s, peak {res['peak_gb']:.2f} GB, "
-                f"others used {res['others']:.0%} of the CPUs, {res['attempts']} attempt(s)"
+            msg = (
+                res.get("error")
+                or res.get("skipped")
+                or (
+                    f"median {statistics.median(res['times']):.3f} s, "
+                    f"peak {res['peak_gb']:.2f} GB, "
+                    f"others used {res['others']:.0%} of the CPUs, "
+                    f"{res['attempts']} attempt(s)"
+                )
             )
-            print(f"[{time.perf_counter() - t0:6.0f} s] round {rnd + 1} {i + 1}/{len(order)} "
-                  f"{tag}: {msg}", flush=True)  # fmt: skip
+            print(
+                f"[{time.perf_counter() - t0:6.0f} s] round {rnd + 1} {i + 1}/{len(order)} "
+                f"{tag}: {msg}",
+                flush=True,
+            )
 
     rows = [summarise(cfg, samples[key(cfg)]) for cfg in todo]
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "argv": sys.argv[1:],
-            "wall_s": time.perf_counter() - t0, "commit": git_commit()}  # fmt: skip
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "argv": sys.argv[1:],
+        "wall_s": time.perf_counter() - t0,
+        "commit": git_commit(),
+    }
     if args.compare_official:
         print_official(rows, args, note)
         path = out_dir / "kernel_official.json"
@@ -401,8 +475,9 @@ def main() -> None:
     print_report(rows, args)
     (out_dir / "kernel.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     plot(rows, args, out_dir / "kernel.png")
-    print(f"\nwrote {out_dir / 'kernel.json'} and {out_dir / 'kernel.png'} "
-          f"({meta['wall_s']:.0f} s)")  # fmt: skip
+    print(
+        f"\nwrote {out_dir / 'kernel.json'} and {out_dir / 'kernel.png'} ({meta['wall_s']:.0f} s)"
+    )
 
 
 def summarise(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -414,19 +489,28 @@ def summarise(cfg: Config, results: list[dict[str, Any]]) -> dict[str, Any]:
         return row
     times = [t for r in ok for t in r["times"]]
     row.update(
-        status="ok", median_s=statistics.median(times), times=times,
-        peak_gb=max(r["peak_gb"] for r in ok), base_gb=min(r["base_gb"] for r in ok),
-        warmup_s=[r["warmup_s"] for r in ok], load=[r["load"] for r in ok],
-        others=[r["others"] for r in ok], attempts=[r["attempts"] for r in ok],
+        status="ok",
+        median_s=statistics.median(times),
+        times=times,
+        peak_gb=max(r["peak_gb"] for r in ok),
+        base_gb=min(r["base_gb"] for r in ok),
+        warmup_s=[r["warmup_s"] for r in ok],
+        load=[r["load"] for r in ok],
+        others=[r["others"] for r in ok],
+        attempts=[r["attempts"] for r in ok],
         rel_err=ok[0]["rel_err"],
-    )  # fmt: skip
+    )
     return row
 
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, check=True)  # fmt: skip
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -454,12 +538,16 @@ def fmt_gb(row: dict[str, Any] | None) -> str:
 def print_report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     by = {(r["kind"], r["mode"], r["backend"], r["liquid"], r["N"], r["L"]): r for r in rows}
     liq = {None: "—", "pb": "PB", "kb": "KB", "ltc": "LTC"}
-    print(f"\nfwd+bwd of one LiquidS4 layer, B={args.batch}, H=128, liquid_order=2, 2 threads; "
-          "median seconds / peak RSS GB")  # fmt: skip
+    print(
+        f"\nfwd+bwd of one LiquidS4 layer, B={args.batch}, H=128, liquid_order=2, 2 threads; "
+        "median seconds / peak RSS GB"
+    )
     print("(diag: Vandermonde kernel, no Cauchy sum — the backend is irrelevant, measured once;")
     print(" LTC: blocked scan, diag only; its naive = the per-step loop through autograd)\n")
-    print("| mode | N | liquid | L | torch s | torch GB | keops s | keops GB "
-          "| naive s | naive GB | naive/torch time | naive/torch mem |")  # fmt: skip
+    print(
+        "| mode | N | liquid | L | torch s | torch GB | keops s | keops GB "
+        "| naive s | naive GB | naive/torch time | naive/torch mem |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     notes = []
     for mode in args.modes:
@@ -478,21 +566,26 @@ def print_report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
                     elif n is not None and n["status"] != "ok":
                         what = f"{mode} N={N} {liquid or 'no liquid'} L={L}"
                         notes.append(f"naive {what}: {n['status']}")
-                    print(f"| {mode} | {N} | {liq[liquid]} | {L} | {fmt_s(t)} | {fmt_gb(t)} | "
-                          f"{fmt_s(k)} | {fmt_gb(k)} | {fmt_s(n)} | {fmt_gb(n)} | "
-                          f"{ratio_t} | {ratio_m} |")  # fmt: skip
+                    print(
+                        f"| {mode} | {N} | {liq[liquid]} | {L} | {fmt_s(t)} | {fmt_gb(t)} | "
+                        f"{fmt_s(k)} | {fmt_gb(k)} | {fmt_s(n)} | {fmt_gb(n)} | "
+                        f"{ratio_t} | {ratio_m} |"
+                    )
     for note in notes:
         print(f"- skipped {note}")
     errs = [n for n in rows if n["kind"] == "naive" and n["status"] == "ok"]
     if errs:
-        print(f"- naive vs ours, max relative difference of y: "
-              f"{max(r['rel_err'] for r in errs):.1e}")  # fmt: skip
+        print(
+            f"- naive vs ours, max relative difference of y: {max(r['rel_err'] for r in errs):.1e}"
+        )
     others = [x for r in rows if r["status"] == "ok" for x in r["others"]]
     if others:
         n_busy = sum(b > BUSY for b in others)
-        print(f"- `*` = other processes used > {BUSY:.0%} of the CPUs during the timed calls "
-              f"even after {args.retries} rerun(s) ({n_busy} of {len(others)} runs; "
-              f"max {max(others):.0%})")  # fmt: skip
+        print(
+            f"- `*` = other processes used > {BUSY:.0%} of the CPUs during the timed calls "
+            f"even after {args.retries} rerun(s) ({n_busy} of {len(others)} runs; "
+            f"max {max(others):.0%})"
+        )
 
     for r in rows:
         if r["kind"] == "memcheck":
@@ -513,10 +606,12 @@ def print_report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
                     print(f"FAIL target dplr PB N={N} L={TARGET_L} {backend}: {r['status']}")
                     continue
                 verdict = "PASS" if r["median_s"] <= limit else "FAIL"
-                print(f"{verdict} target dplr PB N={N} L={TARGET_L} {backend}: "
-                      f"median {r['median_s']:.2f} s (target ≤ {limit} s; "
-                      f"calls {', '.join(f'{t:.2f}' for t in r['times'])}; "
-                      f"others used {max(r['others']):.0%} of the CPUs)")  # fmt: skip
+                print(
+                    f"{verdict} target dplr PB N={N} L={TARGET_L} {backend}: "
+                    f"median {r['median_s']:.2f} s (target ≤ {limit} s; "
+                    f"calls {', '.join(f'{t:.2f}' for t in r['times'])}; "
+                    f"others used {max(r['others']):.0%} of the CPUs)"
+                )
     else:
         print("\ntargets (L=16000, dplr, PB) not measured in this run")
 
@@ -532,12 +627,16 @@ def print_official(rows: list[dict[str, Any]], args: argparse.Namespace, note: s
         mark = "*" if max(r["others"]) > BUSY else ""
         return (f"{r['median_s']:.3f}{mark} [{min(t):.3f}, {max(t):.3f}]", f"{r['peak_gb']:.2f}")
 
-    print(f"\nfwd+bwd of one layer, ours (dplr, PB p=2, torch backend) vs the official "
-          f"Liquid-S4 S4 layer (polyb, degree 2, legs, pure-torch Cauchy); B={args.batch}, "
-          f"H=128, 2 threads; median s [min, max] over {args.rounds} interleaved round(s) × "
-          f"{args.reps} calls; peak RSS GB\n")  # fmt: skip
-    print("| L | N | ours s | ours GB | official s | official GB | time official/ours "
-          "| memory official/ours |")  # fmt: skip
+    print(
+        f"\nfwd+bwd of one layer, ours (dplr, PB p=2, torch backend) vs the official "
+        f"Liquid-S4 S4 layer (polyb, degree 2, legs, pure-torch Cauchy); B={args.batch}, "
+        f"H=128, 2 threads; median s [min, max] over {args.rounds} interleaved round(s) × "
+        f"{args.reps} calls; peak RSS GB\n"
+    )
+    print(
+        "| L | N | ours s | ours GB | official s | official GB | time official/ours "
+        "| memory official/ours |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     notes = []
     for L in args.lengths:
@@ -569,29 +668,45 @@ def plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(args.states), figsize=(6 * len(args.states), 4.5),
-                             squeeze=False)  # fmt: skip
-    colors = {("dplr", "torch", "main"): "C0", ("dplr", "keops", "main"): "C1",
-              ("diag", "torch", "main"): "C2", ("dplr", "torch", "naive"): "C3",
-              ("diag", "torch", "naive"): "C4"}  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(args.states), figsize=(6 * len(args.states), 4.5), squeeze=False
+    )
+    colors = {
+        ("dplr", "torch", "main"): "C0",
+        ("dplr", "keops", "main"): "C1",
+        ("diag", "torch", "main"): "C2",
+        ("dplr", "torch", "naive"): "C3",
+        ("diag", "torch", "naive"): "C4",
+    }
     styles = {None: "-o", "pb": "--s", "kb": ":^", "ltc": "-.d"}
     for ax, N in zip(axes[0], args.states, strict=True):
         for (mode, backend, kind), color in colors.items():
             for liquid in args.liquids:
                 pts = sorted(
-                    (r["L"], r["median_s"]) for r in rows
+                    (r["L"], r["median_s"])
+                    for r in rows
                     if (r["kind"], r["mode"], r["backend"], r["liquid"], r["N"])
-                    == (kind, mode, backend, liquid, N) and r["status"] == "ok"
-                )  # fmt: skip
+                    == (kind, mode, backend, liquid, N)
+                    and r["status"] == "ok"
+                )
                 if pts:
                     naive = "naive loop" if liquid == "ltc" else "naive broadcast"
                     name = naive if kind == "naive" else f"{mode}/{backend}"
-                    ax.plot(*zip(*pts, strict=True), styles[liquid], color=color,
-                            label=f"{name}, {liquid or 'no liquid'}")  # fmt: skip
+                    ax.plot(
+                        *zip(*pts, strict=True),
+                        styles[liquid],
+                        color=color,
+                        label=f"{name}, {liquid or 'no liquid'}",
+                    )
         if N in TARGETS:
             ax.axhline(TARGETS[N], color="k", lw=0.8, label=f"target {TARGETS[N]} s (L=16000)")
-        ax.set(xscale="log", yscale="log", xlabel="L", ylabel="fwd+bwd seconds (median)",
-               title=f"one LiquidS4 layer, B={args.batch}, H=128, N={N}, 2 threads")  # fmt: skip
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="L",
+            ylabel="fwd+bwd seconds (median)",
+            title=f"one LiquidS4 layer, B={args.batch}, H=128, N={N}, 2 threads",
+        )
         ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -64,9 +64,14 @@ def sweep(traces: dict, dt: float, grid, truth, keywords) -> list[dict]:
     for sm, s in traces.items():
         for thr in grid:
             r = replay(s, dt, float(thr), keywords, truth)
-            rows.append({"smooth_ms": sm, "threshold": float(thr),
-                         "detection_rate": r["detection_rate"] or 0.0,
-                         "false_accepts_per_hour": r["false_accepts_per_hour"]})  # fmt: skip
+            rows.append(
+                {
+                    "smooth_ms": sm,
+                    "threshold": float(thr),
+                    "detection_rate": r["detection_rate"] or 0.0,
+                    "false_accepts_per_hour": r["false_accepts_per_hour"],
+                }
+            )
     return rows
 
 
@@ -83,7 +88,8 @@ def method_row(name, traces, dt, grid, truth, kws, max_fa, cost, setting=None) -
     test = replay(traces["test"][pick["smooth_ms"]], dt, pick["threshold"], kws, truth["test"])
     test_rows = sweep(traces["test"], dt, grid, truth["test"], kws)
     return {
-        "method": name, "setting": setting or f"{pick['smooth_ms']:g} ms",
+        "method": name,
+        "setting": setting or f"{pick['smooth_ms']:g} ms",
         "threshold": pick["threshold"],
         "val_detection": pick["detection_rate"],
         "val_fa_per_hour": pick["false_accepts_per_hour"],
@@ -93,7 +99,7 @@ def method_row(name, traces, dt, grid, truth, kws, max_fa, cost, setting=None) -
         "per_keyword": {k: v["detection_rate"] for k, v in test["per_keyword"].items()},
         "test_tuned": {str(b): best_at(test_rows, b) for b in BUDGETS},
         "cpu_s_per_hour": cost,
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -102,16 +108,23 @@ def main() -> None:
     ap.add_argument("--data", required=True, help="Speech Commands root (templates: train split)")
     ap.add_argument("--val", nargs=2, required=True, metavar=("WAV", "CSV"))
     ap.add_argument("--test", nargs=2, required=True, metavar=("WAV", "CSV"))
-    ap.add_argument("--templates", type=int, nargs="+", default=[5, 10, 20],
-                    help="templates per keyword (one baseline row each)")
+    ap.add_argument(
+        "--templates",
+        type=int,
+        nargs="+",
+        default=[5, 10, 20],
+        help="templates per keyword (one baseline row each)",
+    )
     ap.add_argument("--max-fa", type=float, default=5.0, help="false accepts per hour, on val")
     ap.add_argument("--seed", type=int, default=0, help="template draw")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     a = ap.parse_args()
     cmd = "python bench/kws_baseline.py " + " ".join(shlex.quote(v) for v in sys.argv[1:])
     kws = list(SC10)
-    audio = {k: read_pcm16(w).astype(np.float64) / 32768.0 for k, (w, _) in
-             (("val", a.val), ("test", a.test))}  # fmt: skip
+    audio = {
+        k: read_pcm16(w).astype(np.float64) / 32768.0
+        for k, (w, _) in (("val", a.val), ("test", a.test))
+    }
     truth = {"val": read_label_csv(a.val[1]), "test": read_label_csv(a.test[1])}
     hours = {k: len(x) / 16000 / 3600 for k, x in audio.items()}
     rows = []
@@ -150,18 +163,24 @@ def main() -> None:
         print(f"baseline K={K} done", flush=True)
 
     print(f"\n**Output of `{cmd}`**\n")
-    print(f"val stream {hours['val'] * 60:.0f} min, test stream {hours['test'] * 60:.0f} min "
-          f"({rows[0]['test_targets']} keywords); operating point chosen on val at "
-          f"≤ {a.max_fa:g} FA/h\n")
-    print("| method | chosen on val | val detection @ FA/h | **test detection** | test FA/h | "
-          "test-tuned ≤ 5 / 10 / 20 FA/h (upper bound) | CPU s per hour of audio |")
+    print(
+        f"val stream {hours['val'] * 60:.0f} min, test stream {hours['test'] * 60:.0f} min "
+        f"({rows[0]['test_targets']} keywords); operating point chosen on val at "
+        f"≤ {a.max_fa:g} FA/h\n"
+    )
+    print(
+        "| method | chosen on val | val detection @ FA/h | **test detection** | test FA/h | "
+        "test-tuned ≤ 5 / 10 / 20 FA/h (upper bound) | CPU s per hour of audio |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         tt = " / ".join(f"{100 * r['test_tuned'][str(b)]:.1f} %" for b in BUDGETS)
-        print(f"| {r['method']} | {r['setting']}, {r['threshold']:.3g} | "
-              f"{100 * r['val_detection']:.1f} % @ {r['val_fa_per_hour']:.1f} | "
-              f"**{100 * r['test_detection']:.1f} %** | {r['test_fa_per_hour']:.1f} | {tt} | "
-              f"{r['cpu_s_per_hour']:.0f} |")
+        print(
+            f"| {r['method']} | {r['setting']}, {r['threshold']:.3g} | "
+            f"{100 * r['val_detection']:.1f} % @ {r['val_fa_per_hour']:.1f} | "
+            f"**{100 * r['test_detection']:.1f} %** | {r['test_fa_per_hour']:.1f} | {tt} | "
+            f"{r['cpu_s_per_hour']:.0f} |"
+        )
     print("\nper keyword, test detection:\n")
     print("| method | " + " | ".join(kws) + " |")
     print("|---|" + "---|" * len(kws))

@@ -87,8 +87,9 @@ INPROC_ROWS = [  # (label, path of run_inproc); the first is the reference of "v
 # ------------------------------------------------------------------------------ stream
 
 
-def keyword_stream(path: str | os.PathLike, seconds: float = 300.0, seed: int = 0,
-                   keyword_share: float = 0.75) -> dict:  # fmt: skip
+def keyword_stream(
+    path: str | os.PathLike, seconds: float = 300.0, seed: int = 0, keyword_share: float = 0.75
+) -> dict:
     """Write a 16 kHz int16 WAV of ~``seconds`` of spoken words (SC10 keywords with share
     ``keyword_share``, else one of :data:`OTHER_WORDS`) by 12 espeak-ng speakers, 1 s clips
     with 0.2–1.0 s noise gaps; returns ``{"path", "seconds", "words", "keywords"}``."""
@@ -104,11 +105,16 @@ def keyword_stream(path: str | os.PathLike, seconds: float = 300.0, seed: int = 
         is_kw = rng.random() < keyword_share
         word = str(rng.choice(SC10_WORDS if is_kw else OTHER_WORDS))
         job = ClipJob(
-            relpath=f"{words}.wav", word=word, voice=speakers[int(rng.integers(len(speakers)))],
-            speed_jitter=float(rng.uniform(0.9, 1.1)), pitch_jitter=float(rng.uniform(-4, 4)),
-            peak=float(rng.uniform(0.2, 0.8)), offset=float(rng.uniform(0.2, 0.8)),
-            floor_db=-70.0, noise_seed=int(rng.integers(1 << 31)),
-        )  # fmt: skip
+            relpath=f"{words}.wav",
+            word=word,
+            voice=speakers[int(rng.integers(len(speakers)))],
+            speed_jitter=float(rng.uniform(0.9, 1.1)),
+            pitch_jitter=float(rng.uniform(-4, 4)),
+            peak=float(rng.uniform(0.2, 0.8)),
+            offset=float(rng.uniform(0.2, 0.8)),
+            floor_db=-70.0,
+            noise_seed=int(rng.integers(1 << 31)),
+        )
         clip, _ = render_clip(job)
         gap = np.round(rng.normal(0, 30, int(rng.uniform(0.2, 1.0) * SR))).astype(np.int16)
         parts += [clip, gap]
@@ -123,8 +129,9 @@ def keyword_stream(path: str | os.PathLike, seconds: float = 300.0, seed: int = 
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def extract_rev(rev: str, into: Path) -> Path:
@@ -135,8 +142,12 @@ def extract_rev(rev: str, into: Path) -> Path:
     src.mkdir(parents=True)
     tar = into / "rev.tar"
     with open(tar, "wb") as f:
-        subprocess.run(["git", "archive", rev, "liquid_stream", "apps", "export", "training"],
-                       cwd=ROOT, stdout=f, check=True)  # fmt: skip
+        subprocess.run(
+            ["git", "archive", rev, "liquid_stream", "apps", "export", "training"],
+            cwd=ROOT,
+            stdout=f,
+            check=True,
+        )
     with tarfile.open(tar) as t:
         t.extractall(src, filter="data")
     pkg = into / "pkg"
@@ -174,8 +185,9 @@ def child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_kws(wav: Path, extra: list[str], model: Path, fast: bool, pythonpath: Path | None,
-            cwd: Path) -> dict:  # fmt: skip
+def run_kws(
+    wav: Path, extra: list[str], model: Path, fast: bool, pythonpath: Path | None, cwd: Path
+) -> dict:
     """One `liquid-stream kws` process on ``wav``: CPU s, wall s, detections."""
     args = ["kws", str(model), "--input", str(wav), "--no-ui", *(["--fast"] * fast), *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -195,10 +207,15 @@ def run_kws(wav: Path, extra: list[str], model: Path, fast: bool, pythonpath: Pa
             t_ms = ((int(h) * 60 + int(mi)) * 60 + int(s)) * 1000 + int(ms)
             dets.append((t_ms, word, float(score)))
     said = dict(ln.split(": ", 1) for ln in res.stderr.splitlines() if ln.startswith("bench "))
-    return {"process_cpu_s": cpu, "wall_s": wall, "detections": dets,
-            "run_cpu_s": float(said["bench run_kws cpu"]), "code_path": said["bench code"],
-            "summary": res.stdout.strip().splitlines()[-1],
-            "argv": ["liquid-stream", *args]}  # fmt: skip
+    return {
+        "process_cpu_s": cpu,
+        "wall_s": wall,
+        "detections": dets,
+        "run_cpu_s": float(said["bench run_kws cpu"]),
+        "code_path": said["bench code"],
+        "summary": res.stdout.strip().splitlines()[-1],
+        "argv": ["liquid-stream", *args],
+    }
 
 
 class _LiveSource:
@@ -238,8 +255,9 @@ def run_inproc(wav: Path, model: Path, path: str) -> dict:
     else:  # a file
         source = WavSource(wav, 100.0, realtime=False)
         rate = source.rate
-        worker = KwsWorker(spotter, source, batch=spotter.batch if path == "batch" else None,
-                           hold=False)  # fmt: skip
+        worker = KwsWorker(
+            spotter, source, batch=spotter.batch if path == "batch" else None, hold=False
+        )
     if rate != spotter.sample_rate:
         raise SystemExit(f"{wav}: {rate} Hz; the rows in process need the model's rate")
     calls: list[tuple[int, int, list]] = []
@@ -259,8 +277,13 @@ def run_inproc(wav: Path, model: Path, path: str) -> dict:
         raise SystemExit(f"{path}: {worker.error}")
     dets = [(round(d.time_s * rate), d.keyword, d.score) for _, _, ds in calls for d in ds]
     alone = all(n <= spotter.chunk for _, n, ds in calls if ds) if path == "held" else None
-    return {"run_cpu_s": cpu, "calls": len(calls), "detections": dets, "alone": alone,
-            "threshold": float(spotter.thresholds.min())}  # fmt: skip
+    return {
+        "run_cpu_s": cpu,
+        "calls": len(calls),
+        "detections": dets,
+        "alone": alone,
+        "threshold": float(spotter.thresholds.min()),
+    }
 
 
 def compare(dets: list, ref: list, threshold: float) -> str:
@@ -289,13 +312,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=5.0, help="Length of a generated stream.")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", type=Path, default=MODEL)
-    ap.add_argument("--ref", action="append", default=[], metavar="REV",
-                    help="Also run the kws of this commit (repeatable).")  # fmt: skip
-    ap.add_argument("--paced", action="store_true",
-                    help="Real time (kws's default for --input) instead of --fast; each row "
-                         "then takes the stream's duration.")  # fmt: skip
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="Runs of each row (round robin); the table: the least CPU.")  # fmt: skip
+    ap.add_argument(
+        "--ref",
+        action="append",
+        default=[],
+        metavar="REV",
+        help="Also run the kws of this commit (repeatable).",
+    )
+    ap.add_argument(
+        "--paced",
+        action="store_true",
+        help="Real time (kws's default for --input) instead of --fast; each row "
+        "then takes the stream's duration.",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="Runs of each row (round robin); the table: the least CPU.",
+    )
     ap.add_argument("--out", type=Path, default=None, help="Write the rows as JSON here.")
     a = ap.parse_args(argv)
 
@@ -320,8 +355,9 @@ def main(argv: list[str] | None = None) -> int:
             full = git("rev-parse", "--short", rev)
             runs.append((f"{rev} ({full})", extract_rev(rev, tmp / f"rev-{full}"), REF_ROWS))
         rows = []
-        jobs = [(code, pkg, label, extra) for code, pkg, configs in runs
-                for label, extra in configs]  # fmt: skip
+        jobs = [
+            (code, pkg, label, extra) for code, pkg, configs in runs for label, extra in configs
+        ]
         tries: list[list[dict]] = [[] for _ in jobs]
         for i in range(a.repeat):  # round robin: a change of load hits every row alike
             for j, (code, pkg, label, extra) in enumerate(jobs):
@@ -333,40 +369,65 @@ def main(argv: list[str] | None = None) -> int:
             best = min(got, key=lambda r: r["run_cpu_s"])  # the least disturbed try
             per_h = [r["run_cpu_s"] / audio_s * 3600 for r in got]
             stable = all(r["detections"] == got[0]["detections"] for r in got)
-            rows.append(dict(best, code=code, label=label, cpu_per_audio_h=min(per_h),
-                             cpu_per_audio_h_tries=per_h, stable=stable))  # fmt: skip
+            rows.append(
+                dict(
+                    best,
+                    code=code,
+                    label=label,
+                    cpu_per_audio_h=min(per_h),
+                    cpu_per_audio_h_tries=per_h,
+                    stable=stable,
+                )
+            )
         print("  in process: the paths sample by sample …", file=sys.stderr, flush=True)
         inproc = []
         for label, path in INPROC_ROWS:
             got = [run_inproc(wav, a.model, path) for _ in range(a.repeat)]
             best = min(got, key=lambda r: r["run_cpu_s"])
             stable = all(r["detections"] == got[0]["detections"] for r in got)
-            inproc.append(dict(best, label=label, stable=stable,
-                               cpu_per_audio_h=best["run_cpu_s"] / audio_s * 3600))  # fmt: skip
+            inproc.append(
+                dict(
+                    best,
+                    label=label,
+                    stable=stable,
+                    cpu_per_audio_h=best["run_cpu_s"] / audio_s * 3600,
+                )
+            )
     ref = rows[0]["detections"]
     ref_key = [(t, w) for t, w, _ in ref]
     for r in rows:
         key = [(t, w) for t, w, _ in r["detections"]]
         r["same"] = key == ref_key and r["stable"]
         r["max_score_diff"] = (
-            max((abs(s - s0) for (_, _, s), (_, _, s0) in zip(r["detections"], ref, strict=True)),
-                default=0.0)
-            if r["same"] else None
-        )  # fmt: skip
+            max(
+                (abs(s - s0) for (_, _, s), (_, _, s0) in zip(r["detections"], ref, strict=True)),
+                default=0.0,
+            )
+            if r["same"]
+            else None
+        )
 
-    print(f"\n# kws CPU per audio hour — {datetime.datetime.now():%Y-%m-%d %H:%M}, commit "
-          f"{commit}{' (+ uncommitted changes to the code)' if dirty else ''}")  # fmt: skip
+    print(
+        f"\n# kws CPU per audio hour — {datetime.datetime.now():%Y-%m-%d %H:%M}, commit "
+        f"{commit}{' (+ uncommitted changes to the code)' if dirty else ''}"
+    )
     print(f"command: python {' '.join(shlex.quote(s) for s in [sys.argv[0], *sys.argv[1:]])}")
     import onnxruntime
 
-    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
-          f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}; "
-          f"OMP_NUM_THREADS=1, --threads 1 (kws default)")  # fmt: skip
+    print(
+        f"machine: {platform.node()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
+        f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}; "
+        f"OMP_NUM_THREADS=1, --threads 1 (kws default)"
+    )
     words = f", {info['words']} words, {info['keywords']} keywords" if "words" in info else ""
-    print(f"stream: {wav} ({audio_s:.1f} s at {rate} Hz{words}); model {a.model}; "
-          f"{'paced (real time)' if a.paced else '--fast'}")  # fmt: skip
-    print(f"command line of each row: liquid-stream kws {a.model.name} --input "
-          f"{Path(wav).name} --no-ui{'' if a.paced else ' --fast'} [ROW]\n")  # fmt: skip
+    print(
+        f"stream: {wav} ({audio_s:.1f} s at {rate} Hz{words}); model {a.model}; "
+        f"{'paced (real time)' if a.paced else '--fast'}"
+    )
+    print(
+        f"command line of each row: liquid-stream kws {a.model.name} --input "
+        f"{Path(wav).name} --no-ui{'' if a.paced else ' --fast'} [ROW]\n"
+    )
     print(
         "| code | row | CPU s streaming | CPU s process | CPU-s / audio h | "
         "detections | same as row 1 (ms, keyword) | max Δscore |"
@@ -374,11 +435,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---:|---:|---:|---:|---|---:|")
     for r in rows:
         diff = "-" if r["max_score_diff"] is None else f"{r['max_score_diff']:.3f}"
-        print(f"| {r['code']} | {r['label']} | {r['run_cpu_s']:.2f} | {r['process_cpu_s']:.2f} | "
-              f"**{r['cpu_per_audio_h']:.0f}** | {len(r['detections'])} | "
-              f"{'yes' if r['same'] else 'NO'} | {diff} |")  # fmt: skip
-    print("\nThe same paths in this process, sample by sample (KwsWorker run in this "
-          "thread, no waiting; the worker's CPU time):\n")  # fmt: skip
+        print(
+            f"| {r['code']} | {r['label']} | {r['run_cpu_s']:.2f} | {r['process_cpu_s']:.2f} | "
+            f"**{r['cpu_per_audio_h']:.0f}** | {len(r['detections'])} | "
+            f"{'yes' if r['same'] else 'NO'} | {diff} |"
+        )
+    print(
+        "\nThe same paths in this process, sample by sample (KwsWorker run in this "
+        "thread, no waiting; the worker's CPU time):\n"
+    )
     print(
         "| path | calls | CPU-s / audio h | detections | vs row 1 (sample, keyword) | "
         "vs the command's row 1 (ms) | detections from a call of their own block |"
@@ -392,9 +457,11 @@ def main(argv: list[str] | None = None) -> int:
             r["vs_row1"] += " (NOT STABLE over the tries)"
         ms = [(int(round(t / rate * 1000)), w) for t, w, _ in r["detections"]]  # as kws prints
         r["same_ms_as_command"] = ms == ref_ms
-        print(f"| {r['label']} | {r['calls']} | **{r['cpu_per_audio_h']:.0f}** | "
-              f"{len(r['detections'])} | {r['vs_row1']} | {yes[ms == ref_ms]} | "
-              f"{'-' if r['alone'] is None else yes[r['alone']]} |")  # fmt: skip
+        print(
+            f"| {r['label']} | {r['calls']} | **{r['cpu_per_audio_h']:.0f}** | "
+            f"{len(r['detections'])} | {r['vs_row1']} | {yes[ms == ref_ms]} | "
+            f"{'-' if r['alone'] is None else yes[r['alone']]} |"
+        )
     if a.out:
         keep = (
             "code",
@@ -410,12 +477,22 @@ def main(argv: list[str] | None = None) -> int:
             "summary",
             "detections",
         )
-        a.out.write_text(json.dumps({
-            "date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
-            "dirty": dirty, "stream": str(wav), "audio_s": audio_s,
-            "paced": a.paced, "rows": [{k: r[k] for k in keep} for r in rows],
-            "inproc_rows": inproc,
-        }, indent=1) + "\n")  # fmt: skip
+        a.out.write_text(
+            json.dumps(
+                {
+                    "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "commit": commit,
+                    "dirty": dirty,
+                    "stream": str(wav),
+                    "audio_s": audio_s,
+                    "paced": a.paced,
+                    "rows": [{k: r[k] for k in keep} for r in rows],
+                    "inproc_rows": inproc,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     ok = all(r["same"] for r in rows) and all(r["same_ms_as_command"] for r in inproc)
     ok = ok and all("NO" not in r["vs_row1"] and "OTHER" not in r["vs_row1"] for r in inproc)
     return 0 if ok and all(r["alone"] is not False for r in inproc) else 1

@@ -40,8 +40,9 @@ BUDGETS = (2.0, 4.0, 6.0, 8.0, 10.0, 20.0)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("models", nargs="+",
-                    help="exported keyword spotters (.onnx); A.onnx+B.onnx: their ensemble")
+    ap.add_argument(
+        "models", nargs="+", help="exported keyword spotters (.onnx); A.onnx+B.onnx: their ensemble"
+    )
     ap.add_argument("--stream", required=True, help="labelled 16 kHz stream (WAV)")
     ap.add_argument("--labels", required=True, help="its labels CSV")
     a = ap.parse_args()

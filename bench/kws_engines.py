@@ -136,14 +136,25 @@ def build_roots(src: Path, work: Path, engines: list[str], by_engine: dict) -> d
         held = {"test": sorted(p for s in splits for p in by_engine[e][s])}
         indomain = {"test": by_engine[e]["test"]}
         roots[e] = {
-            "train": make_root(src, work / "roots" / f"no-{e}", train,
-                               {"kind": "loeo-train", "held_out": e, "engines": others}),
-            "test": make_root(src, work / "roots" / f"only-{e}", held,
-                              {"kind": "loeo-test", "engine": e, "from_splits": "train+val+test"}),
-            "indomain_test": make_root(src, work / "roots" / f"test-{e}", indomain,
-                                       {"kind": "indomain-test", "engine": e,
-                                        "from_splits": "test"}),
-        }  # fmt: skip
+            "train": make_root(
+                src,
+                work / "roots" / f"no-{e}",
+                train,
+                {"kind": "loeo-train", "held_out": e, "engines": others},
+            ),
+            "test": make_root(
+                src,
+                work / "roots" / f"only-{e}",
+                held,
+                {"kind": "loeo-test", "engine": e, "from_splits": "train+val+test"},
+            ),
+            "indomain_test": make_root(
+                src,
+                work / "roots" / f"test-{e}",
+                indomain,
+                {"kind": "indomain-test", "engine": e, "from_splits": "test"},
+            ),
+        }
     return roots
 
 
@@ -180,10 +191,23 @@ def train_export_tune(run: Runner, args, train_root: Path, out: Path) -> dict:
     if out.exists() and not args.dry_run:
         shutil.rmtree(out)
     text, res["train_s"] = run(
-        [CLI, "train", "speech-stream", "--preset", "cpu", "--data", str(train_root),
-         "--out", str(out), "--set", f"optim.epochs={args.epochs}",
-         "--set", f"train.threads={args.threads}", *sum((["--set", s] for s in args.set), [])]
-    )  # fmt: skip
+        [
+            CLI,
+            "train",
+            "speech-stream",
+            "--preset",
+            "cpu",
+            "--data",
+            str(train_root),
+            "--out",
+            str(out),
+            "--set",
+            f"optim.epochs={args.epochs}",
+            "--set",
+            f"train.threads={args.threads}",
+            *sum((["--set", s] for s in args.set), []),
+        ]
+    )
     m = re.search(r"^final: .*?step=(\d+).*?elapsed_s=([\d.]+)", text, re.M)
     if m:
         res["steps"], res["train_elapsed_s"] = int(m[1]), float(m[2])
@@ -194,23 +218,52 @@ def train_export_tune(run: Runner, args, train_root: Path, out: Path) -> dict:
     if m:
         res["trainer_test"] = {"loss": float(m[1]), "acc": float(m[2]), "bacc": float(m[3])}
     onnx = out / "kws.onnx"
-    _, res["export_s"] = run([CLI, "export", str(out / "best.pt"), "--onnx", str(onnx),
-                              "--chunk", "160"])  # fmt: skip
+    _, res["export_s"] = run(
+        [CLI, "export", str(out / "best.pt"), "--onnx", str(onnx), "--chunk", "160"]
+    )
     _, res["val_stream_s"] = run(
-        [CLI, "data", "kws-stream", str(out / "val.wav"), "--labels", str(out / "val.csv"),
-         "--data", str(train_root), "--split", "validation", "--minutes", str(args.val_minutes),
-         "--seed", "1"]
-    )  # fmt: skip
+        [
+            CLI,
+            "data",
+            "kws-stream",
+            str(out / "val.wav"),
+            "--labels",
+            str(out / "val.csv"),
+            "--data",
+            str(train_root),
+            "--split",
+            "validation",
+            "--minutes",
+            str(args.val_minutes),
+            "--seed",
+            "1",
+        ]
+    )
     text, res["tune_s"] = run(
-        [CLI, "kws-tune", str(onnx), "--stream", str(out / "val.wav"), "--labels",
-         str(out / "val.csv"), "--max-fa-per-hour", str(args.max_fa_per_hour)]
-    )  # fmt: skip
-    m = re.search(r"threshold ([\d.]+), smoothing ([\d.]+) ms → detection rate ([\d.]+), "
-                  r"([\d.]+) false accepts/h", text)  # fmt: skip
+        [
+            CLI,
+            "kws-tune",
+            str(onnx),
+            "--stream",
+            str(out / "val.wav"),
+            "--labels",
+            str(out / "val.csv"),
+            "--max-fa-per-hour",
+            str(args.max_fa_per_hour),
+        ]
+    )
+    m = re.search(
+        r"threshold ([\d.]+), smoothing ([\d.]+) ms → detection rate ([\d.]+), "
+        r"([\d.]+) false accepts/h",
+        text,
+    )
     if m:
-        res["tuned"] = {"threshold": float(m[1]), "smooth_ms": float(m[2]),
-                        "val_detection_rate": float(m[3]),
-                        "val_fa_per_hour": float(m[4])}  # fmt: skip
+        res["tuned"] = {
+            "threshold": float(m[1]),
+            "smooth_ms": float(m[2]),
+            "val_detection_rate": float(m[3]),
+            "val_fa_per_hour": float(m[4]),
+        }
     return res
 
 
@@ -220,11 +273,26 @@ def evaluate(run: Runner, args, onnx: Path, test_root: Path, out: Path, tag: str
     listed = {p.split("/")[0] for p in (test_root / "testing_list.txt").read_text().split()}
     present = [k for k in SC10 if k in listed]
     kw = [] if len(present) == len(SC10) else ["--keywords", ",".join(present)]
-    _, t_stream = run([CLI, "data", "kws-stream", str(wav), "--labels", str(csv), "--data",
-                       str(test_root), "--minutes", str(args.minutes), "--seed", "2",
-                       *kw])  # fmt: skip
-    _, t_eval = run([CLI, "kws-eval", str(onnx), "--stream", str(wav), "--labels", str(csv),
-                     "--out", str(js)])  # fmt: skip
+    _, t_stream = run(
+        [
+            CLI,
+            "data",
+            "kws-stream",
+            str(wav),
+            "--labels",
+            str(csv),
+            "--data",
+            str(test_root),
+            "--minutes",
+            str(args.minutes),
+            "--seed",
+            "2",
+            *kw,
+        ]
+    )
+    _, t_eval = run(
+        [CLI, "kws-eval", str(onnx), "--stream", str(wav), "--labels", str(csv), "--out", str(js)]
+    )
     if args.dry_run:
         return {}
     r = json.loads(js.read_text())
@@ -250,8 +318,22 @@ def oracle(run: Runner, args, onnx: Path, wav: Path, csv: Path, grid: Path) -> d
     <= each ORACLE_FA false accepts/h over all (threshold, smoothing). It separates "the
     scores do not separate the keywords" from "the threshold tuned on the other engines'
     validation stream does not transfer"."""
-    run([CLI, "kws-tune", str(onnx), "--stream", str(wav), "--labels", str(csv),
-         "--max-fa-per-hour", str(ORACLE_FA[0]), "--no-write", "--out", str(grid)])  # fmt: skip
+    run(
+        [
+            CLI,
+            "kws-tune",
+            str(onnx),
+            "--stream",
+            str(wav),
+            "--labels",
+            str(csv),
+            "--max-fa-per-hour",
+            str(ORACLE_FA[0]),
+            "--no-write",
+            "--out",
+            str(grid),
+        ]
+    )
     if args.dry_run:
         return {}
     table = json.loads(grid.read_text())
@@ -268,8 +350,9 @@ def add_oracles(run: Runner, args, res: dict, only: list[str] | None = None) -> 
     """Oracle rates for every scored stream of ``res`` (in place); with ``only``, just the
     streams of those held-out engines (a merge: the others have theirs already)."""
     keep = (lambda e: True) if only is None else (lambda e: e in only)
-    jobs = [(r["test"], Path(r["run"])) for e, r in res["loeo"].items()
-            if r.get("test") and keep(e)]  # fmt: skip
+    jobs = [
+        (r["test"], Path(r["run"])) for e, r in res["loeo"].items() if r.get("test") and keep(e)
+    ]
     ref = res.get("reference")
     if ref and ref.get("test"):
         if only is None:
@@ -279,8 +362,9 @@ def add_oracles(run: Runner, args, res: dict, only: list[str] | None = None) -> 
         if "stream" not in t:  # --dry-run: nothing was scored
             continue
         wav = Path(t["stream"])
-        t["oracle"] = oracle(run, args, out / "kws.onnx", wav, wav.with_suffix(".csv"),
-                             wav.with_suffix(".grid.json"))  # fmt: skip
+        t["oracle"] = oracle(
+            run, args, out / "kws.onnx", wav, wav.with_suffix(".csv"), wav.with_suffix(".grid.json")
+        )
 
 
 # ---------------------------------------------------------------------------- report
@@ -365,14 +449,24 @@ def main() -> None:
     ap.add_argument("--val-minutes", type=float, default=5.0, help="validation (tuning) stream")
     ap.add_argument("--max-fa-per-hour", type=float, default=5.0)
     ap.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--oracle", action=argparse.BooleanOptionalAction, default=True,
-                    help="also kws-tune each test stream itself (test-tuned rates)")  # fmt: skip
-    ap.add_argument("--oracle-only", action="store_true",
-                    help="add the test-tuned rates to the --out JSON, rewrite it")  # fmt: skip
-    ap.add_argument("--merge", action="store_true",
-                    help="add --engines to the earlier result in --out (same --src, budget "
-                         "and streams): its held-out rows are kept, and its reference run "
-                         "is scored on the new engines' streams instead of trained again")
+    ap.add_argument(
+        "--oracle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also kws-tune each test stream itself (test-tuned rates)",
+    )
+    ap.add_argument(
+        "--oracle-only",
+        action="store_true",
+        help="add the test-tuned rates to the --out JSON, rewrite it",
+    )
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="add --engines to the earlier result in --out (same --src, budget "
+        "and streams): its held-out rows are kept, and its reference run "
+        "is scored on the new engines' streams instead of trained again",
+    )
     ap.add_argument("--dry-run", action="store_true", help="build the roots, print commands")
     args = ap.parse_args()
     if args.oracle_only:
@@ -400,7 +494,7 @@ def main() -> None:
             k: v
             for k, v in json.loads((src / STAMP_NAME).read_text()).items()
             if k not in ("words", "report")
-        },  # fmt: skip
+        },
         "clips_by_engine_split": {
             e: {s: len(v) for s, v in d.items()} for e, d in by_engine.items()
         },
@@ -411,7 +505,7 @@ def main() -> None:
             "threads": args.threads,
             "extra_set": args.set,
             "nice": 10,
-        },  # fmt: skip
+        },
         "protocol": (
             "train root = original train/val clips of the other engines (its testing_list = "
             "their original test clips, used only by the trainer's own end-of-run test); "
@@ -444,9 +538,11 @@ def main() -> None:
             "test_clips": r["test"]["clips"]["test"],
             "test_kw_clips": r["test"]["sc10_keyword_clips"]["test"],
         }
-        print(f"\n## held out: {e}: train {entry['train_clips']} clips of "
-              f"{', '.join(entry['train_engines'])}; "
-              f"test {entry['test_clips']} {e} clips")  # fmt: skip
+        print(
+            f"\n## held out: {e}: train {entry['train_clips']} clips of "
+            f"{', '.join(entry['train_engines'])}; "
+            f"test {entry['test_clips']} {e} clips"
+        )
         entry.update(train_export_tune(run, args, Path(entry["train_root"]), out))
         entry["test"] = evaluate(run, args, out / "kws.onnx", Path(entry["test_root"]), out, "test")
         entry["wall_s"] = time.perf_counter() - t0
@@ -466,10 +562,11 @@ def main() -> None:
         ref = {
             "train_root": str(src),
             "train_clips": sum(len(d["train"]) for d in by_engine.values()),
-            "train_kw_clips": sum(p.split("/")[0] in SC10 for d in by_engine.values()
-                                 for p in d["train"]),
+            "train_kw_clips": sum(
+                p.split("/")[0] in SC10 for d in by_engine.values() for p in d["train"]
+            ),
             "test_clips": sum(len(d["test"]) for d in by_engine.values()),
-        }  # fmt: skip
+        }
         print("\n## in-domain reference: all engines")
         ref.update(train_export_tune(run, args, src, out))
         ref["test"] = evaluate(run, args, out / "kws.onnx", src, out, "test")
@@ -496,8 +593,9 @@ def score_per_engine(run: Runner, args, ref: dict, roots: dict) -> None:
     out = Path(ref["run"])
     ref["per_engine"] = dict(ref.get("per_engine", {}))
     for e in args.engines:
-        t = evaluate(run, args, out / "kws.onnx", args.work / "roots" / f"test-{e}", out,
-                     f"test-{e}")  # fmt: skip
+        t = evaluate(
+            run, args, out / "kws.onnx", args.work / "roots" / f"test-{e}", out, f"test-{e}"
+        )
         t["distinct_kw_clips"] = roots[e]["indomain_test"]["sc10_keyword_clips"]["test"]
         ref["per_engine"][e] = t
 
@@ -510,8 +608,10 @@ def merge_base(args, res: dict) -> dict:
     earlier = json.loads(args.out.read_text())
     for key in ("src", "budget", "minutes", "val_minutes", "max_fa_per_hour"):
         if earlier.get(key) != res[key]:
-            raise SystemExit(f"--merge: {args.out} has {key} = {earlier.get(key)!r}, this run "
-                             f"{res[key]!r}; the rows would not be comparable")
+            raise SystemExit(
+                f"--merge: {args.out} has {key} = {earlier.get(key)!r}, this run "
+                f"{res[key]!r}; the rows would not be comparable"
+            )
     return earlier
 
 

@@ -122,8 +122,10 @@ LADDER_MAX_FA = 200.0
 DETECTION_TARGETS = tuple(d / 100 for d in (*range(5, 100, 5), 97.5, 99, 100))
 LANGUAGES = ("es", "fr", "it", "ru")
 COGNATES = {"no": ("no", "non")}
-INSTALL_NOTE = ("bench/kws_peer.py needs pocketsphinx >= 5 (the peer): "
-                "pip install -e '.[peer]'  (or: pip install 'pocketsphinx>=5')")  # fmt: skip
+INSTALL_NOTE = (
+    "bench/kws_peer.py needs pocketsphinx >= 5 (the peer): "
+    "pip install -e '.[peer]'  (or: pip install 'pocketsphinx>=5')"
+)
 
 
 def load_pocketsphinx():
@@ -240,8 +242,7 @@ def allocate(curves: list[list[tuple[int, int]]], capacity: int) -> tuple[int, .
     then the stricter thresholds: the smaller sum of j); none fits: each keyword at its
     fewest false accepts (ties: more detections, then the stricter)."""
     if capacity < sum(min(fa for _, fa in c) for c in curves):
-        return tuple(min(range(len(c)), key=lambda j, c=c: (c[j][1], -c[j][0], j))
-                     for c in curves)  # fmt: skip
+        return tuple(min(range(len(c)), key=lambda j, c=c: (c[j][1], -c[j][0], j)) for c in curves)
     best: dict[int, tuple[int, int, tuple[int, ...]]] = {0: (0, 0, ())}  # fa → (det, -Σj, js)
     for c in curves:
         nxt: dict[int, tuple[int, int, tuple[int, ...]]] = {}
@@ -295,8 +296,7 @@ def on_val(method, setting) -> dict:
     """``method``'s score at ``setting`` on its validation stream (cached)."""
     cache = method.__dict__.setdefault("_val_cache", {})
     if setting not in cache:
-        cache[setting] = score(method.detections(setting, method.val), method.val,
-                               method.keywords)  # fmt: skip
+        cache[setting] = score(method.detections(setting, method.val), method.val, method.keywords)
     return cache[setting]
 
 
@@ -351,8 +351,14 @@ def noisy_streams(test: Stream, snrs, noise_root: Path | None, seed: int = 1) ->
     out = []
     for snr in snrs:
         pcm, clipped = to_pcm16(add_noise_over_words(x, noise, float(snr), words))
-        out.append(Stream(f"test, SNR {snr:g} dB", pcm, test.truth,
-                          f"noise: {desc}; {100 * clipped:.3f} % of samples clipped"))  # fmt: skip
+        out.append(
+            Stream(
+                f"test, SNR {snr:g} dB",
+                pcm,
+                test.truth,
+                f"noise: {desc}; {100 * clipped:.3f} % of samples clipped",
+            )
+        )
     return out
 
 
@@ -373,15 +379,19 @@ def transcripts(lang: str) -> dict[str, str]:
     return out
 
 
-def foreign_stream(root: Path, lang: str, minutes: float, noise_root: Path | None,
-                   seed: int = 0) -> Stream | None:  # fmt: skip
+def foreign_stream(
+    root: Path, lang: str, minutes: float, noise_root: Path | None, seed: int = 0
+) -> Stream | None:
     """The prompts of ``root/lang`` (module docstring) laid end to end, or None if the
     language is not installed."""
     folder = (root / lang).resolve()
     texts = transcripts(lang)
-    files = sorted(p for p in folder.rglob("*.wav")
-                   if p.relative_to(folder).parts[0] not in ("phonetic", "silence")
-                   and str(p.relative_to(folder).with_suffix("")) in texts)  # fmt: skip
+    files = sorted(
+        p
+        for p in folder.rglob("*.wav")
+        if p.relative_to(folder).parts[0] not in ("phonetic", "silence")
+        and str(p.relative_to(folder).with_suffix("")) in texts
+    )
     if not files:
         return None
     rng = np.random.default_rng(seed)
@@ -399,8 +409,14 @@ def foreign_stream(root: Path, lang: str, minutes: float, noise_root: Path | Non
             break
         x[pos : pos + len(y)] = y
         name = str(p.relative_to(folder).with_suffix(""))
-        prompts.append({"start_s": pos / SR, "end_s": (pos + len(y)) / SR, "name": name,
-                        "words": sorted(words_of(texts[name]))})  # fmt: skip
+        prompts.append(
+            {
+                "start_s": pos / SR,
+                "end_s": (pos + len(y)) / SR,
+                "name": name,
+                "words": sorted(words_of(texts[name])),
+            }
+        )
         truth.append(TrueEvent(pos / SR, (pos + len(y)) / SR, f"{lang}:{name}", False))
         pos += len(y) + int(round(rng.uniform(0.5, 2.0) * SR))
     src = noise_source(noise_root) if noise_root is not None else None
@@ -409,8 +425,9 @@ def foreign_stream(root: Path, lang: str, minutes: float, noise_root: Path | Non
     else:
         bed = 0.005 * background_noise(None, n, seed + 7)[0]
     pcm, _ = to_pcm16(x + bed)
-    return Stream(f"non-English: {lang}", pcm, truth,
-                  f"{len(prompts)} prompts of {folder.name}", prompts)  # fmt: skip
+    return Stream(
+        f"non-English: {lang}", pcm, truth, f"{len(prompts)} prompts of {folder.name}", prompts
+    )
 
 
 def cognate_split(dets: list[Detection], stream: Stream) -> tuple[int, int]:
@@ -463,11 +480,14 @@ class SpotterOne:
         for sm, s in tr.items():
             for thr in THRESHOLD_GRID:
                 r = replay(s, self.dt, thr, self.keywords, val.truth, REFRACTORY, TOLERANCE)
-                self.rows.append({
-                    "smooth_ms": sm, "threshold": thr,
-                    "detection_rate": r["detection_rate"] or 0.0,
-                    "false_accepts_per_hour": r["false_accepts_per_hour"],
-                })  # fmt: skip
+                self.rows.append(
+                    {
+                        "smooth_ms": sm,
+                        "threshold": thr,
+                        "detection_rate": r["detection_rate"] or 0.0,
+                        "false_accepts_per_hour": r["false_accepts_per_hour"],
+                    }
+                )
         self.val, self.val_hours = val, val.hours
 
     def choose(self, fa_count: int) -> tuple:
@@ -487,8 +507,9 @@ class SpotterOne:
     def detections(self, setting: tuple, stream: Stream) -> list[Detection]:
         sm, thr = setting
         s = self.trace(stream)[sm]
-        fired, _ = detect_events(s, np.asarray(thr, np.float64), REFRACTORY / self.dt,
-                                 np.ones(len(thr), bool), -np.inf)  # fmt: skip
+        fired, _ = detect_events(
+            s, np.asarray(thr, np.float64), REFRACTORY / self.dt, np.ones(len(thr), bool), -np.inf
+        )
         return [Detection((t + 1) * self.dt, self.keywords[j], float(s[t, j])) for t, j in fired]
 
     def describe(self, setting: tuple) -> str:
@@ -596,21 +617,26 @@ class Peer:
         return self.spotter.audio_s
 
     def choose(self, fa_count: int) -> tuple:
-        return checked_allocate(self.curves, fa_count,
-                                lambda js: on_val(self, js)["false_accepts"])  # fmt: skip
+        return checked_allocate(self.curves, fa_count, lambda js: on_val(self, js)["false_accepts"])
 
     def strict(self, target: int) -> tuple | None:
         return allocate_min_fa(self.curves, target)
 
     def detections(self, setting: tuple, stream: Stream) -> list[Detection]:
         hits = self.decode(stream)
-        dets = [Detection(float(t), k, 0.0) for k, j in zip(self.keywords, setting, strict=True)
-                if j > 0 for t in hits[k][j - 1]]  # fmt: skip
+        dets = [
+            Detection(float(t), k, 0.0)
+            for k, j in zip(self.keywords, setting, strict=True)
+            if j > 0
+            for t in hits[k][j - 1]
+        ]
         return refractory(dets)
 
     def describe(self, setting: tuple) -> str:
-        return " ".join(f"{k} " + ("off" if j == 0 else f"1e{self.levels[k][j - 1]:+g}")
-                        for k, j in zip(self.keywords, setting, strict=True))  # fmt: skip
+        return " ".join(
+            f"{k} " + ("off" if j == 0 else f"1e{self.levels[k][j - 1]:+g}")
+            for k, j in zip(self.keywords, setting, strict=True)
+        )
 
 
 # ---------------------------------------------------------------------------------- main
@@ -618,8 +644,7 @@ class Peer:
 
 def git_state() -> str:
     def git(*a):
-        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True,
-                              text=True).stdout  # fmt: skip
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout
 
     dirty = [ln[3:] for ln in git("status", "--porcelain", "-uno").splitlines() if ln.strip()]
     if git("status", "--porcelain", "--", "bench/kws_peer.py").strip():
@@ -689,9 +714,12 @@ def main(argv: list[str] | None = None) -> None:
         s = foreign_stream(Path(a.foreign_root), lang, a.foreign_minutes, noise_root)
         (foreign if s is not None else missing).append(s if s is not None else lang)
     if missing:
-        print(f"non-English: no prompts for {', '.join(missing)} (apt-get install "
-              + " ".join(f"asterisk-core-sounds-{m}-wav" for m in missing) + ")",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"non-English: no prompts for {', '.join(missing)} (apt-get install "
+            + " ".join(f"asterisk-core-sounds-{m}-wav" for m in missing)
+            + ")",
+            file=sys.stderr,
+        )
 
     one = SpotterOne(model, kws)
     one.fit(val)
@@ -700,8 +728,11 @@ def main(argv: list[str] | None = None) -> None:
     per.fit(val)
     peer = Peer(kws, a.calib_minutes)
     peer.fit(val)
-    print(f"pocketsphinx: validation scored ({peer.spotter.n_keyphrases} keyphrases)",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"pocketsphinx: validation scored ({peer.spotter.n_keyphrases} keyphrases)",
+        file=sys.stderr,
+        flush=True,
+    )
     methods = [one, per, peer]
 
     cmax = int(math.floor(LADDER_MAX_FA * val.hours + 1e-9))
@@ -716,8 +747,10 @@ def main(argv: list[str] | None = None) -> None:
                 seen.add(st)
                 lad.append(st)
         ladders[m.name] = lad
-    budgets = {b: {m.name: m.choose(int(math.floor(b * val.hours + 1e-9))) for m in methods}
-               for b in VAL_BUDGETS}  # fmt: skip
+    budgets = {
+        b: {m.name: m.choose(int(math.floor(b * val.hours + 1e-9))) for m in methods}
+        for b in VAL_BUDGETS
+    }
     shipped_setting = None
     meta = KeywordSpotter(model, threads=1)
     shipped_setting = (float(meta.smooth_ms), tuple(float(t) for t in meta.thresholds))
@@ -737,8 +770,10 @@ def main(argv: list[str] | None = None) -> None:
         res = {}
         for m in methods:
             pts = [dict(evaluate(m, st, s), setting=st) for st in ladders[m.name]]
-            at_b = {b: dict(evaluate(m, budgets[b][m.name], s), setting=budgets[b][m.name])
-                    for b in VAL_BUDGETS}  # fmt: skip
+            at_b = {
+                b: dict(evaluate(m, budgets[b][m.name], s), setting=budgets[b][m.name])
+                for b in VAL_BUDGETS
+            }
             res[m.name] = {"ladder": pts, "budgets": at_b}
         if shipped_setting is not None:
             res["shipped"] = evaluate(one, shipped_setting, s)
@@ -781,8 +816,12 @@ def main(argv: list[str] | None = None) -> None:
             rows.append((f"≤ {x:g} / h here", [best_at(res[n]["ladder"], x) for n in names]))
         for n in (names[0], names[2]):
             f = res[n]["budgets"][MATCH_BUDGET]["false_accepts_per_hour"]
-            rows.append((f"at {n.split(',')[0]}'s FA/h ({f:.1f}; its val ≤ {MATCH_BUDGET:g} "
-                         "/ h point)", [best_at(res[m]["ladder"], f) for m in names]))  # fmt: skip
+            rows.append(
+                (
+                    f"at {n.split(',')[0]}'s FA/h ({f:.1f}; its val ≤ {MATCH_BUDGET:g} / h point)",
+                    [best_at(res[m]["ladder"], f) for m in names],
+                )
+            )
         return rows
 
     for s in sets:
@@ -799,9 +838,11 @@ def main(argv: list[str] | None = None) -> None:
     if foreign:
         hours = sum(s.hours for s in foreign)
         langs = [s.name.split(": ")[1] for s in foreign]
-        print(f"\n## non-English speech, false accepts ({', '.join(langs)}: "
-              f"{hours * 60:.3g} min, {sum(len(s.prompts) for s in foreign)} prompts; one false "
-              f"accept = {1 / hours:.1f} / h)\n")  # fmt: skip
+        print(
+            f"\n## non-English speech, false accepts ({', '.join(langs)}: "
+            f"{hours * 60:.3g} min, {sum(len(s.prompts) for s in foreign)} prompts; one false "
+            f"accept = {1 / hours:.1f} / h)\n"
+        )
         print(
             "| method | chosen on val at | test detection (FA/h) | FA/h, all | FA/h without "
             "cognate hits | " + " | ".join(langs) + " | most false accepts |"
@@ -842,16 +883,23 @@ def main(argv: list[str] | None = None) -> None:
 
         def clean(o):
             if isinstance(o, dict):
-                return {str(k): clean(v) for k, v in o.items()
-                        if k not in ("per_keyword", "false_accept_times")}  # fmt: skip
+                return {
+                    str(k): clean(v)
+                    for k, v in o.items()
+                    if k not in ("per_keyword", "false_accept_times")
+                }
             if isinstance(o, list | tuple):
                 return [clean(v) for v in o]
             if isinstance(o, np.generic):
                 return o.item()
             return o
 
-        out.write_text(json.dumps({"command": command, "levels": peer.levels,
-                                   "results": clean(results)}, indent=1) + "\n")  # fmt: skip
+        out.write_text(
+            json.dumps(
+                {"command": command, "levels": peer.levels, "results": clean(results)}, indent=1
+            )
+            + "\n"
+        )
         print(f"\nwrote {out}")
 
 

@@ -127,17 +127,37 @@ def make_variants(x: np.ndarray, labels, noise: np.ndarray, noise_desc: str) -> 
         ("gain +20 dB", "apply_gain(x, +20), float WAV (not clipped)", SR, apply_gain(x, 20.0)),
     ]
     for snr in (20, 10, 5):
-        v.append((f"SNR {snr} dB", noise_desc if snr == 20 else "same noise", SR,
-                  add_noise_over_words(x, noise, snr, words)))  # fmt: skip
+        v.append(
+            (
+                f"SNR {snr} dB",
+                noise_desc if snr == 20 else "same noise",
+                SR,
+                add_noise_over_words(x, noise, snr, words),
+            )
+        )
     v += [
-        ("reverb", f"synth_rir(rng({SEED}), RT60 {RT60} s, DRR {DRR_DB:g} dB)", SR,
-         reverberate(x, rir)),
-        ("telephone", "band_limit 300–3400 Hz (HP order 2, LP order 8)", SR,
-         band_limit(x, SR, 300.0, 3400.0)),
-    ]  # fmt: skip
+        (
+            "reverb",
+            f"synth_rir(rng({SEED}), RT60 {RT60} s, DRR {DRR_DB:g} dB)",
+            SR,
+            reverberate(x, rir),
+        ),
+        (
+            "telephone",
+            "band_limit 300–3400 Hz (HP order 2, LP order 8)",
+            SR,
+            band_limit(x, SR, 300.0, 3400.0),
+        ),
+    ]
     for rate in (8000, 44100, 48000):
-        v.append((f"{rate / 1000:g} kHz", "resample_poly offline; kws-eval resamples to 16 kHz",
-                  rate, resample(x, rate)))  # fmt: skip
+        v.append(
+            (
+                f"{rate / 1000:g} kHz",
+                "resample_poly offline; kws-eval resamples to 16 kHz",
+                rate,
+                resample(x, rate),
+            )
+        )
     return [
         {"name": n, "how": h, "rate": r, "audio": np.asarray(a, np.float32)} for n, h, r, a in v
     ]
@@ -145,8 +165,17 @@ def make_variants(x: np.ndarray, labels, noise: np.ndarray, noise_desc: str) -> 
 
 def kws_eval(model: str, wav: Path, labels: str, out: Path, threads: int) -> dict:
     """``liquid-stream kws-eval MODEL --stream wav --labels labels --out out`` in-process."""
-    args = [model, "--stream", str(wav), "--labels", labels, "--out", str(out),
-            "--threads", str(threads)]  # fmt: skip
+    args = [
+        model,
+        "--stream",
+        str(wav),
+        "--labels",
+        labels,
+        "--out",
+        str(out),
+        "--threads",
+        str(threads),
+    ]
     with contextlib.redirect_stdout(sys.stderr):  # its per-keyword table: progress only
         kws_eval_cmd.main(args, standalone_mode=False)
     return json.loads(out.read_text())
@@ -194,25 +223,37 @@ def main() -> None:
         t = time.perf_counter()
         print(f"[{i + 1}/{len(variants)}] {v['name']}: {v['how']}", file=sys.stderr, flush=True)
         res = kws_eval(args.model, wav, args.labels, work / f"v{i:02d}.json", args.threads)
-        rows.append({
-            "variant": v["name"], "how": v["how"], "rate": v["rate"], "wav": str(wav),
-            "peak_dbfs": 20 * math.log10(max(peak, 1e-12)),
-            "int16_clipped_fraction": float(np.mean(np.abs(v["audio"]) >= 1.0)),
-            "detection_rate": res["detection_rate"], "detected": res["detected"],
-            "targets": res["targets"], "false_accepts": res["false_accepts"],
-            "false_accepts_per_hour": res["false_accepts_per_hour"],
-            "mean_latency_s": res["mean_latency_s"], "rtf": res["rtf"],
-            "threshold": res["threshold"], "smooth_ms": res["smooth_ms"],
-            "duration_s": res["duration_s"], "eval_s": time.perf_counter() - t,
-        })  # fmt: skip
+        rows.append(
+            {
+                "variant": v["name"],
+                "how": v["how"],
+                "rate": v["rate"],
+                "wav": str(wav),
+                "peak_dbfs": 20 * math.log10(max(peak, 1e-12)),
+                "int16_clipped_fraction": float(np.mean(np.abs(v["audio"]) >= 1.0)),
+                "detection_rate": res["detection_rate"],
+                "detected": res["detected"],
+                "targets": res["targets"],
+                "false_accepts": res["false_accepts"],
+                "false_accepts_per_hour": res["false_accepts_per_hour"],
+                "mean_latency_s": res["mean_latency_s"],
+                "rtf": res["rtf"],
+                "threshold": res["threshold"],
+                "smooth_ms": res["smooth_ms"],
+                "duration_s": res["duration_s"],
+                "eval_s": time.perf_counter() - t,
+            }
+        )
 
     clean = rows[0]["detection_rate"] or float("nan")
     print(f"\n`{command}`\n")
-    print(f"model {args.model}; stream {args.stream} ({rows[0]['duration_s']:.0f} s, "
-          f"{rows[0]['targets']} keywords); threshold {rows[0]['threshold']:g}, smoothing "
-          f"{rows[0]['smooth_ms']:g} ms (the model's tuned values); one false accept = "
-          f"{3600 / rows[0]['duration_s']:.0f}/h; WAVs are float32, so gains are not clipped "
-          f"(peak dBFS > 0 would clip as int16)\n")  # fmt: skip
+    print(
+        f"model {args.model}; stream {args.stream} ({rows[0]['duration_s']:.0f} s, "
+        f"{rows[0]['targets']} keywords); threshold {rows[0]['threshold']:g}, smoothing "
+        f"{rows[0]['smooth_ms']:g} ms (the model's tuned values); one false accept = "
+        f"{3600 / rows[0]['duration_s']:.0f}/h; WAVs are float32, so gains are not clipped "
+        f"(peak dBFS > 0 would clip as int16)\n"
+    )
     print(
         "| variant | how | peak dBFS | detection rate | / clean | FA/h (count) | mean latency s |"
     )
@@ -220,15 +261,28 @@ def main() -> None:
     for r in rows:
         dr = r["detection_rate"]
         ratio = "–" if dr is None else f"{dr / clean:.2f}"
-        print(f"| {r['variant']} | {r['how']} | {r['peak_dbfs']:+.1f} | "
-              f"{fmt(dr, '.3f')} ({r['detected']}/{r['targets']}) | {ratio} | "
-              f"{r['false_accepts_per_hour']:.0f} ({r['false_accepts']}) | "
-              f"{fmt(r['mean_latency_s'], '+.3f')} |")  # fmt: skip
+        print(
+            f"| {r['variant']} | {r['how']} | {r['peak_dbfs']:+.1f} | "
+            f"{fmt(dr, '.3f')} ({r['detected']}/{r['targets']}) | {ratio} | "
+            f"{r['false_accepts_per_hour']:.0f} ({r['false_accepts']}) | "
+            f"{fmt(r['mean_latency_s'], '+.3f')} |"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": command, "model": args.model, "stream": args.stream,
-                               "labels": args.labels, "noise": noise_desc, "rows": rows},
-                              indent=1) + "\n")  # fmt: skip
+    out.write_text(
+        json.dumps(
+            {
+                "command": command,
+                "model": args.model,
+                "stream": args.stream,
+                "labels": args.labels,
+                "noise": noise_desc,
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"\nwrote {out} (variant WAVs and kws-eval outputs in {work})")
 
 

@@ -55,22 +55,33 @@ def pooled(tables: list[list[dict]], hours: list[float], targets: list[int]) -> 
     and false accepts summed over the streams."""
     out = []
     for rows in zip(*tables, strict=True):
-        out.append({
-            "smooth_ms": rows[0]["smooth_ms"], "threshold": rows[0]["threshold"],
-            "detection_rate": sum(
-                r["detection_rate"] * n for r, n in zip(rows, targets, strict=True)
-            ) / sum(targets),
-            "false_accepts_per_hour": sum(r["false_accepts_per_hour"] * h
-                                          for r, h in zip(rows, hours, strict=True)) / sum(hours),
-        })  # fmt: skip
+        out.append(
+            {
+                "smooth_ms": rows[0]["smooth_ms"],
+                "threshold": rows[0]["threshold"],
+                "detection_rate": sum(
+                    r["detection_rate"] * n for r, n in zip(rows, targets, strict=True)
+                )
+                / sum(targets),
+                "false_accepts_per_hour": sum(
+                    r["false_accepts_per_hour"] * h for r, h in zip(rows, hours, strict=True)
+                )
+                / sum(hours),
+            }
+        )
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+", help="exported keyword spotters (.onnx)")
-    ap.add_argument("--streams", nargs="+", required=True, metavar="WAV:CSV",
-                    help="labelled 16 kHz streams (at least two)")  # fmt: skip
+    ap.add_argument(
+        "--streams",
+        nargs="+",
+        required=True,
+        metavar="WAV:CSV",
+        help="labelled 16 kHz streams (at least two)",
+    )
     ap.add_argument("--max-fa-per-hour", type=float, nargs="+", default=[5.0], metavar="B")
     ap.add_argument(
         "--tune-on",
@@ -134,10 +145,15 @@ def main() -> None:
                 pick = choose(pool, b)
                 tuned.append((model, k, b, pick, [point(r, pick) for r in rows[scored:]]))
     names = [s[0] for s in streams]
-    print(f"\n**Output of `{cmd}`** (operating point chosen at ≤ {budget:g} false accepts / h; "
-          "each cell: detection, false accepts / h)\n")  # fmt: skip
-    print("| model | chosen on | smoothing, threshold | " + " | ".join(names)
-          + " | the others: mean detection, pooled FA / h |")  # fmt: skip
+    print(
+        f"\n**Output of `{cmd}`** (operating point chosen at ≤ {budget:g} false accepts / h; "
+        "each cell: detection, false accepts / h)\n"
+    )
+    print(
+        "| model | chosen on | smoothing, threshold | "
+        + " | ".join(names)
+        + " | the others: mean detection, pooled FA / h |"
+    )
     print("|---|---|---|" + "---|" * (len(names) + 1))
     for model, name, pick, on, fa, det in table:
         cells = " | ".join(
@@ -145,13 +161,17 @@ def main() -> None:
             f"{r['false_accepts_per_hour']:.0f}" + ("**" if n == name else "")
             for n, r in zip(names, on, strict=True)
         )
-        print(f"| {model} | {name} | {pick['smooth_ms']:g} ms, {pick['threshold']:.2f} | "
-              f"{cells} | {100 * det:.1f} %, {fa:.1f} |")  # fmt: skip
+        print(
+            f"| {model} | {name} | {pick['smooth_ms']:g} ms, {pick['threshold']:.2f} | "
+            f"{cells} | {100 * det:.1f} %, {fa:.1f} |"
+        )
 
     if loo:
         print(f"\nChosen on all streams but one, pooled (≤ {budget:g} / h), scored on that one:\n")
-        print("| model | left out | smoothing, threshold | pooled: detection, FA / h "
-              "| left out: detection, FA / h |\n|---|---|---|---|---|")  # fmt: skip
+        print(
+            "| model | left out | smoothing, threshold | pooled: detection, FA / h "
+            "| left out: detection, FA / h |\n|---|---|---|---|---|"
+        )
         for model, name, pick, p, r in loo:
             print(
                 f"| {model} | {name} | {pick['smooth_ms']:g} ms, {pick['threshold']:.2f} | "
@@ -169,19 +189,25 @@ def main() -> None:
                 f"{r['false_accepts_per_hour']:.0f}"
                 for j, r in enumerate(on)
             )
-            print(f"| {model} | {k} | {b:g} | {pick['smooth_ms']:g} ms, {pick['threshold']:.2f} "
-                  f"| {cells} |")  # fmt: skip
+            print(
+                f"| {model} | {k} | {b:g} | {pick['smooth_ms']:g} ms, {pick['threshold']:.2f} "
+                f"| {cells} |"
+            )
         print(f"\nSummary over the models (goal: ≥ {goal_det:g} % at ≤ {goal_fa:g} / h):\n")
         print("| K | B | mean detection | mean FA / h | streams meeting the goal |")
         print("|---|---|---|---|---|")
         for k in a.tune_on:
             for b in a.max_fa_per_hour:
                 on = [r for _, kk, bb, _, rs in tuned if (kk, bb) == (k, b) for r in rs]
-                met = sum(100 * r["detection_rate"] >= goal_det
-                          and r["false_accepts_per_hour"] <= goal_fa for r in on)  # fmt: skip
-                print(f"| {k} | {b:g} | {100 * np.mean([r['detection_rate'] for r in on]):.1f} % "
-                      f"| {np.mean([r['false_accepts_per_hour'] for r in on]):.1f} "
-                      f"| {met} of {len(on)} |")  # fmt: skip
+                met = sum(
+                    100 * r["detection_rate"] >= goal_det and r["false_accepts_per_hour"] <= goal_fa
+                    for r in on
+                )
+                print(
+                    f"| {k} | {b:g} | {100 * np.mean([r['detection_rate'] for r in on]):.1f} % "
+                    f"| {np.mean([r['false_accepts_per_hour'] for r in on]):.1f} "
+                    f"| {met} of {len(on)} |"
+                )
 
 
 if __name__ == "__main__":

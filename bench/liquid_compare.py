@@ -45,8 +45,19 @@ def main() -> None:
     for kind in args.kinds:
         run_dir = out / kind
         liquid = "null" if kind == "none" else kind
-        cmd = ["liquid-stream", "train", args.task, "--preset", args.preset, "--out", str(run_dir),
-               "--set", "model.mode=diag", "--set", f"model.liquid={liquid}"]  # fmt: skip
+        cmd = [
+            "liquid-stream",
+            "train",
+            args.task,
+            "--preset",
+            args.preset,
+            "--out",
+            str(run_dir),
+            "--set",
+            "model.mode=diag",
+            "--set",
+            f"model.liquid={liquid}",
+        ]
         if args.target:
             cmd += ["--target", args.target]
         if args.data:
@@ -76,8 +87,11 @@ def row(kind: str, run_dir: Path) -> dict:
 
     metrics = json.loads((run_dir / "test_metrics.json").read_text())
     ckpt = torch.load(run_dir / "best.pt", map_location="cpu", weights_only=True)
-    params = sum(v.numel() for k, v in ckpt["model"].items() if not k.endswith(("running_mean",
-                 "running_var", "num_batches_tracked")))  # fmt: skip
+    params = sum(
+        v.numel()
+        for k, v in ckpt["model"].items()
+        if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))
+    )
     timing = run_dir / "compare_time.json"
     wall = json.loads(timing.read_text())["wall_s"] if timing.exists() else float("nan")
     return {"liquid": kind, "params": params, "wall_s": wall, **metrics}

@@ -27,10 +27,12 @@ from liquid_stream.ltc import ltc_system
 def clamp_stats(layers: list[LiquidS4]) -> tuple[float, float, float]:
     """(fraction clamped, median |B̃|/|B̄|, min |B̃|/|B̄|) over all layers' (h, m)."""
     with torch.no_grad():
-        r = torch.cat([
-            (s.B_liq.abs() / s.B_bar.abs()).flatten()
-            for s in (ltc_system(layer.kernel, 1.0, torch.float64) for layer in layers)
-        ])  # fmt: skip
+        r = torch.cat(
+            [
+                (s.B_liq.abs() / s.B_bar.abs()).flatten()
+                for s in (ltc_system(layer.kernel, 1.0, torch.float64) for layer in layers)
+            ]
+        )
     return float((r < 1 - 1e-9).double().mean()), float(r.median()), float(r.min())
 
 

@@ -44,8 +44,10 @@ def exporter_at(rev: str):
     pipeline from this tree)."""
     src = subprocess.run(
         ["git", "-C", str(ROOT), "show", f"{rev}:export/to_onnx.py"],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "to_onnx_before.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("liquid_stream.export.to_onnx_before", path)

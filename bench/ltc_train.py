@@ -100,11 +100,19 @@ def run(threads: int, args) -> list[dict]:
     load1 = os.getloadavg()[0]
     pb = statistics.median(wall["PB"])
     return [
-        {"threads": threads, "config": n, "median": statistics.median(wall[n]),
-         "min": min(wall[n]), "max": max(wall[n]), "cpu": statistics.median(cpu[n]),
-         "ratio": statistics.median(wall[n]) / pb, "calls": len(wall[n]), "load": (load0, load1)}
+        {
+            "threads": threads,
+            "config": n,
+            "median": statistics.median(wall[n]),
+            "min": min(wall[n]),
+            "max": max(wall[n]),
+            "cpu": statistics.median(cpu[n]),
+            "ratio": statistics.median(wall[n]) / pb,
+            "calls": len(wall[n]),
+            "load": (load0, load1),
+        }
         for n in names
-    ]  # fmt: skip
+    ]
 
 
 def main() -> None:
@@ -132,13 +140,14 @@ def main() -> None:
         f"B = {args.B}, H = {args.H}; {args.rounds} interleaved rounds × {args.reps} call(s)"
     )
     extra = "peak GPU GB" if gpu else "CPU s (median)"
-    print(f"\n| threads | configuration | median s | [min, max] s | {extra} | / PB "
-          "| load 1-min |")  # fmt: skip
+    print(f"\n| threads | configuration | median s | [min, max] s | {extra} | / PB | load 1-min |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['threads'] or '—'} | {r['config']} | {r['median']:.3f} | "
-              f"[{r['min']:.3f}, {r['max']:.3f}] | {r['cpu']:.3f} | {r['ratio']:.2f}× | "
-              f"{r['load'][0]:.1f} → {r['load'][1]:.1f} |")  # fmt: skip
+        print(
+            f"| {r['threads'] or '—'} | {r['config']} | {r['median']:.3f} | "
+            f"[{r['min']:.3f}, {r['max']:.3f}] | {r['cpu']:.3f} | {r['ratio']:.2f}× | "
+            f"{r['load'][0]:.1f} → {r['load'][1]:.1f} |"
+        )
     print(f"\nCommand: {command}")
 
 

@@ -21,8 +21,16 @@ import sys
 import time
 from pathlib import Path
 
-LENGTHS = {"pathx": 16384, "pathfinder": 1024, "listops": 2000, "imdb": 4096, "aan": 4000,
-           "scifar": 1024, "lra-cifar": 1024, "fashion-mnist": 784}  # fmt: skip
+LENGTHS = {
+    "pathx": 16384,
+    "pathfinder": 1024,
+    "listops": 2000,
+    "imdb": 4096,
+    "aan": 4000,
+    "scifar": 1024,
+    "lra-cifar": 1024,
+    "fashion-mnist": 784,
+}
 D_INPUT = {"listops": 16, "imdb": 257, "aan": 257, "scifar": 3}
 
 
@@ -55,9 +63,16 @@ def one(task: str, preset: str, batch: int, checkpoint: bool, device: str) -> di
         peak = (torch.cuda.max_memory_allocated() - base) / 2**30
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    return {"task": task, "preset": preset, "batch": batch, "checkpoint": checkpoint,
-            "device": device, "peak_gb": peak, "seconds": seconds,
-            "params": sum(p.numel() for p in model.parameters())}  # fmt: skip
+    return {
+        "task": task,
+        "preset": preset,
+        "batch": batch,
+        "checkpoint": checkpoint,
+        "device": device,
+        "peak_gb": peak,
+        "seconds": seconds,
+        "params": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def main() -> None:
@@ -80,19 +95,35 @@ def main() -> None:
     rows = []
     for ckpt in (False, True):
         for b in args.batch:
-            cmd = [sys.executable, __file__, "--task", args.task, "--preset", args.preset,
-                   "--device", args.device, "--threads", str(args.threads),
-                   "--one", f"{b},{int(ckpt)}"]  # fmt: skip
+            cmd = [
+                sys.executable,
+                __file__,
+                "--task",
+                args.task,
+                "--preset",
+                args.preset,
+                "--device",
+                args.device,
+                "--threads",
+                str(args.threads),
+                "--one",
+                f"{b},{int(ckpt)}",
+            ]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode != 0:
                 print(res.stderr[-2000:], file=sys.stderr)
                 raise SystemExit(f"configuration batch={b} checkpoint={ckpt} failed")
             rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
             r = rows[-1]
-            print(f"  batch {b:3d}  checkpoint {str(ckpt):5s}  peak {r['peak_gb']:7.2f} GB  "
-                  f"{r['seconds']:7.1f} s", flush=True)  # fmt: skip
-    print(f"\n{args.task} ({args.preset}: {rows[0]['params']} parameters, L = "
-          f"{LENGTHS[args.task]}), one training forward + backward on {args.device}")  # fmt: skip
+            print(
+                f"  batch {b:3d}  checkpoint {str(ckpt):5s}  peak {r['peak_gb']:7.2f} GB  "
+                f"{r['seconds']:7.1f} s",
+                flush=True,
+            )
+    print(
+        f"\n{args.task} ({args.preset}: {rows[0]['params']} parameters, L = "
+        f"{LENGTHS[args.task]}), one training forward + backward on {args.device}"
+    )
     print("| checkpoint | batch | peak GB | s |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['checkpoint']} | {r['batch']} | {r['peak_gb']:.2f} | {r['seconds']:.1f} |")
@@ -108,8 +139,11 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{args.task}-{args.preset}-{args.device}.json"
-    path.write_text(json.dumps({"rows": rows, "per_example_gb": {str(k): v for k, v in
-                                                                 slopes.items()}}, indent=1))
+    path.write_text(
+        json.dumps(
+            {"rows": rows, "per_example_gb": {str(k): v for k, v in slopes.items()}}, indent=1
+        )
+    )
     print(f"wrote {path}")
 
 

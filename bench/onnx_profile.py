@@ -81,12 +81,16 @@ def main() -> None:
     total = sum(by_op.values())
     print(f"Command: python {shlex.join(sys.argv)}")
     print(f"{args.onnx}: batch {args.batch}, {T} samples a call, one thread")
-    print(f"wall per call (no profiler), median of {args.calls}: "
-          f"{1e3 * statistics.median(wall):.2f} ms\n")  # fmt: skip
+    print(
+        f"wall per call (no profiler), median of {args.calls}: "
+        f"{1e3 * statistics.median(wall):.2f} ms\n"
+    )
     print("| op | ms per call | share | nodes per call |\n|---|---|---|---|")
     for op, d in by_op.most_common():
-        print(f"| {op} | {d / args.calls / 1e3:.2f} | {100 * d / total:.1f} % "
-              f"| {n_op[op] // args.calls} |")  # fmt: skip
+        print(
+            f"| {op} | {d / args.calls / 1e3:.2f} | {100 * d / total:.1f} % "
+            f"| {n_op[op] // args.calls} |"
+        )
     print(f"\n| heaviest nodes (top {args.top}) | output shape | ms per call |\n|---|---|---|")
     for (op, name, shape), d in by_node.most_common(args.top):
         print(f"| {op} `{name}` | {shape} | {d / args.calls / 1e3:.2f} |")

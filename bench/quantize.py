@@ -93,8 +93,11 @@ def tolerance(names, out: Path, wav: Path | None = None) -> list[dict]:
         if kind(name) == "kws" and wav is not None and wav.is_file():
             row["speech"] = speech_deviation(name, out, wav)
         rows.append(row)
-        print(f"tolerance {name}: int8 max {max(row['int8']):.4f}, tables min "
-              f"{min(row['tables']):.4f}", flush=True)  # fmt: skip
+        print(
+            f"tolerance {name}: int8 max {max(row['int8']):.4f}, tables min "
+            f"{min(row['tables']):.4f}",
+            flush=True,
+        )
     return rows
 
 
@@ -117,8 +120,11 @@ def speech_deviation(name: str, out: Path, wav: Path, seconds: float = 30.0) -> 
     y0 = run(Path(shipped(name)))
     shown = wav.resolve().relative_to(ROOT) if wav.resolve().is_relative_to(ROOT) else wav
     row = {"model": name, "wav": str(shown), "seconds": seconds}
-    for tag, roles in (("int8", ("linear",)), ("tables", ("linear", "ssm")),
-                       ("frontend", ("linear", "ssm", "frontend"))):  # fmt: skip
+    for tag, roles in (
+        ("int8", ("linear",)),
+        ("tables", ("linear", "ssm")),
+        ("frontend", ("linear", "ssm", "frontend")),
+    ):
         d = run(quantized(name, out, roles)) - y0
         row[tag] = float(np.abs(d).max() / np.abs(y0).max())
         row[f"{tag}_rms"] = float(np.sqrt((d**2).mean() / (y0**2).mean()))
@@ -126,26 +132,34 @@ def speech_deviation(name: str, out: Path, wav: Path, seconds: float = 30.0) -> 
 
 
 def print_tolerance(rows: list[dict]) -> None:
-    print(f"\n**verify tolerance** (relative max|Δy| vs the float32 graph, 16 000 steps of "
-          f"random input in random chunks, seeds 0–4; QUANT_RTOL = {QUANT_RTOL:g})\n")  # fmt: skip
-    print("| model | int8 (shipped method) min – max | final state rel. | SSM tables also "
-          "quantized min – max | verdict int8 / tables |")  # fmt: skip
+    print(
+        f"\n**verify tolerance** (relative max|Δy| vs the float32 graph, 16 000 steps of "
+        f"random input in random chunks, seeds 0–4; QUANT_RTOL = {QUANT_RTOL:g})\n"
+    )
+    print(
+        "| model | int8 (shipped method) min – max | final state rel. | SSM tables also "
+        "quantized min – max | verdict int8 / tables |"
+    )
     print("|---|---|---|---|---|")
     for r in rows:
         ok_q = all(v <= QUANT_RTOL for v in r["int8"]) and r["int8_finite"]
         bad_t = all(v > QUANT_RTOL for v in r["tables"]) or not r["tables_finite"]
         verdict = f"{'pass' if ok_q else 'FAIL'} / {'refused' if bad_t else 'NOT refused'}"
-        print(f"| {r['model']} | {min(r['int8']):.4f} – {max(r['int8']):.4f} | "
-              f"{max(r['int8_state']):.1e} | {min(r['tables']):.4f} – {max(r['tables']):.4f} | "
-              f"{verdict} |")  # fmt: skip
+        print(
+            f"| {r['model']} | {min(r['int8']):.4f} – {max(r['int8']):.4f} | "
+            f"{max(r['int8_state']):.1e} | {min(r['tables']):.4f} – {max(r['tables']):.4f} | "
+            f"{verdict} |"
+        )
     for r in rows:
         if "speech" in r:
             sp = r["speech"]
-            print(f"\n{r['model']} on {sp['seconds']:g} s of speech ({sp['wav']}, 10 ms chunks), "
-                  f"relative max / RMS |Δy| vs float32: int8 {sp['int8']:.4f} / "
-                  f"{sp['int8_rms']:.4f}; + SSM tables {sp['tables']:.4f} / "
-                  f"{sp['tables_rms']:.4f}; + front end {sp['frontend']:.4f} / "
-                  f"{sp['frontend_rms']:.4f}")  # fmt: skip
+            print(
+                f"\n{r['model']} on {sp['seconds']:g} s of speech ({sp['wav']}, 10 ms chunks), "
+                f"relative max / RMS |Δy| vs float32: int8 {sp['int8']:.4f} / "
+                f"{sp['int8_rms']:.4f}; + SSM tables {sp['tables']:.4f} / "
+                f"{sp['tables_rms']:.4f}; + front end {sp['frontend']:.4f} / "
+                f"{sp['frontend_rms']:.4f}"
+            )
 
 
 # ---------------------------------------------------------------------------- speed
@@ -181,22 +195,29 @@ def speed(names, out: Path, threads_list, rounds: int, seconds: float) -> list[d
                         got[tag].append(rtf_round(path, chunk, seconds, threads, rate))
                 row = {"model": name, "chunk_ms": chunk_s * 1000, "threads": threads, **got}
                 rows.append(row)
-                print(f"speed {name} {chunk_s * 1000:g} ms {threads} thr: fp32 "
-                      f"{statistics.median(got['fp32']):.4f} int8 "
-                      f"{statistics.median(got['int8']):.4f}", flush=True)  # fmt: skip
+                print(
+                    f"speed {name} {chunk_s * 1000:g} ms {threads} thr: fp32 "
+                    f"{statistics.median(got['fp32']):.4f} int8 "
+                    f"{statistics.median(got['int8']):.4f}",
+                    flush=True,
+                )
     return rows
 
 
 def print_speed(rows: list[dict], rounds: int) -> None:
-    print(f"\n**real-time factor** (median over {rounds} interleaved rounds [min, max]; "
-          "ratio = fp32 / int8, > 1: int8 faster)\n")  # fmt: skip
+    print(
+        f"\n**real-time factor** (median over {rounds} interleaved rounds [min, max]; "
+        "ratio = fp32 / int8, > 1: int8 faster)\n"
+    )
     print("| model | chunk | threads | fp32 RTF | int8 RTF | ratio fp32/int8 |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         a, b = statistics.median(r["fp32"]), statistics.median(r["int8"])
-        print(f"| {r['model']} | {r['chunk_ms']:g} ms | {r['threads']} | {a:.4f} "
-              f"[{min(r['fp32']):.4f}, {max(r['fp32']):.4f}] | {b:.4f} [{min(r['int8']):.4f}, "
-              f"{max(r['int8']):.4f}] | {a / b:.2f} |")  # fmt: skip
+        print(
+            f"| {r['model']} | {r['chunk_ms']:g} ms | {r['threads']} | {a:.4f} "
+            f"[{min(r['fp32']):.4f}, {max(r['fp32']):.4f}] | {b:.4f} [{min(r['int8']):.4f}, "
+            f"{max(r['int8']):.4f}] | {a / b:.2f} |"
+        )
 
 
 # ----------------------------------------------------------------------------- size
@@ -207,9 +228,15 @@ def sizes(names, out: Path) -> list[dict]:
     for name in names:
         f32, q = Path(shipped(name)), quantized(name, out)
         meta = json.loads(_props(q)["quantization"])
-        rows.append({"model": name, "fp32": f32.stat().st_size, "int8": q.stat().st_size,
-                     "quantized": len(meta["quantized"]),
-                     "float32": {k: len(v) for k, v in meta["float32"].items()}})  # fmt: skip
+        rows.append(
+            {
+                "model": name,
+                "fp32": f32.stat().st_size,
+                "int8": q.stat().st_size,
+                "quantized": len(meta["quantized"]),
+                "float32": {k: len(v) for k, v in meta["float32"].items()},
+            }
+        )
     return rows
 
 
@@ -225,8 +252,10 @@ def print_sizes(rows: list[dict]) -> None:
     print("|---|---|---|---|---|---|")
     for r in rows:
         kept = ", ".join(f"{v} {k}" for k, v in r["float32"].items())
-        print(f"| {r['model']} | {r['fp32']:,} | {r['int8']:,} | {r['int8'] / r['fp32']:.2f} | "
-              f"{r['quantized']} linear | {kept} |")  # fmt: skip
+        print(
+            f"| {r['model']} | {r['fp32']:,} | {r['int8']:,} | {r['int8'] / r['fp32']:.2f} | "
+            f"{r['quantized']} linear | {kept} |"
+        )
 
 
 # ------------------------------------------------------------------------- accuracy
@@ -250,18 +279,40 @@ def kws_accuracy(name: str, out: Path, stream: Path, labels: Path) -> dict:
         return {**row, "skipped": f"{stream} / {labels} not found"}
     for tag, path in (("fp32", Path(shipped(name))), ("int8", quantized(name, out))):
         res = out / f"{name}-{tag}-kws-eval.json"
-        cmd = [sys.executable, "-m", "liquid_stream.cli", "kws-eval", str(path),
-               "--stream", str(stream), "--labels", str(labels), "--threads", "1",
-               "--out", str(res)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "liquid_stream.cli",
+            "kws-eval",
+            str(path),
+            "--stream",
+            str(stream),
+            "--labels",
+            str(labels),
+            "--threads",
+            "1",
+            "--out",
+            str(res),
+        ]
         key, stamp = graph_key(path), res.with_suffix(".key")
         if not (res.is_file() and stamp.is_file() and stamp.read_text() == key):
             print("$ " + shlex.join(["liquid-stream", *cmd[3:]]), flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             stamp.write_text(key)
         d = json.loads(res.read_text())
-        row[tag] = {k: d[k] for k in ("targets", "detected", "detection_rate", "false_accepts",
-                                      "false_accepts_per_hour", "threshold", "smooth_ms",
-                                      "mean_latency_s")}  # fmt: skip
+        row[tag] = {
+            k: d[k]
+            for k in (
+                "targets",
+                "detected",
+                "detection_rate",
+                "false_accepts",
+                "false_accepts_per_hour",
+                "threshold",
+                "smooth_ms",
+                "mean_latency_s",
+            )
+        }
         row[tag]["times"] = [(x["time_s"], x["keyword"]) for x in d["detections"]]
     a, b = row["fp32"].pop("times"), row["int8"].pop("times")
     same = sum(1 for t, k in b if any(k == k2 and abs(t - t2) <= 0.05 for t2, k2 in a))
@@ -321,10 +372,16 @@ def vitals_accuracy(name: str, out: Path) -> dict:
     p32 = predict(f32, test.x, out / f"{name}-fp32-test.npz")
     p8 = predict(q, test.x, out / f"{name}-int8-test.npz")
     rmse = lambda p: float(np.sqrt(np.mean((p - y) ** 2)))  # noqa: E731
-    return {"model": name, "units": units, "windows": len(y), "windows_in_metadata": n_meta,
-            "fp32_rmse": rmse(p32), "int8_rmse": rmse(p8),
-            "mean_abs_int8_fp32": float(np.abs(p8 - p32).mean()),
-            "max_abs_int8_fp32": float(np.abs(p8 - p32).max())}  # fmt: skip
+    return {
+        "model": name,
+        "units": units,
+        "windows": len(y),
+        "windows_in_metadata": n_meta,
+        "fp32_rmse": rmse(p32),
+        "int8_rmse": rmse(p8),
+        "mean_abs_int8_fp32": float(np.abs(p8 - p32).mean()),
+        "max_abs_int8_fp32": float(np.abs(p8 - p32).max()),
+    }
 
 
 def print_accuracy(rows: list[dict]) -> None:
@@ -334,25 +391,33 @@ def print_accuracy(rows: list[dict]) -> None:
             print(f"- {r['model']}: skipped ({r['skipped']})")
     kws = [r for r in rows if "fp32" in r]
     if kws:
-        print("| KWS model | targets | detection rate fp32 → int8 | false accepts / h fp32 → "
-              "int8 | detections fp32 / int8, same (±50 ms) |")  # fmt: skip
+        print(
+            "| KWS model | targets | detection rate fp32 → int8 | false accepts / h fp32 → "
+            "int8 | detections fp32 / int8, same (±50 ms) |"
+        )
         print("|---|---|---|---|---|")
         for r in kws:
             a, b = r["fp32"], r["int8"]
-            print(f"| {r['model']} (threshold {a['threshold']:g}, {a['smooth_ms']:g} ms) | "
-                  f"{a['targets']} | {100 * a['detection_rate']:.1f} % → "
-                  f"{100 * b['detection_rate']:.1f} % | {a['false_accepts_per_hour']:g} → "
-                  f"{b['false_accepts_per_hour']:g} | {r['detections'][0]} / "
-                  f"{r['detections'][1]}, {r['same_detections']} |")  # fmt: skip
+            print(
+                f"| {r['model']} (threshold {a['threshold']:g}, {a['smooth_ms']:g} ms) | "
+                f"{a['targets']} | {100 * a['detection_rate']:.1f} % → "
+                f"{100 * b['detection_rate']:.1f} % | {a['false_accepts_per_hour']:g} → "
+                f"{b['false_accepts_per_hour']:g} | {r['detections'][0]} / "
+                f"{r['detections'][1]}, {r['same_detections']} |"
+            )
     vit = [r for r in rows if "fp32_rmse" in r]
     if vit:
-        print("\n| vitals model | test windows | RMSE fp32 | RMSE int8 | mean / max "
-              "\\|int8 − fp32\\| |")  # fmt: skip
+        print(
+            "\n| vitals model | test windows | RMSE fp32 | RMSE int8 | mean / max "
+            "\\|int8 − fp32\\| |"
+        )
         print("|---|---|---|---|---|")
         for r in vit:
-            print(f"| {r['model']} | {r['windows']} | {r['fp32_rmse']:.3f} {r['units']} | "
-                  f"{r['int8_rmse']:.3f} {r['units']} | {r['mean_abs_int8_fp32']:.3f} / "
-                  f"{r['max_abs_int8_fp32']:.3f} {r['units']} |")  # fmt: skip
+            print(
+                f"| {r['model']} | {r['windows']} | {r['fp32_rmse']:.3f} {r['units']} | "
+                f"{r['int8_rmse']:.3f} {r['units']} | {r['mean_abs_int8_fp32']:.3f} / "
+                f"{r['max_abs_int8_fp32']:.3f} {r['units']} |"
+            )
 
 
 # ----------------------------------------------------------------------------- main
@@ -380,8 +445,11 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    res: dict = {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-                 "load_before": os.getloadavg()[0]}  # fmt: skip
+    res: dict = {
+        "argv": sys.argv[1:],
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "load_before": os.getloadavg()[0],
+    }
     if "tolerance" in args.sections:
         res["tolerance"] = tolerance(args.models, out, Path(args.speech))
     if "speed" in args.sections:
@@ -398,9 +466,11 @@ def main() -> None:
             print(f"accuracy {name}: done", flush=True)
         res["accuracy"] = rows
     res["wall_s"] = time.perf_counter() - t0
-    print(f"\nCommand: `python {shlex.join(['bench/quantize.py', *sys.argv[1:]])}` "
-          f"({res['date']}, {res['wall_s']:.0f} s, load average before "
-          f"{res['load_before']:.2f})")  # fmt: skip
+    print(
+        f"\nCommand: `python {shlex.join(['bench/quantize.py', *sys.argv[1:]])}` "
+        f"({res['date']}, {res['wall_s']:.0f} s, load average before "
+        f"{res['load_before']:.2f})"
+    )
     if "tolerance" in res:
         print_tolerance(res["tolerance"])
     if "speed" in res:

@@ -142,8 +142,7 @@ def summed(parts: list[dict]) -> dict:
         "steps": steps,
         "bulk_s": sum(p.get("bulk_s", p.get("bulk", {}).get("input_s", 0.0)) for p in parts),
         "cpu_s": {k: sum(p["cpu_s"][k] for p in parts) for k in parts[0]["cpu_s"]},
-        "streams_per_step": sum(p["streams_per_step"] * p["steps"] for p in parts)
-        / max(1, steps),
+        "streams_per_step": sum(p["streams_per_step"] * p["steps"] for p in parts) / max(1, steps),
     }
 
 
@@ -356,10 +355,18 @@ class Bulk:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.procs = [
             subprocess.Popen(
-                [sys.executable, __file__, "--bulk-client", urls[i % len(urls)],
-                 f"bulk-{phase}-{i}"],
-                stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    __file__,
+                    "--bulk-client",
+                    urls[i % len(urls)],
+                    f"bulk-{phase}-{i}",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
             for i in range(n)
         ]
         for p in self.procs:
@@ -546,26 +553,45 @@ def main() -> None:
     ap.add_argument("--beds", type=int, nargs="*", default=[200, 400, 550, 700, 1000])
     ap.add_argument("--kws100", type=int, nargs="*", default=[10, 20, 30, 50])
     ap.add_argument("--kws10", type=int, nargs="*", default=[10, 20, 30, 50])
-    ap.add_argument("--kws-model", default=None, metavar="ONNX",
-                    help="the spotter to host (default: the shipped kws-sc10), e.g. one "
-                         "exported --chunk 1600 --sub-block 1 for 100 ms calls")  # fmt: skip
-    ap.add_argument("--bed-models", nargs=2, default=BED_MODELS, metavar="NAME",
-                    help="the shipped HR and RR models of a bed (default: %(default)s; "
-                         "e.g. vitals-ppg-ecg-hr vitals-ppg-ecg-rr-lite)")  # fmt: skip
+    ap.add_argument(
+        "--kws-model",
+        default=None,
+        metavar="ONNX",
+        help="the spotter to host (default: the shipped kws-sc10), e.g. one "
+        "exported --chunk 1600 --sub-block 1 for 100 ms calls",
+    )
+    ap.add_argument(
+        "--bed-models",
+        nargs=2,
+        default=BED_MODELS,
+        metavar="NAME",
+        help="the shipped HR and RR models of a bed (default: %(default)s; "
+        "e.g. vitals-ppg-ecg-hr vitals-ppg-ecg-rr-lite)",
+    )
     ap.add_argument("--seconds", type=float, default=12.0, help="measured seconds per point")
     ap.add_argument("--warmup", type=float, default=4.0, help="seconds before measuring")
     ap.add_argument("--budget-ms", type=float, default=20.0)
     ap.add_argument("--threads", type=int, default=1, help="serve --threads (per model)")
     ap.add_argument("--workers", type=int, default=2, help="serve --workers (banks per model)")
-    ap.add_argument("--servers", type=int, default=1,
-                    help="server processes, the streams spread over them (scale-out)")  # fmt: skip
+    ap.add_argument(
+        "--servers",
+        type=int,
+        default=1,
+        help="server processes, the streams spread over them (scale-out)",
+    )
     ap.add_argument("--all", action="store_true", help="go on past the first failing N")
     ap.add_argument("--quick", action="store_true", help="one short point per workload")
-    ap.add_argument("--bulk", type=int, default=0, metavar="N",
-                    help="run every point also with N bulk keyword clients flat out "
-                         "beside it (fairness: live p95 with and without, one run)")  # fmt: skip
-    ap.add_argument("--no-compute", action="store_true",
-                    help="skip the batched-vs-one-streamer table")  # fmt: skip
+    ap.add_argument(
+        "--bulk",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run every point also with N bulk keyword clients flat out "
+        "beside it (fairness: live p95 with and without, one run)",
+    )
+    ap.add_argument(
+        "--no-compute", action="store_true", help="skip the batched-vs-one-streamer table"
+    )
     ap.add_argument("--bulk-client", nargs=2, metavar=("URL", "ID"), help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
@@ -640,9 +666,13 @@ def main() -> None:
                     break
         # batched vs one streamer per stream, and the session share, in the same run
         for label, paths, T0, ns in (
-            ("beds (3 models, 1 s)", bed_paths, FS, (10, 100, 1000)),
-            ("kws (160-sample chunk)", [kws_path], 160, (10, 50)),
-        ) if not args.no_compute else ():
+            (
+                ("beds (3 models, 1 s)", bed_paths, FS, (10, 100, 1000)),
+                ("kws (160-sample chunk)", [kws_path], 160, (10, 50)),
+            )
+            if not args.no_compute
+            else ()
+        ):
             for n in ns:
                 c = batched_vs_single(paths, n, T0)
                 c["session_share"] = session_share(paths, n, T0)
@@ -688,10 +718,14 @@ def main() -> None:
             f"{c['capacity_batched_per_core']:.0f} | {c['capacity_single_per_core']:.0f} |"
         )
     if args.bulk:
-        print(f"\n## Live streams with and without {args.bulk} bulk keyword clients flat out "
-              "(same run, same server)\n")  # fmt: skip
-        print("| workload | N | p95 ms alone | p95 ms with bulk | ratio | opens failed "
-              "(alone / with) | bulk audio x real time |")  # fmt: skip
+        print(
+            f"\n## Live streams with and without {args.bulk} bulk keyword clients flat out "
+            "(same run, same server)\n"
+        )
+        print(
+            "| workload | N | p95 ms alone | p95 ms with bulk | ratio | opens failed "
+            "(alone / with) | bulk audio x real time |"
+        )
         print("|---|---|---|---|---|---|---|")
         for a, b in zip(rows[::2], rows[1::2], strict=True):
             ok = a["lat_n"] and b["lat_n"]

@@ -31,8 +31,14 @@ from liquid_stream.training.data.bidmc_sim import SIG_NAMES
 from liquid_stream.training.data.vitals_sim import FS, simulate_randomised
 
 PLETH = SIG_NAMES.index("PLETH,")
-CLEAN = {"ectopic_prob": 0.0, "af_episodes": [], "motion_bursts": [], "sensor_off": [],
-         "spo2_changes": [], "spo2_sd": 0.0}  # fmt: skip
+CLEAN = {
+    "ectopic_prob": 0.0,
+    "af_episodes": [],
+    "motion_bursts": [],
+    "sensor_off": [],
+    "spo2_changes": [],
+    "spo2_sd": 0.0,
+}
 BINS = 20
 
 
@@ -58,8 +64,9 @@ def main() -> None:
 
     feats, spo2, family = [], [], []
     for i in range(a.records):
-        r = simulate_randomised(np.random.default_rng([a.seed, i]), a.minutes, force=CLEAN,
-                                scaling=False)  # fmt: skip
+        r = simulate_randomised(
+            np.random.default_rng([a.seed, i]), a.minutes, force=CLEAN, scaling=False
+        )
         feats.append(shape_histogram(r["signals"][:, PLETH], np.asarray(r["params"]["beats"]), FS))
         spo2.append(float(np.mean(r["truth"]["spo2"])))
         family.append(r["params"]["family"])
@@ -67,13 +74,16 @@ def main() -> None:
 
     def cv_rmse(m: np.ndarray) -> float:
         cv = KFold(5, shuffle=True, random_state=0)
-        pred = cross_val_predict(HistGradientBoostingRegressor(max_iter=300, random_state=0),
-                                 x[m], y[m], cv=cv)  # fmt: skip
+        pred = cross_val_predict(
+            HistGradientBoostingRegressor(max_iter=300, random_state=0), x[m], y[m], cv=cv
+        )
         return float(np.sqrt(np.mean((pred - y[m]) ** 2)))
 
     print(f"$ python bench/spo2_cue.py {shlex.join(sys.argv[1:])}".rstrip())
-    print(f"{a.records} clean records of {a.minutes:g} min; features: per-beat normalised PLETH "
-          f"histogram ({BINS} bins); gradient boosting, 5-fold record-wise CV\n")  # fmt: skip
+    print(
+        f"{a.records} clean records of {a.minutes:g} min; features: per-beat normalised PLETH "
+        f"histogram ({BINS} bins); gradient boosting, 5-fold record-wise CV\n"
+    )
     print("| records | n | SpO2 SD (RMSE of the mean) | CV RMSE | share of variance explained |")
     print("|---|---|---|---|---|")
     for name, m in [*((f, fam == f) for f in sorted(set(fam))), ("pooled", np.ones(len(y), bool))]:

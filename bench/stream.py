@@ -55,10 +55,21 @@ def paper_model(N: int, liquid: str = "pb", frontend: str = "raw", mode: str | N
     mode = mode or ("diag" if liquid == "ltc" else "dplr")
     logmel = frontend == "logmel"
     return LiquidS4Model(
-        1, 35, d_model=128, n_layers=6, d_state=N, mode=mode, liquid=liquid, liquid_order=2,
-        norm="batch", decoder="window", decoder_window=10 if logmel else 1600, dt_min=1e-3,
-        dt_max=0.2, frontend={"kind": "logmel"} if logmel else None,
-    ).eval()  # fmt: skip
+        1,
+        35,
+        d_model=128,
+        n_layers=6,
+        d_state=N,
+        mode=mode,
+        liquid=liquid,
+        liquid_order=2,
+        norm="batch",
+        decoder="window",
+        decoder_window=10 if logmel else 1600,
+        dt_min=1e-3,
+        dt_max=0.2,
+        frontend={"kind": "logmel"} if logmel else None,
+    ).eval()
 
 
 def time_calls(fn, chunks: list[np.ndarray]) -> list[float]:
@@ -166,11 +177,20 @@ def main() -> None:
         for (chunk, th, method), lat in sorted(samples.items()):
             p50, p95 = statistics.median(lat), float(np.percentile(lat, 95))
             info = cfg["graphs"][chunk][1]
-            rows.append({
-                "frontend": fe, "N": N, "chunk": chunk, "threads": th, "method": method,
-                "p50_ms": 1e3 * p50, "p95_ms": 1e3 * p95, "rtf": p50 * SR / chunk,
-                "nodes": info["nodes"], "sub_block": info["sub_block"],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "frontend": fe,
+                    "N": N,
+                    "chunk": chunk,
+                    "threads": th,
+                    "method": method,
+                    "p50_ms": 1e3 * p50,
+                    "p95_ms": 1e3 * p95,
+                    "rtf": p50 * SR / chunk,
+                    "nodes": info["nodes"],
+                    "sub_block": info["sub_block"],
+                }
+            )
 
     by = {(r["frontend"], r["N"], r["chunk"], r["threads"], r["method"]): r for r in rows}
     print(f"\n`{command}`\n")
@@ -233,10 +253,18 @@ def plot(rows, configs, args, path: Path) -> None:
                 if pts:
                     ax.plot(*zip(*pts, strict=True), style, label=f"{method}, {th} thr")
         ax.axhline(1.0, color="k", lw=0.8)
-        title = (f"6×128 Liquid-S4 ({args.liquid.upper()}), {fe}, N={N}"
-                 if fe in ("raw", "logmel") else f"{fe} (N={N})")  # fmt: skip
-        ax.set(xscale="log", yscale="log", xlabel="chunk (samples at 16 kHz)",
-               ylabel="real-time factor", title=title)  # fmt: skip
+        title = (
+            f"6×128 Liquid-S4 ({args.liquid.upper()}), {fe}, N={N}"
+            if fe in ("raw", "logmel")
+            else f"{fe} (N={N})"
+        )
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="chunk (samples at 16 kHz)",
+            ylabel="real-time factor",
+            title=title,
+        )
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

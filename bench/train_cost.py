@@ -53,8 +53,11 @@ def rss_guard(limit_gb: float) -> None:
             with open("/proc/self/statm") as f:
                 rss = int(f.read().split()[1]) * page / 2**30
             if rss > limit_gb:
-                print(f"train_cost: RSS {rss:.1f} GB > --max-rss-gb {limit_gb:g}: stopping",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"train_cost: RSS {rss:.1f} GB > --max-rss-gb {limit_gb:g}: stopping",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 os._exit(3)
             time.sleep(0.2)
 
@@ -126,30 +129,46 @@ def main() -> None:
         f"audio, {args.threads} thread(s); median over the timed steps after one warm-up "
         f"step; peak RSS is the process's, cumulative in row order\n"
     )
-    print("| front end | batch | stack steps / item | timed steps | s / step | raw / log-mel "
-          "| audio s trained / s | peak RSS GB |")  # fmt: skip
+    print(
+        "| front end | batch | stack steps / item | timed steps | s / step | raw / log-mel "
+        "| audio s trained / s | peak RSS GB |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = raw["s_per_step"] / r["s_per_step"] if r["batch"] == args.raw_batch else None
-        print(f"| {r['frontend']} | {r['batch']} | {r['stack_steps_per_item']} | "
-              f"{r['steps_timed']} | {r['s_per_step']:.3f} | "
-              f"{'–' if ratio is None or r is raw else f'{ratio:.0f}×'} | "
-              f"{r['batch'] * args.seconds / r['s_per_step']:.1f} | "
-              f"{r['peak_rss_gb']:.1f} |")  # fmt: skip
+        print(
+            f"| {r['frontend']} | {r['batch']} | {r['stack_steps_per_item']} | "
+            f"{r['steps_timed']} | {r['s_per_step']:.3f} | "
+            f"{'–' if ratio is None or r is raw else f'{ratio:.0f}×'} | "
+            f"{r['batch'] * args.seconds / r['s_per_step']:.1f} | "
+            f"{r['peak_rss_gb']:.1f} |"
+        )
     if args.batch != args.raw_batch:
         b = args.batch
-        print(f"| raw (scaled) | {b} | {raw['stack_steps_per_item']} | – | ≈ {raw_full:.1f} | "
-              f"≈ {raw_full / lm[b]['s_per_step']:.0f}× | "
-              f"{b * args.seconds / raw_full:.1f} | – |")  # fmt: skip
+        print(
+            f"| raw (scaled) | {b} | {raw['stack_steps_per_item']} | – | ≈ {raw_full:.1f} | "
+            f"≈ {raw_full / lm[b]['s_per_step']:.0f}× | "
+            f"{b * args.seconds / raw_full:.1f} | – |"
+        )
         lin = lm[b]["s_per_step"] / lm[args.raw_batch]["s_per_step"] / (b / args.raw_batch)
-        print(f"\nlog-mel batch {b} / batch {args.raw_batch} time, per item: {lin:.2f} "
-              f"(1 = linear in the batch)")  # fmt: skip
+        print(
+            f"\nlog-mel batch {b} / batch {args.raw_batch} time, per item: {lin:.2f} "
+            f"(1 = linear in the batch)"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
-        json.dumps({"command": command, "args": vars(args), "rows": rows,
-                    "raw_s_per_step_scaled_to_batch": raw_full}, indent=1) + "\n"
-    )  # fmt: skip
+        json.dumps(
+            {
+                "command": command,
+                "args": vars(args),
+                "rows": rows,
+                "raw_s_per_step_scaled_to_batch": raw_full,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"\nwrote {out}")
 
 

@@ -101,8 +101,12 @@ def table(total: dict, n_records: int) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+", help="exported vital-sign models (.onnx)")
-    ap.add_argument("--checkpoint", type=Path, required=True,
-                    help="a training checkpoint whose record split names the records")  # fmt: skip
+    ap.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="a training checkpoint whose record split names the records",
+    )
     ap.add_argument("--split", default="test", choices=("val", "test"))
     ap.add_argument("--alarm", default="hr>120,rr>30", help="alarm rules (vitals --alarm)")
     ap.add_argument(
@@ -117,15 +121,24 @@ def main() -> None:
     rules = open_record(args.models, records[0], alarms=args.alarm)[0].alarms
     keys = tuple(check_alarm(rules[0].rule, [], []))  # the counts of one rule
     drivers = ["model", "NeuroKit2"] if args.baseline else ["model"]
-    total = {d: {a.rule.name: {**dict.fromkeys(keys, 0), "records_breached": 0,
-                               "records_false": 0} for a in rules} for d in drivers}  # fmt: skip
+    total = {
+        d: {
+            a.rule.name: {**dict.fromkeys(keys, 0), "records_breached": 0, "records_false": 0}
+            for a in rules
+        }
+        for d in drivers
+    }
     per_record, seconds, t0 = [], 0, time.perf_counter()
     for i, rec in enumerate(records, 1):
         monitor, source = open_record(args.models, rec, alarms=args.alarm)
         result = run_record(monitor, source, speed=None)
         ests = result.estimates
-        states = {"model": {r.rule.name: [bool(e.alarms.get(r.rule.name, False)) for e in ests]
-                            for r in monitor.alarms}}  # fmt: skip
+        states = {
+            "model": {
+                r.rule.name: [bool(e.alarms.get(r.rule.name, False)) for e in ests]
+                for r in monitor.alarms
+            }
+        }
         if args.baseline:
             states["NeuroKit2"] = baseline_alarms(rec, monitor, ests, args.alarm)
         row = {"record": rec.name, "seconds": len(ests), "alarms": {}}
@@ -142,10 +155,15 @@ def main() -> None:
                 t["records_false"] += c["false_s"] > 0
                 row["alarms"][rule.name if d == "model" else f"{rule.name} ({d})"] = c
         per_record.append(row)
-        print(f"[{i}/{len(records)}] {rec.name}: "
-              + ", ".join(f"{k} active {v['active_s']} s (false {v['false_s']} s, "
-                          f"{v['false_episodes']} false episodes)"
-                          for k, v in row["alarms"].items()), flush=True)  # fmt: skip
+        print(
+            f"[{i}/{len(records)}] {rec.name}: "
+            + ", ".join(
+                f"{k} active {v['active_s']} s (false {v['false_s']} s, "
+                f"{v['false_episodes']} false episodes)"
+                for k, v in row["alarms"].items()
+            ),
+            flush=True,
+        )
     wall = time.perf_counter() - t0
     lines = [
         f"Command: `{command}`",
@@ -156,13 +174,23 @@ def main() -> None:
         *table(total["model"], len(records)),
     ]
     if args.baseline:
-        lines += ["", "The same rules driven by NeuroKit2's estimates (same seconds, same "
-                  "references):", "", *table(total["NeuroKit2"], len(records))]  # fmt: skip
+        lines += [
+            "",
+            "The same rules driven by NeuroKit2's estimates (same seconds, same references):",
+            "",
+            *table(total["NeuroKit2"], len(records)),
+        ]
     md = "\n".join(lines)
     print("\n" + md)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    res = {"command": command, "records": len(records), "seconds": seconds, "wall_s": wall,
-           "total": total, "per_record": per_record}  # fmt: skip
+    res = {
+        "command": command,
+        "records": len(records),
+        "seconds": seconds,
+        "wall_s": wall,
+        "total": total,
+        "per_record": per_record,
+    }
     args.out.write_text(json.dumps(res, indent=1) + "\n")
     args.out.with_suffix(".md").write_text(md + "\n")
 

@@ -92,8 +92,9 @@ def metrics(est, ref, tol: float) -> dict:
     }
 
 
-def window_reference(readings: np.ndarray, times: np.ndarray, window: float,
-                     min_share: float = 0.5) -> np.ndarray:  # fmt: skip
+def window_reference(
+    readings: np.ndarray, times: np.ndarray, window: float, min_share: float = 0.5
+) -> np.ndarray:
     """The app's window reference of the estimate at each time k (the mean of the finite
     1 Hz readings of seconds floor(k - window) .. k - 1), NaN where fewer than
     ``min_share`` of those seconds have a reading."""
@@ -107,8 +108,14 @@ def window_reference(readings: np.ndarray, times: np.ndarray, window: float,
     return out
 
 
-def trailing_rate(events: np.ndarray | None, times: np.ndarray, fs: float, window: float,
-                  min_events: int, lo_hi: tuple[float, float]) -> np.ndarray:  # fmt: skip
+def trailing_rate(
+    events: np.ndarray | None,
+    times: np.ndarray,
+    fs: float,
+    window: float,
+    min_events: int,
+    lo_hi: tuple[float, float],
+) -> np.ndarray:
     """60 / median interval of the events (sample indices) in [k - window, k) for each time
     k (s); NaN with fewer than ``min_events`` or outside ``lo_hi``."""
     out = np.full(len(times), np.nan)
@@ -170,8 +177,15 @@ def variant(record: str, tmp: Path, kind: str) -> str:
         names, units = ["PLETH,", *names], ["NU", *units]
     out = tmp / kind
     out.mkdir(parents=True, exist_ok=True)
-    wfdb.wrsamp(src.name, fs=r.fs, units=units, sig_name=names, p_signal=x,
-                fmt=["16"] * len(names), write_dir=str(out))  # fmt: skip
+    wfdb.wrsamp(
+        src.name,
+        fs=r.fs,
+        units=units,
+        sig_name=names,
+        p_signal=x,
+        fmt=["16"] * len(names),
+        write_dir=str(out),
+    )
     for suffix in ("n.hea", "n.dat"):
         shutil.copy(src.parent / f"{src.name}{suffix}", out / f"{src.name}{suffix}")
     return str(out / src.name)
@@ -218,17 +232,24 @@ def peer_events(sig: dict[str, np.ndarray], fs: float) -> tuple[dict, list[str]]
     except ImportError:
         notes.append("HeartPy not installed: left out (pip install heartpy)")
     else:
+
         def hp_peaks(x, pre):
             w, _ = hp.process(pre(np.asarray(x, np.float64)), float(fs))
             keep = np.asarray(w["binary_peaklist"], bool)
             return np.asarray(w["peaklist"], np.int64)[keep]
 
         if ppg is not None:
-            ev["hr", "HeartPy PPG"] = _arr(_quiet(lambda: hp_peaks(
-                ppg, lambda x: hp.filter_signal(x, [0.7, 3.5], fs, 3, "bandpass"))))
+            ev["hr", "HeartPy PPG"] = _arr(
+                _quiet(
+                    lambda: hp_peaks(
+                        ppg, lambda x: hp.filter_signal(x, [0.7, 3.5], fs, 3, "bandpass")
+                    )
+                )
+            )
         if ecg is not None:
-            ev["hr", "HeartPy ECG"] = _arr(_quiet(lambda: hp_peaks(
-                ecg, lambda x: hp.remove_baseline_wander(x, fs))))  # fmt: skip
+            ev["hr", "HeartPy ECG"] = _arr(
+                _quiet(lambda: hp_peaks(ecg, lambda x: hp.remove_baseline_wander(x, fs)))
+            )
         notes.append("HeartPy: no RR per window (its breathing rate is per whole segment)")
     try:
         from biosppy.signals import ecg as becg
@@ -238,14 +259,17 @@ def peer_events(sig: dict[str, np.ndarray], fs: float) -> tuple[dict, list[str]]
         notes.append(f"biosppy not usable ({e}): left out (pip install biosppy peakutils)")
     else:
         if ecg is not None:
-            ev["hr", "biosppy ECG (hamilton)"] = _arr(_quiet(lambda: becg.ecg(
-                signal=ecg, sampling_rate=fs, show=False)["rpeaks"]))  # fmt: skip
+            ev["hr", "biosppy ECG (hamilton)"] = _arr(
+                _quiet(lambda: becg.ecg(signal=ecg, sampling_rate=fs, show=False)["rpeaks"])
+            )
         if ppg is not None:
-            ev["hr", "biosppy PPG"] = _arr(_quiet(lambda: bppg.ppg(
-                signal=ppg, sampling_rate=fs, show=False)["peaks"]))  # fmt: skip
+            ev["hr", "biosppy PPG"] = _arr(
+                _quiet(lambda: bppg.ppg(signal=ppg, sampling_rate=fs, show=False)["peaks"])
+            )
         if rsp is not None:  # every other zero crossing: one per breath
-            ev["rr", "biosppy RESP"] = _arr(_quiet(lambda: bresp.resp(
-                signal=rsp, sampling_rate=fs, show=False)["zeros"][::2]))  # fmt: skip
+            ev["rr", "biosppy RESP"] = _arr(
+                _quiet(lambda: bresp.resp(signal=rsp, sampling_rate=fs, show=False)["zeros"][::2])
+            )
     return ev, notes
 
 
@@ -253,8 +277,9 @@ def rsp_troughs(x: np.ndarray, fs: float) -> np.ndarray:
     import neurokit2 as nk
 
     def find():
-        _, info = nk.rsp_peaks(nk.rsp_clean(np.asarray(x, np.float64), sampling_rate=fs),
-                               sampling_rate=fs)  # fmt: skip
+        _, info = nk.rsp_peaks(
+            nk.rsp_clean(np.asarray(x, np.float64), sampling_rate=fs), sampling_rate=fs
+        )
         return np.asarray(info["RSP_Troughs"], np.int64)
 
     return _arr(_quiet(find))
@@ -300,13 +325,27 @@ def bench_record(entry: dict, tmp: Path, peers: bool) -> dict:
             runs.append(("PLETH inverted", models, variant(rec, tmp, "inverted"), VALID))
     if "ii" in keys and "pleth" not in keys:
         pe = [shipped("vitals-ppg-ecg-hr"), shipped("vitals-ppg-ecg-rr")]
-        runs.append(("flat PLETH added: ECG alone, 'no signal' status ignored", pe,
-                     variant(rec, tmp, "flat"), FLAT_VALID))  # fmt: skip
+        runs.append(
+            (
+                "flat PLETH added: ECG alone, 'no signal' status ignored",
+                pe,
+                variant(rec, tmp, "flat"),
+                FLAT_VALID,
+            )
+        )
     if not runs:
         notes.append("no shipped model")
-    out = {"name": entry["name"], "split": entry["split"], "channels": chans,
-           "fs": float(header.fs), "duration_s": entry["duration_s"], "runs": [],
-           "peers": {}, "notes": notes, "reference": entry.get("reference")}  # fmt: skip
+    out = {
+        "name": entry["name"],
+        "split": entry["split"],
+        "channels": chans,
+        "fs": float(header.fs),
+        "duration_s": entry["duration_s"],
+        "runs": [],
+        "peers": {},
+        "notes": notes,
+        "reference": entry.get("reference"),
+    }
     num = signals_by_name(read_record(Path(rec).with_name(Path(rec).name + "n")))
     readings = {"hr": num.get("HR"), "rr": num.get("RESP")}
     scored: dict[str, np.ndarray] = {}  # target -> mask of the first run's scored seconds
@@ -321,15 +360,23 @@ def bench_record(entry: dict, tmp: Path, peers: bool) -> dict:
             ref = window_reference(readings[t], d["time"], d["window"])
             ok = np.isin(d["status"], valid) & (d["time"] >= d["window"])  # never warm-up
             est = np.where(ok, d["value"], np.nan)
-            row = {"label": label, "model": d["model"], "target": t, "window": d["window"],
-                   **metrics(est, ref, WITHIN[t]), "time": d["time"], "estimate": est,
-                   "status": d["status"]}  # fmt: skip
+            row = {
+                "label": label,
+                "model": d["model"],
+                "target": t,
+                "window": d["window"],
+                **metrics(est, ref, WITHIN[t]),
+                "time": d["time"],
+                "estimate": est,
+                "status": d["status"],
+            }
             if t not in scored:
                 scored[t] = np.isfinite(est) & np.isfinite(ref)
                 times[t], refs[t] = d["time"], ref
             out["runs"].append(row)
-        print(f"  {entry['name']}: {label} streamed in {time.perf_counter() - t0:.1f} s",
-              flush=True)  # fmt: skip
+        print(
+            f"  {entry['name']}: {label} streamed in {time.perf_counter() - t0:.1f} s", flush=True
+        )
     # polarity: |est(x) - est(-x)| where both valid
     for t in ("hr", "rr"):
         a = [r for r in out["runs"] if r["target"] == t and r["label"] == "as recorded"]
@@ -350,8 +397,10 @@ def bench_record(entry: dict, tmp: Path, peers: bool) -> dict:
         out["app_polarity"] = app_polarity(rec)
     if peers and scored:
         rec_sig = read_record(Path(rec))
-        sig = {strip_name(c): np.asarray(rec_sig.p_signal[:, i], np.float64)
-               for i, c in enumerate(rec_sig.sig_name)}  # fmt: skip
+        sig = {
+            strip_name(c): np.asarray(rec_sig.p_signal[:, i], np.float64)
+            for i, c in enumerate(rec_sig.sig_name)
+        }
         fs = float(rec_sig.fs)
         t0 = time.perf_counter()
         ev, pnotes = peer_events(sig, fs)
@@ -366,12 +415,26 @@ def bench_record(entry: dict, tmp: Path, peers: bool) -> dict:
         if "rr" in scored and "PLETH" in sig:
             w = next(r["window"] for r in out["runs"] if r["target"] == "rr")
             est = ppg_rr(sig["PLETH"], fs, times["rr"], w)
-            _peer(out, "rr", "NeuroKit2 PPG-derived (bidmc_baseline)", est, scored["rr"],
-                  refs["rr"], False)  # fmt: skip
+            _peer(
+                out,
+                "rr",
+                "NeuroKit2 PPG-derived (bidmc_baseline)",
+                est,
+                scored["rr"],
+                refs["rr"],
+                False,
+            )
         if "rr" in scored:
             const = np.full(len(times["rr"]), RR_CONSTANT)
-            _peer(out, "rr", f"constant {RR_CONSTANT:g} (fixed in advance)", const,
-                  scored["rr"], refs["rr"], False)  # fmt: skip
+            _peer(
+                out,
+                "rr",
+                f"constant {RR_CONSTANT:g} (fixed in advance)",
+                const,
+                scored["rr"],
+                refs["rr"],
+                False,
+            )
         print(f"  {entry['name']}: peers in {time.perf_counter() - t0:.1f} s", flush=True)
     out["times"] = {t: v for t, v in times.items()}
     out["refs"] = refs
@@ -398,8 +461,14 @@ def app_polarity(rec: str) -> dict:
 def _peer(out, t, name, est, mask, ref, failed):
     e = np.where(mask, est, np.nan)
     out["peers"].setdefault(t, []).append(
-        {"name": name, **metrics(e, np.where(mask, ref, np.nan), WITHIN[t]), "estimate": e,
-         "failed": failed, "n_scored": int(mask.sum())})  # fmt: skip
+        {
+            "name": name,
+            **metrics(e, np.where(mask, ref, np.nan), WITHIN[t]),
+            "estimate": e,
+            "failed": failed,
+            "n_scored": int(mask.sum()),
+        }
+    )
 
 
 # ---------------------------------------------------------------------------- output
@@ -410,8 +479,10 @@ def _f(v, fmt="{:.2f}") -> str:
 
 
 def table(results: list[dict]) -> list[str]:
-    rows = ["| record | target | estimator | n s | RMSE | MAE | bias | within | note |",
-            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| record | target | estimator | n s | RMSE | MAE | bias | within | note |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         if not r["runs"]:
             rows.append(f"| {r['name']} | | no shipped model | | | | | | |")
@@ -422,13 +493,17 @@ def table(results: list[dict]) -> list[str]:
                 note = ""
                 if "polarity" in run:
                     p = run["polarity"]
-                    note = (f"median \\|{t.upper()}(x)−{t.upper()}(−x)\\| {_f(p['median'])}, "
-                            f"p95 {_f(p['p95'])} (n {p['n']})")  # fmt: skip
+                    note = (
+                        f"median \\|{t.upper()}(x)−{t.upper()}(−x)\\| {_f(p['median'])}, "
+                        f"p95 {_f(p['p95'])} (n {p['n']})"
+                    )
                 if "polarity" in run and "app_polarity" in r:
                     ap_ = r["app_polarity"]
-                    note += (f"; app polarity rule on the recorded PLETH: first 8 s "
-                             f"{ap_['first_8s']:+d}, {100 * ap_['upright_share']:.0f} % of 8-s "
-                             "windows upright")  # fmt: skip
+                    note += (
+                        f"; app polarity rule on the recorded PLETH: first 8 s "
+                        f"{ap_['first_8s']:+d}, {100 * ap_['upright_share']:.0f} % of 8-s "
+                        "windows upright"
+                    )
                 if t == "hr" and ref == "ppg-peaks":
                     note = (note + "; " if note else "") + "ref: PPG peaks (lower trust)"
                 rows.append(
@@ -460,8 +535,14 @@ def plot(r: dict, path: Path) -> None:
         x = r["times"][t]
         ax.plot(x, r["refs"][t], color="k", lw=1.6, label="reference (window mean)")
         for i, run in enumerate(x_ for x_ in r["runs"] if x_["target"] == t):
-            ax.plot(run["time"], run["estimate"], lw=1.2, ls="-" if i == 0 else "--",
-                    color=f"C{i}", label=f"{run['model']} ({run['label'][:30]})")  # fmt: skip
+            ax.plot(
+                run["time"],
+                run["estimate"],
+                lw=1.2,
+                ls="-" if i == 0 else "--",
+                color=f"C{i}",
+                label=f"{run['model']} ({run['label'][:30]})",
+            )
         for j, p in enumerate(r["peers"].get(t, [])):
             if np.isfinite(p["estimate"]).any() and not p["name"].startswith("constant"):
                 ax.plot(x, p["estimate"], lw=0.7, alpha=0.7, color=f"C{j + 3}", label=p["name"])
@@ -498,10 +579,14 @@ def _clean(o):
 def git_state() -> str:
     root = Path(__file__).resolve().parents[1]
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-uno"],
-                               capture_output=True, text=True).stdout.split("\n")  # fmt: skip
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "-uno"],
+            capture_output=True,
+            text=True,
+        ).stdout.split("\n")
         dirty = [ln[3:] for ln in dirty if ln.strip()]
     except OSError:
         return "unknown"
@@ -516,8 +601,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=("dev", "final", "all"), default="all")
     ap.add_argument("--no-peers", action="store_true", help="the models only")
     args = ap.parse_args(argv)
-    command = "python " + shlex.join(["bench/vitals_real.py", *(sys.argv[1:] if argv is None
-                                                                else argv)])  # fmt: skip
+    command = "python " + shlex.join(
+        ["bench/vitals_real.py", *(sys.argv[1:] if argv is None else argv)]
+    )
     try:
         entries = read_manifest(args.data)
     except RealSamplesError as e:
@@ -542,10 +628,13 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             plot(r, args.out / f"{e['name']}.png")
             (args.out / f"{e['name']}.json").write_text(
-                json.dumps(_clean(r), default=_jsonable, indent=1) + "\n")
+                json.dumps(_clean(r), default=_jsonable, indent=1) + "\n"
+            )
     lines = [f"Command: `{command}`", "", f"Code: {state}", ""]
-    for split, title in (("dev", "Development records"),
-                         ("final", "FINAL CHECKS (held out: never tune on these records)")):
+    for split, title in (
+        ("dev", "Development records"),
+        ("final", "FINAL CHECKS (held out: never tune on these records)"),
+    ):
         rs = [r for r in results if r["split"] == split]
         if not rs:
             continue
@@ -554,22 +643,33 @@ def main(argv: list[str] | None = None) -> int:
             for n in dict.fromkeys(r["notes"]):
                 lines.append(f"- {r['name']}: {n}")
         lines.append("")
-    lines += ["† the peer uses the reference's own detector on the reference's channel.",
-              "Peers: events on the whole record, 60 / median interval in the model's "
-              "trailing window (32 s), on the model row's scored seconds (n shown as "
-              "scored/available)."]  # fmt: skip
+    lines += [
+        "† the peer uses the reference's own detector on the reference's channel.",
+        "Peers: events on the whole record, 60 / median interval in the model's "
+        "trailing window (32 s), on the model row's scored seconds (n shown as "
+        "scored/available).",
+    ]
     text = "\n".join(lines)
     print("\n" + text)
     (args.out / "results.md").write_text(text + "\n")
     summary = [{k: v for k, v in r.items() if k not in ("times", "refs")} for r in results]
     for r in summary:
-        r["runs"] = [{k: v for k, v in x.items() if k not in ("time", "estimate", "status")}
-                     for x in r["runs"]]  # fmt: skip
-        r["peers"] = {t: [{k: v for k, v in p.items() if k != "estimate"} for p in ps]
-                      for t, ps in r["peers"].items()}  # fmt: skip
-    (args.out / "results.json").write_text(json.dumps(
-        _clean({"command": command, "code": state, "records": summary}), default=_jsonable,
-        indent=1) + "\n")  # fmt: skip
+        r["runs"] = [
+            {k: v for k, v in x.items() if k not in ("time", "estimate", "status")}
+            for x in r["runs"]
+        ]
+        r["peers"] = {
+            t: [{k: v for k, v in p.items() if k != "estimate"} for p in ps]
+            for t, ps in r["peers"].items()
+        }
+    (args.out / "results.json").write_text(
+        json.dumps(
+            _clean({"command": command, "code": state, "records": summary}),
+            default=_jsonable,
+            indent=1,
+        )
+        + "\n"
+    )
     return 0
 
 

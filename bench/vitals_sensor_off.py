@@ -36,8 +36,15 @@ from liquid_stream.training.data.vitals_sim import simulate_randomised
 FS = 125
 WINDOW = 32 * FS
 PLETH, II = SIG_NAMES.index("PLETH,"), SIG_NAMES.index("II,")
-CLEAN = {"ectopic_prob": 0.0, "af_episodes": [], "motion_bursts": [], "sensor_off": [],
-         "perfusion": 1.0, "hr_sd": 0.0, "hr_changes": []}  # fmt: skip
+CLEAN = {
+    "ectopic_prob": 0.0,
+    "af_episodes": [],
+    "motion_bursts": [],
+    "sensor_off": [],
+    "perfusion": 1.0,
+    "hr_sd": 0.0,
+    "hr_changes": [],
+}
 
 
 def stream(path: str, x: np.ndarray) -> np.ndarray:
@@ -60,8 +67,12 @@ def main() -> None:
     print("|---" * (len(names) + 2) + "|")
     for seed in range(1, args.records + 1):
         hr0 = 55.0 + 10.0 * seed
-        rec = simulate_randomised(np.random.default_rng([seed, 7]), args.minutes, family="param",
-                                  force={**CLEAN, "hr0": hr0})  # fmt: skip
+        rec = simulate_randomised(
+            np.random.default_rng([seed, 7]),
+            args.minutes,
+            family="param",
+            force={**CLEAN, "hr0": hr0},
+        )
         x = rec["signals"][:, [PLETH, II]].astype(np.float64)
         off = int(args.off_at * FS)
         x[off:, 0] = x[:off, 0].min()
@@ -70,8 +81,9 @@ def main() -> None:
         keep = ends - WINDOW + 1 >= off
         truth = np.array([hr[e - WINDOW + 1 : e + 1].mean() for e in ends[keep]])
         peaks = ecg_peaks(x[:, 1], FS)
-        nk = np.array([rate_in_window(peaks, e - WINDOW + 1, WINDOW, FS, 3, HR_RANGE)
-                       for e in ends[keep]])  # fmt: skip
+        nk = np.array(
+            [rate_in_window(peaks, e - WINDOW + 1, WINDOW, FS, 3, HR_RANGE) for e in ends[keep]]
+        )
         row = []
         for name, path in zip(names, [*args.models, None], strict=True):
             est = nk if path is None else stream(path, x)[keep]

@@ -61,11 +61,18 @@ def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndar
 
 
 # what a randomised record's draws say about it (params.json "per_record"), for --worst
-DRAWS = (("family", "{}"), ("hr0", "HR₀ {:.0f}"), ("rr0", "RR₀ {:.0f}"),
-         ("n_ectopic", "{} ectopic"), ("af_episodes", "AF ×{}"),
-         ("motion_per_min", "motion {:.1f}/min"), ("perfusion", "perfusion {:.2f}"),
-         ("sensor_off", "sensor-off ×{}"), ("ppg_refl_ratio", "PPG reflected wave ×{:.2f}"),
-         ("ppg_late_ratio", "late wave ×{:.2f}"))  # fmt: skip
+DRAWS = (
+    ("family", "{}"),
+    ("hr0", "HR₀ {:.0f}"),
+    ("rr0", "RR₀ {:.0f}"),
+    ("n_ectopic", "{} ectopic"),
+    ("af_episodes", "AF ×{}"),
+    ("motion_per_min", "motion {:.1f}/min"),
+    ("perfusion", "perfusion {:.2f}"),
+    ("sensor_off", "sensor-off ×{}"),
+    ("ppg_refl_ratio", "PPG reflected wave ×{:.2f}"),
+    ("ppg_late_ratio", "late wave ×{:.2f}"),
+)
 
 
 def describe(draw: dict) -> str:
@@ -103,8 +110,10 @@ def worst_rows(
             break
         name = records[i].name
         share, about = 100 * sq[i] / sq.sum(), describe(draws.get(name, {}))
-        rows.append(f"|   {name} | {n[i]} s | RMSE {math.sqrt(sq[i] / n[i]):.2f} | "
-                    f"{share:.1f} % of Σd² | {about} |")  # fmt: skip
+        rows.append(
+            f"|   {name} | {n[i]} s | RMSE {math.sqrt(sq[i] / n[i]):.2f} | "
+            f"{share:.1f} % of Σd² | {about} |"
+        )
     return rows
 
 
@@ -121,9 +130,11 @@ def band_rows(y: np.ndarray, d: np.ndarray, edges: list[float]) -> list[str]:
             rows.append(f"|   truth {name} | | 0 | | | | | |")
             continue
         share = 100 * np.sum(d[m] ** 2) / se
-        rows.append(f"|   truth {name} | {100 * m.mean():.1f} % of s, {share:.1f} % of sq. err "
-                    f"| {int(m.sum())} | {np.sqrt(np.mean(d[m] ** 2)):.3f} | "
-                    f"{np.mean(np.abs(d[m])):.3f} | {d[m].mean():+.3f} | | |")  # fmt: skip
+        rows.append(
+            f"|   truth {name} | {100 * m.mean():.1f} % of s, {share:.1f} % of sq. err "
+            f"| {int(m.sum())} | {np.sqrt(np.mean(d[m] ** 2)):.3f} | "
+            f"{np.mean(np.abs(d[m])):.3f} | {d[m].mean():+.3f} | | |"
+        )
     return rows
 
 
@@ -152,8 +163,15 @@ def rewrite(records: list[Path], out: Path, rate: int | None, flat: str | None) 
             k = keys.index(channel_key(flat))
             x = x.copy()
             x[:, k] = np.nanmedian(x[:, k])
-        wfdb.wrsamp(rec.name, fs=fs, units=r.units, sig_name=r.sig_name, p_signal=x,
-                    fmt=["16"] * len(r.sig_name), write_dir=str(out))  # fmt: skip
+        wfdb.wrsamp(
+            rec.name,
+            fs=fs,
+            units=r.units,
+            sig_name=r.sig_name,
+            p_signal=x,
+            fmt=["16"] * len(r.sig_name),
+            write_dir=str(out),
+        )
         for suffix in ("n.hea", "n.dat"):  # the numerics, as they are (1 Hz)
             shutil.copy(rec.parent / f"{rec.name}{suffix}", out / f"{rec.name}{suffix}")
         paths.append(out / rec.name)
@@ -168,21 +186,36 @@ def main() -> None:
     src.add_argument("--checkpoint", type=Path, help="a run whose record split names them")
     ap.add_argument("--split", default="test", choices=("val", "test"))
     ap.add_argument("--rate", type=int, default=None, help="rewrite the records at this rate")
-    ap.add_argument("--flat", default=None, metavar="CHANNEL",
-                    help="rewrite the records with CHANNEL (e.g. PLETH) flat")  # fmt: skip
-    ap.add_argument("--worst", type=int, default=0, metavar="K",
-                    help="also list each model's K records of most squared error")  # fmt: skip
-    ap.add_argument("--bands", default=None, metavar="E,E,...",
-                    help="also score each model by bands of the reference")  # fmt: skip
+    ap.add_argument(
+        "--flat",
+        default=None,
+        metavar="CHANNEL",
+        help="rewrite the records with CHANNEL (e.g. PLETH) flat",
+    )
+    ap.add_argument(
+        "--worst",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also list each model's K records of most squared error",
+    )
+    ap.add_argument(
+        "--bands",
+        default=None,
+        metavar="E,E,...",
+        help="also score each model by bands of the reference",
+    )
     args = ap.parse_args()
     try:
         edges = sorted(float(v) for v in args.bands.split(",")) if args.bands else []
     except ValueError:
         sys.exit(f"error: --bands takes numbers separated by commas, got {args.bands!r}")
     command = "python " + shlex.join(["bench/vitals_stream.py", *sys.argv[1:]])
-    records = ([wfdb_dir(args.records) / n for n in list_records(args.records)]
-               if args.records is not None
-               else split_records(args.checkpoint, args.split))  # fmt: skip
+    records = (
+        [wfdb_dir(args.records) / n for n in list_records(args.records)]
+        if args.records is not None
+        else split_records(args.checkpoint, args.split)
+    )
     if not records:
         sys.exit(f"error: no records under {args.records}")
     draws = simulator_draws(records)  # before any rewrite
@@ -191,10 +224,16 @@ def main() -> None:
 
         tmp = tempfile.TemporaryDirectory()
         records = rewrite(records, Path(tmp.name), args.rate, args.flat)
-    print(f"{len(records)} records" + (f" at {args.rate} Hz" if args.rate else "")
-          + (f", {args.flat} flat" if args.flat else ""), flush=True)  # fmt: skip
-    rows = ["| model | target | seconds | RMSE | MAE | bias | within | slope |",
-            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    print(
+        f"{len(records)} records"
+        + (f" at {args.rate} Hz" if args.rate else "")
+        + (f", {args.flat} flat" if args.flat else ""),
+        flush=True,
+    )
+    rows = [
+        "| model | target | seconds | RMSE | MAE | bias | within | slope |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for m in args.models:
         t, e, y, which = streamed(m, records)
         d, tol = e - y, WITHIN[t]
@@ -203,9 +242,11 @@ def main() -> None:
             print(rows[-1], flush=True)
             continue
         slope = float(np.polyfit(y, e, 1)[0])
-        rows.append(f"| {m} | {t} | {len(d)} | {np.sqrt(np.mean(d**2)):.3f} | "
-                    f"{np.mean(np.abs(d)):.3f} | {d.mean():+.3f} | ±{tol:g}: "
-                    f"{100 * np.mean(np.abs(d) <= tol):.1f} % | {slope:.3f} |")  # fmt: skip
+        rows.append(
+            f"| {m} | {t} | {len(d)} | {np.sqrt(np.mean(d**2)):.3f} | "
+            f"{np.mean(np.abs(d)):.3f} | {d.mean():+.3f} | ±{tol:g}: "
+            f"{100 * np.mean(np.abs(d) <= tol):.1f} % | {slope:.3f} |"
+        )
         print(rows[-1], flush=True)
         if args.worst:
             worst = worst_rows(records, d, which, args.worst, draws)

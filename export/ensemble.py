@@ -73,8 +73,18 @@ from .pipeline import (
 )
 
 FLOOR = 1e-30  # of the mean posterior before its log (module docstring)
-SAME = ("task", "labels", "sample_rate", "d_input", "d_output", "chunk", "rate", "decoder",
-        "input_mean", "input_std")  # fmt: skip
+SAME = (
+    "task",
+    "labels",
+    "sample_rate",
+    "d_input",
+    "d_output",
+    "chunk",
+    "rate",
+    "decoder",
+    "input_mean",
+    "input_std",
+)
 COMBINE_POSTERIORS = "mean of the members' softmax posteriors; y = log of it"
 
 
@@ -146,23 +156,28 @@ def merge_members(
     if len(members) < 2:
         raise ValueError("an ensemble needs at least two members")
     weights = ensemble_weights(weights, len(members))
-    metas = [ModelMeta.from_onnx_props({p.key: p.value for p in m.metadata_props})
-             for m in members]  # fmt: skip
+    metas = [ModelMeta.from_onnx_props({p.key: p.value for p in m.metadata_props}) for m in members]
     regression = is_regressor(metas[0])
     for i, m in enumerate(metas):
         if is_regressor(m) != regression:
-            raise ValueError(f"member {i} is a {'classifier' if regression else 'regressor'} "
-                             f"and member 0 a {'regressor' if regression else 'classifier'}: "
-                             "an ensemble averages members of one kind")  # fmt: skip
+            raise ValueError(
+                f"member {i} is a {'classifier' if regression else 'regressor'} "
+                f"and member 0 a {'regressor' if regression else 'classifier'}: "
+                "an ensemble averages members of one kind"
+            )
         if not regression and (not m.labels or m.d_output != len(m.labels)):
-            raise ValueError(f"member {i} is not a classifier (labels, one output per "
-                             "label): an ensemble averages class posteriors")  # fmt: skip
+            raise ValueError(
+                f"member {i} is not a classifier (labels, one output per "
+                "label): an ensemble averages class posteriors"
+            )
     first = metas[0]
     for i, m in enumerate(metas[1:], 1):
         for key in SAME + (SAME_ESTIMATE if regression else ()):
             if getattr(m, key) != getattr(first, key):
-                raise ValueError(f"member {i} differs from member 0 in {key!r}: "
-                                 f"{getattr(m, key)!r} vs {getattr(first, key)!r}")  # fmt: skip
+                raise ValueError(
+                    f"member {i} differs from member 0 in {key!r}: "
+                    f"{getattr(m, key)!r} vs {getattr(first, key)!r}"
+                )
     versions: dict[str, set[int]] = {}  # per domain ("": ONNX; the fused LTC op's own)
     for m in members:
         for o in m.opset_import:
@@ -191,36 +206,42 @@ def merge_members(
             outputs.append(_renamed(model.graph.output, f"next.{name}", f"next.{pre}{name}"))
             nodes.append(_identity(f"{pre}next.{name}", outputs[-1].name))
         if not regression:
-            nodes.append(helper.make_node("Softmax", [pre + "y"], [pre + "p"], axis=-1,
-                                          name=pre + "softmax"))  # fmt: skip
+            nodes.append(
+                helper.make_node("Softmax", [pre + "y"], [pre + "p"], axis=-1, name=pre + "softmax")
+            )
     each = "y" if regression else "p"
     mean = "y" if regression else "ens.mean"
     if weights is None:  # (1/K) Σ_i: the graph of every equal-weight ensemble shipped
         nodes += [
-            helper.make_node("Sum", [member_prefix(i) + each for i in range(K)], ["ens.sum"],
-                             name="ens.sum"),
+            helper.make_node(
+                "Sum", [member_prefix(i) + each for i in range(K)], ["ens.sum"], name="ens.sum"
+            ),
             helper.make_node("Mul", ["ens.sum", "ens.inv_k"], [mean], name="ens.mean"),
-        ]  # fmt: skip
+        ]
         inits.append(helper.make_tensor("ens.inv_k", onnx.TensorProto.FLOAT, [], [1.0 / K]))
     else:  # Σ_i w_i ·
         for i, w in enumerate(weights):
             pre = member_prefix(i)
-            nodes.append(helper.make_node("Mul", [pre + each, pre + "w"], [pre + "weighted"],
-                                          name=pre + "weight"))  # fmt: skip
+            nodes.append(
+                helper.make_node(
+                    "Mul", [pre + each, pre + "w"], [pre + "weighted"], name=pre + "weight"
+                )
+            )
             inits.append(helper.make_tensor(pre + "w", onnx.TensorProto.FLOAT, [], [w]))
-        nodes.append(helper.make_node("Sum", [member_prefix(i) + "weighted" for i in range(K)],
-                                      [mean], name="ens.mean"))  # fmt: skip
+        nodes.append(
+            helper.make_node(
+                "Sum", [member_prefix(i) + "weighted" for i in range(K)], [mean], name="ens.mean"
+            )
+        )
     if not regression:
         nodes += [
-            helper.make_node("Max", ["ens.mean", "ens.floor"], ["ens.floored"],
-                             name="ens.floor"),
+            helper.make_node("Max", ["ens.mean", "ens.floor"], ["ens.floored"], name="ens.floor"),
             helper.make_node("Log", ["ens.floored"], ["y"], name="ens.log"),
-        ]  # fmt: skip
+        ]
         inits.append(helper.make_tensor("ens.floor", onnx.TensorProto.FLOAT, [], [FLOOR]))
     outputs.insert(0, y_info)
     graph = helper.make_graph(nodes, "liquid_stream_ensemble", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=opset_imports,
-                              producer_name="liquid-stream")  # fmt: skip
+    model = helper.make_model(graph, opset_imports=opset_imports, producer_name="liquid-stream")
     model.ir_version = members[0].ir_version
     onnx.checker.check_model(model)
     meta = ModelMeta.from_dict(first.to_dict())
@@ -237,8 +258,9 @@ def merge_members(
         "combine": combine if weights is None else f"weighted {combine}",
         # of each member as exported before the content hash (its integrity entry left
         # out): the same digests as the ensembles shipped before it
-        "member_sha256": [hashlib.sha256(_unstamped(m).SerializeToString()).hexdigest()
-                          for m in members],  # fmt: skip
+        "member_sha256": [
+            hashlib.sha256(_unstamped(m).SerializeToString()).hexdigest() for m in members
+        ],
     }
     if weights is not None:
         meta.ensemble["weights"] = weights
@@ -290,8 +312,10 @@ def export_ensemble(
             if verify:
                 rep = verify_onnx(model, path, length=verify_length, meta=meta)
                 if not rep.ok:
-                    raise RuntimeError(f"member {i} ({checkpoints[i]}) breaks the exactness "
-                                       f"contract; nothing written. {rep}")  # fmt: skip
+                    raise RuntimeError(
+                        f"member {i} ({checkpoints[i]}) breaks the exactness "
+                        f"contract; nothing written. {rep}"
+                    )
                 reports.append(rep)
             protos.append(onnx.load(str(path)))
         model, meta = merge_members(protos, weights)
@@ -302,16 +326,23 @@ def export_ensemble(
         path = Path(tmp) / "ensemble.onnx"
         path.write_bytes(model.SerializeToString())
         if verify:
-            rep = verify_ensemble([m for m, _ in loaded], path, verify_length, loaded[0][1],
-                                  weights=weights)  # fmt: skip
+            rep = verify_ensemble(
+                [m for m, _ in loaded], path, verify_length, loaded[0][1], weights=weights
+            )
             if not rep.ok:
-                raise RuntimeError(f"the ensemble graph breaks the exactness contract; nothing "
-                                   f"written. {rep}")  # fmt: skip
+                raise RuntimeError(
+                    f"the ensemble graph breaks the exactness contract; nothing written. {rep}"
+                )
             reports.append(rep)
         atomic_write_bytes(out, path.read_bytes())
-    info = {"path": str(out), "nodes": len(model.graph.node), "members": len(protos),
-            "bytes": Path(out).stat().st_size, "sub_block": meta.sub_block,
-            "max_chunk": meta.max_chunk}  # fmt: skip
+    info = {
+        "path": str(out),
+        "nodes": len(model.graph.node),
+        "members": len(protos),
+        "bytes": Path(out).stat().st_size,
+        "sub_block": meta.sub_block,
+        "max_chunk": meta.max_chunk,
+    }
     return info, reports
 
 

@@ -200,9 +200,16 @@ def export_checkpoint(
 
 
 def _export_verified(
-    model: LiquidS4Model, meta: dict, out, chunk, opset, sub_block, verify, verify_length,
+    model: LiquidS4Model,
+    meta: dict,
+    out,
+    chunk,
+    opset,
+    sub_block,
+    verify,
+    verify_length,
     ltc_op: str = "graph",
-) -> tuple[dict, VerifyReport | None]:  # fmt: skip
+) -> tuple[dict, VerifyReport | None]:
     """Export to a hidden sibling of ``out``, verify that file (with ``verify``), and only
     then rename it onto ``out`` (module docstring): ``out`` never holds an unverified graph,
     a failed verification leaves an old ``out`` as it was, a kill leaves at most the
@@ -221,6 +228,15 @@ def _export_verified(
 
 
 def describe(info: dict) -> str:
-    keys = ("path", "nodes", "bytes", "sub_block", "max_chunk", "ltc_op", "members",
-            "quantized", "source_bytes")  # fmt: skip
+    keys = (
+        "path",
+        "nodes",
+        "bytes",
+        "sub_block",
+        "max_chunk",
+        "ltc_op",
+        "members",
+        "quantized",
+        "source_bytes",
+    )
     return json.dumps({k: info[k] for k in keys if k in info})

@@ -234,13 +234,20 @@ def quantize_graph(
     with tempfile.TemporaryDirectory() as tmp, _quiet():
         out = Path(tmp) / "int8.onnx"
         quantize_dynamic(
-            model, out, op_types_to_quantize=["MatMul", "Conv"], nodes_to_quantize=chosen,
-            weight_type=QuantType.QUInt8, per_channel=False,
+            model,
+            out,
+            op_types_to_quantize=["MatMul", "Conv"],
+            nodes_to_quantize=chosen,
+            weight_type=QuantType.QUInt8,
+            per_channel=False,
             # DefaultTensorType: onnx's shape inference gives no type past a custom op
             # (the fused LTC op, liquid_stream/ltc_ort.py); every activation is float32
-            extra_options={"EnableSubgraph": True, "MatMulConstBOnly": False,
-                           "DefaultTensorType": onnx.TensorProto.FLOAT},
-        )  # fmt: skip
+            extra_options={
+                "EnableSubgraph": True,
+                "MatMulConstBOnly": False,
+                "DefaultTensorType": onnx.TensorProto.FLOAT,
+            },
+        )
         q = onnx.load(out)
     _sort(q.graph)  # the quantizer orders the top level as if subgraphs read no outer value
     done = {n.name for n in _nodes(q.graph) if n.op_type in ("MatMulInteger", "ConvInteger")}
@@ -296,14 +303,20 @@ def quantize_file(
     report = None
     with atomic_path(out) as tmp:  # verified on the hidden sibling, published if it passes
         tmp.write_bytes(q.SerializeToString())
-        info = {"path": str(out), "nodes": sum(1 for _ in _nodes(q.graph)),
-                "bytes": tmp.stat().st_size, "source_bytes": src.stat().st_size,
-                "quantized": len(record["quantized"])}  # fmt: skip
+        info = {
+            "path": str(out),
+            "nodes": sum(1 for _ in _nodes(q.graph)),
+            "bytes": tmp.stat().st_size,
+            "source_bytes": src.stat().st_size,
+            "quantized": len(record["quantized"]),
+        }
         if verify:
             report = verify_quantized(src, tmp, length=verify_length)
             if not report.ok:
-                raise RuntimeError(f"int8 graph outside its tolerance; removed, {out} not "
-                                   f"written (an existing one is untouched). {report}")  # fmt: skip
+                raise RuntimeError(
+                    f"int8 graph outside its tolerance; removed, {out} not "
+                    f"written (an existing one is untouched). {report}"
+                )
     props = {p.key: p.value for p in q.metadata_props}
     info.update((k, json.loads(props[k])) for k in ("sub_block", "max_chunk") if k in props)
     return info, report

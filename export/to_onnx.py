@@ -136,10 +136,16 @@ class _Emitter:
     """Emits the graph of one StreamingModel; collects the state specification."""
 
     def __init__(
-        self, sm, sub_block: int, max_chunk: int, opset: int, input_mean, input_std,
+        self,
+        sm,
+        sub_block: int,
+        max_chunk: int,
+        opset: int,
+        input_mean,
+        input_std,
         ltc_sub_block: int | None = None,
         ltc_op: str = "graph",
-    ):  # fmt: skip
+    ):
         self.sm, self.S, self.opset = sm, sub_block, opset
         self.input_mean, self.input_std = input_mean, input_std
         self.g = Graph(opset)
@@ -418,9 +424,10 @@ class _Emitter:
         and a graph of MATMUL_SCAN_MIN_BLOCKS … CLOSED_FORM_MAX_BLOCKS sub-blocks a call."""
         n_max = 2**self.levels
         return (
-            step.ssm.kind == "diag" and not self.bf
+            step.ssm.kind == "diag"
+            and not self.bf
             and MATMUL_SCAN_MIN_BLOCKS <= n_max <= CLOSED_FORM_MAX_BLOCKS
-        )  # fmt: skip
+        )
 
     def whole_call(self, step) -> bool:
         """Whether a chunked layer gets the whole-call MatMul (:meth:`whole_layer`): a
@@ -429,9 +436,12 @@ class _Emitter:
         channel-first stack, and a short call (T + Mr ≤ WHOLE_CALL_MAX, T the export's chunk
         in stack steps). With S > 1 the map would depend on the fill: S tables, S× the file."""
         return (
-            self.S == 1 and step.ssm.kind == "diag" and step.ssm.R == 1 and not self.bf
+            self.S == 1
+            and step.ssm.kind == "diag"
+            and step.ssm.R == 1
+            and not self.bf
             and self.call_steps + step.ssm.Mr <= WHOLE_CALL_MAX
-        )  # fmt: skip
+        )
 
     def whole_table(self, step, perm: list[int]) -> torch.Tensor:
         """float64 (H, T₀ + Mr, T₀ + Mr): the linear map of a call of exactly T₀ =
@@ -484,8 +494,9 @@ class _Emitter:
         if self.columns(step):
             z_next = g.op("Reshape", z_next, g.const([H * Mc, 2, 1, -1]))
         else:
-            z_next = g.op("Reshape", g.op("Transpose", z_next, perm=[2, 0, 1]),
-                          g.const([0, 1, H * Mr]))  # fmt: skip
+            z_next = g.op(
+                "Reshape", g.op("Transpose", z_next, perm=[2, 0, 1]), g.const([0, 1, H * Mr])
+            )
         self.set_state(pre + "ssm.z", z_next)
         return g.op("Transpose", g.slice(out, 0, T0, axis=1), perm=[0, 2, 1])  # (H, B, T₀)
 
@@ -524,8 +535,7 @@ class _Emitter:
                 for o, t in zip(outs, types, strict=True)
             ]
             graphs.append(onnx.helper.make_graph(nodes, g.fresh(name), [], infos))
-        outs = g.op("If", cond, n_out=1 + len(names), then_branch=graphs[0],
-                    else_branch=graphs[1])  # fmt: skip
+        outs = g.op("If", cond, n_out=1 + len(names), then_branch=graphs[0], else_branch=graphs[1])
         for k, o in zip(names, outs[1:], strict=True):
             self.set_state(k, o)
         return outs[0]
@@ -584,8 +594,13 @@ class _Emitter:
         M[:, 1, :, 0], M[:, 1, :, 1] = p.imag, p.real
         n = self.n_blocks_plus_1()
         n2 = g.op("Mul", n, g.const([2]))
-        M_n = g.op("Slice", g.const(_f32(M)), g.const([0, 0]), g.op("Concat", n, n, axis=0),
-                   g.const([2, 4]))  # fmt: skip
+        M_n = g.op(
+            "Slice",
+            g.const(_f32(M)),
+            g.const([0, 0]),
+            g.op("Concat", n, n, axis=0),
+            g.const([2, 4]),
+        )
         M_n = g.op("Reshape", M_n, g.op("Concat", g.const([HRM]), n2, n2, axis=0))
         out = g.op("Reshape", g.op("MatMul", M_n, Zm), shape((HRM, 2, -1), B))  # (·, 2, n, B)
         self.set_state(pre + "ssm.z", g.slice(out, d["n_full"], d["n_full_plus_1"], axis=2))
@@ -641,10 +656,11 @@ class _Emitter:
         else_nodes = [onnx.helper.make_node("Identity", [otherwise], [outs[1]])]
         info = [onnx.helper.make_tensor_value_info(o, DTYPES[g.float_dtype], None) for o in outs]
         return g.op(
-            "If", cond,
+            "If",
+            cond,
             then_branch=onnx.helper.make_graph(then_nodes, g.fresh("level"), [], [info[0]]),
             else_branch=onnx.helper.make_graph(else_nodes, g.fresh("skip"), [], [info[1]]),
-        )  # fmt: skip
+        )
 
     def shift_blocks(self, Z: str, sh: int, axis: int, zeros: tuple) -> str:
         """Z[k − sh] along the sub-block ``axis`` (zeros of dims ``zeros`` for k < sh) ↔
@@ -758,9 +774,12 @@ class _Emitter:
         Bb = cplx["B_bar"]
         Bb = torch.where(Bb.abs() < LTC_MIN_B, torch.full_like(Bb, LTC_MIN_B), Bb)
         tables = {
-            "A": cplx["A_bar"], "Bl": cplx["B_liq"], "w": step.ltc_scale * cplx["C"] * Bb,
-            "B": Bb, "iB": 1.0 / Bb,
-        }  # fmt: skip
+            "A": cplx["A_bar"],
+            "Bl": cplx["B_liq"],
+            "w": step.ltc_scale * cplx["C"] * Bb,
+            "B": Bb,
+            "iB": 1.0 / Bb,
+        }
         x_state = self.state(pre + "ltc.x", ["batch", 2, M, H])
         if not self.bf:
             u = g.op("Transpose", u, perm=[1, 2, 0])  # (H, B, T) → (B, T, H)
@@ -811,8 +830,9 @@ class _Emitter:
             re, im = mul(gr, pr, pi, sr, si)
             return [gr.op("Add", re, zr), gr.op("Add", im, zi), sr, si]
 
-        body = g.subgraph(f"{pre}ltc.blocks", ["s_re", "s_im", "p_re", "p_im", "z_re", "z_im"],
-                          across)  # fmt: skip
+        body = g.subgraph(
+            f"{pre}ltc.blocks", ["s_re", "s_im", "p_re", "p_im", "z_re", "z_im"], across
+        )
         _, _, in_re, in_im = g.op(
             "Scan",
             z_re,
@@ -824,7 +844,7 @@ class _Emitter:
             num_scan_inputs=4,
             scan_input_axes=[1] * 4,
             scan_output_axes=[1, 1],
-        )  # fmt: skip  (B, n_b, M, H)
+        )  # (B, n_b, M, H)
 
         # 3. y_q = Σ_M [Re w Re Z_q − Im w Im Z_q + Re P_q Re c − Im P_q Im c]
         c_re, c_im = mul(g, t["w_re"], t["w_im"], in_re, in_im)
@@ -851,14 +871,14 @@ class _Emitter:
         body = g.subgraph(f"{pre}ltc.tail", ["s_re", "s_im", "u"], one_step)
         n_re, n_im = g.op(
             "Scan", *last_in, tail, n_out=2, body=body, num_scan_inputs=1, scan_input_axes=[1]
-        )  # fmt: skip
+        )
         n_re, n_im = mul(g, t["B_re"], t["B_im"], n_re, n_im)  # x = B̄ z
         x_next = g.op(
             "Concat",
             g.op("Unsqueeze", n_re, g.const([1])),
             g.op("Unsqueeze", n_im, g.const([1])),
             axis=1,
-        )  # fmt: skip  (B, 2, M, H)
+        )  # (B, 2, M, H)
         self.set_state(pre + "ltc.x", x_next)
         return y if self.bf else g.op("Transpose", y, perm=[2, 0, 1])
 
@@ -874,8 +894,9 @@ class _Emitter:
         x_state = self.state(pre + "ltc.x", ["batch", 2, M, step.H])
         if not self.bf:
             u = g.op("Transpose", u, perm=[1, 2, 0])  # (H, B, T) → (B, T, H)
-        y, x_next = g.op(LTC_OP, u, g.op("Tanh", u), x_state, g.const(_f32(coef)), n_out=2,
-                         domain=LTC_DOMAIN)  # fmt: skip
+        y, x_next = g.op(
+            LTC_OP, u, g.op("Tanh", u), x_state, g.const(_f32(coef)), n_out=2, domain=LTC_DOMAIN
+        )
         self.set_state(pre + "ltc.x", x_next)
         y = g.op("Add", y, g.op("Mul", u, g.const(_f32(step.D))))
         return y if self.bf else g.op("Transpose", y, perm=[2, 0, 1])
@@ -1038,9 +1059,11 @@ class _Emitter:
         # the front end's own float64 tables: basis (2·nf, 1, W), mel (nf, M), μ, σ (M,)
         basis, mel, mean, std = self.sm.frontend.f.tables(torch.float64, torch.device("cpu"))
         spec = g.op(
-            "Conv", g.op("Unsqueeze", seg, g.const([1])), g.const(_f32(basis)),
+            "Conv",
+            g.op("Unsqueeze", seg, g.const([1])),
+            g.const(_f32(basis)),
             strides=[cfg.hop],
-        )  # (B, 2·nf, F)  # fmt: skip
+        )  # (B, 2·nf, F)
         re, im = g.slice(spec, 0, nf, axis=1), g.slice(spec, nf, 2 * nf, axis=1)
         power = g.op("Add", g.op("Mul", re, re), g.op("Mul", im, im))  # (B, nf, F)
         energy = g.op("MatMul", g.const(_f32(mel.T)), power)  # (B, M, F)
@@ -1066,8 +1089,9 @@ class _Emitter:
         w_seq = g.op("Sub", g.const(1.0), g.op("Mul", g.op("Sub", g.const(1.0), w0), decay))
         m_seq, m = self.ema_chunk(z, m0, self.ema_tables(F_, beta, max_frames, tag="cmn"))
         self.set_state("frontend.cmn", m)
-        self.set_state("frontend.cmn_weight", g.op("Reshape", g.slice(w_seq, -1, END, axis=1),
-                                                   g.const([1])))  # fmt: skip
+        self.set_state(
+            "frontend.cmn_weight", g.op("Reshape", g.slice(w_seq, -1, END, axis=1), g.const([1]))
+        )
         return g.op("Sub", z, g.op("Div", m_seq, w_seq))  # (B, M, F)
 
     def logmel_states(self) -> dict[str, str]:
@@ -1120,7 +1144,7 @@ class _Emitter:
             "Gt": g.slice(g.slice(Gt, 0, nb, axis=0), 0, nb, axis=1),  # (n, n)
             "Pk": g.slice(
                 g.const((beta ** (Q * (k + 1)))[None, :], name=f"{tag}_Pk"), 0, nb, axis=1
-            ),  # (1, n): β^{Q(k+1)}  # fmt: skip
+            ),  # (1, n): β^{Q(k+1)}
             "Pq": g.const(beta ** (i + 1), name=f"{tag}_Pq"),  # (Q,)
             "pads": g.op("Concat", zeros, pad, axis=0),  # (0,0,0, 0,0,pad): the last axis
             "T": T,
@@ -1149,8 +1173,9 @@ class _Emitter:
         c = g.op("Add", g.op("MatMul", ends, tab["Gt"]), g.op("Mul", s0u, tab["Pk"]))
         c_in = g.op("Concat", s0u, g.slice(c, 0, -1, axis=2), axis=2)  # entering each block
         full = g.op("Add", local, g.op("Mul", g.op("Unsqueeze", c_in, g.const([3])), tab["Pq"]))
-        seq = g.slice(g.op("Reshape", full, g.const([0, 0, -1], dtype=np.int64)), 0, tab["T"],
-                      axis=2)  # fmt: skip
+        seq = g.slice(
+            g.op("Reshape", full, g.const([0, 0, -1], dtype=np.int64)), 0, tab["T"], axis=2
+        )
         last = g.op("Squeeze", g.slice(seq, -1, END, axis=2), g.const([2]))
         return seq, last
 
@@ -1188,8 +1213,9 @@ class _Emitter:
         T = g.dim(x, 2)
         t1 = np.arange(1, self.max_chunk + 1, dtype=np.float64)
         decay = g.slice(g.const((beta**t1)[None, :], name="scalenorm_decay"), 0, T, axis=1)
-        w_seq = g.op("Sub", g.const(1.0), g.op("Mul", g.op("Sub", g.const(1.0), own["weight"]),
-                                                decay))  # (1, T)  # fmt: skip
+        w_seq = g.op(
+            "Sub", g.const(1.0), g.op("Mul", g.op("Sub", g.const(1.0), own["weight"]), decay)
+        )  # (1, T)
         tab = self.ema_tables(T)
         m_seq, m = self.ema_chunk(u, own["mean"], tab)
         d = g.op("Sub", u, g.op("Div", m_seq, w_seq))
@@ -1235,8 +1261,11 @@ class _Emitter:
         mu = np.asarray(self.input_mean, dtype=np.float64).reshape(-1)
         sd = np.asarray(self.input_std, dtype=np.float64).reshape(-1)
         if not (np.all(mu == 0.0) and np.all(sd == 1.0)):  # standardise the raw samples
-            x = g.op("Div", g.op("Sub", x, g.const(_f32(torch.from_numpy(mu)))),
-                     g.const(_f32(torch.from_numpy(sd))))  # fmt: skip
+            x = g.op(
+                "Div",
+                g.op("Sub", x, g.const(_f32(torch.from_numpy(mu)))),
+                g.const(_f32(torch.from_numpy(sd))),
+            )
         p_T = g.op("Add", phase, T)
         n = g.op("Div", p_T, g.const([R]))  # frames completed by this chunk
         self.set_state("frontend.phase", g.op("Sub", p_T, g.op("Mul", n, g.const([R]))))
@@ -1261,13 +1290,15 @@ class _Emitter:
         zero = onnx.helper.make_tensor("zero", onnx.TensorProto.FLOAT, [1], [0.0])
         else_nodes = [
             onnx.helper.make_node(
-                "ConstantOfShape", [g.op("Concat", B, g.const([0]), g.const([dout]), axis=0)],
-                [else_out[0]], value=zero,
+                "ConstantOfShape",
+                [g.op("Concat", B, g.const([0]), g.const([dout]), axis=0)],
+                [else_out[0]],
+                value=zero,
             )
         ] + [
             onnx.helper.make_node("Identity", [f"state.{s['name']}"], [o])
             for s, o in zip(stack_states, else_out[1:], strict=True)
-        ]  # fmt: skip
+        ]
 
         def branch(name: str, nodes: list, outs: list[str]) -> onnx.GraphProto:
             infos = [
@@ -1278,21 +1309,26 @@ class _Emitter:
 
         cond = g.op("Squeeze", g.op("Greater", n, g.const([0])), g.const([0]))
         outs = g.op(
-            "If", cond, n_out=len(values),
+            "If",
+            cond,
+            n_out=len(values),
             then_branch=branch("frames", then_nodes, then_out),
             else_branch=branch("no_frame", else_nodes, else_out),
-        )  # fmt: skip
+        )
         for s, o in zip(stack_states, outs[1:], strict=True):
             self.set_state(s["name"], o)
         # hold: sample t of the chunk gets the last frame complete at t (or ``held``)
         ext_y = g.op("Concat", g.op("Unsqueeze", held, g.const([1])), outs[0], axis=1)
         t1 = g.op(
-            "Range", g.op("Squeeze", g.op("Add", phase, g.const([1])), g.const([0])),
-            g.op("Squeeze", g.op("Add", p_T, g.const([1])), g.const([0])), g.const(np.int64(1)),
-        )  # fmt: skip
+            "Range",
+            g.op("Squeeze", g.op("Add", phase, g.const([1])), g.const([0])),
+            g.op("Squeeze", g.op("Add", p_T, g.const([1])), g.const([0])),
+            g.const(np.int64(1)),
+        )
         y = g.op("Gather", ext_y, g.op("Div", t1, g.const(np.int64(R))), axis=1)
-        self.set_state("frontend.held", g.op("Squeeze", g.slice(ext_y, -1, END, axis=1),
-                                             g.const([1])))  # fmt: skip
+        self.set_state(
+            "frontend.held", g.op("Squeeze", g.slice(ext_y, -1, END, axis=1), g.const([1]))
+        )
         return y
 
     def build(self) -> onnx.ModelProto:
@@ -1357,8 +1393,17 @@ def build_onnx(
 
 
 # The graph's entries in the order of the first exports (meta_schema: the task's entries).
-GRAPH_KEYS = ("liquid_stream_version", "model_config", "d_input", "d_output", "decoder", "rate",
-              "sub_block", "max_chunk", "state_spec")  # fmt: skip
+GRAPH_KEYS = (
+    "liquid_stream_version",
+    "model_config",
+    "d_input",
+    "d_output",
+    "decoder",
+    "rate",
+    "sub_block",
+    "max_chunk",
+    "state_spec",
+)
 
 
 def metadata_props(sm, info: dict, extra: dict | None = None) -> dict[str, str]:

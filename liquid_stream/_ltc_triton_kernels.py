@@ -27,10 +27,24 @@ def _tile(coef_ptr, c, m, C, H, M, BC: tl.constexpr, BM: tl.constexpr):
 # from one cache line. Each loop loads the next step's operands before it computes this
 # step (their addresses do not depend on the state), so memory latency overlaps compute.
 @triton.jit
-def forward_kernel(u_ptr, g_ptr, coef_ptr, x0_ptr, y_ptr, xlast_ptr, ckpt_ptr,
-                   L, C, H, M, scale,
-                   K: tl.constexpr, KEEP: tl.constexpr, BC: tl.constexpr,
-                   BM: tl.constexpr):  # fmt: skip
+def forward_kernel(
+    u_ptr,
+    g_ptr,
+    coef_ptr,
+    x0_ptr,
+    y_ptr,
+    xlast_ptr,
+    ckpt_ptr,
+    L,
+    C,
+    H,
+    M,
+    scale,
+    K: tl.constexpr,
+    KEEP: tl.constexpr,
+    BC: tl.constexpr,
+    BM: tl.constexpr,
+):
     c = tl.program_id(0) * BC + tl.arange(0, BC)  # (BC,) channels b·H + h
     m = tl.arange(0, BM)  # (BM,) modes
     cm, mask, ar, ai, lr, li, br, bi, cr, ci = _tile(coef_ptr, c, m, C, H, M, BC, BM)
@@ -60,9 +74,26 @@ def forward_kernel(u_ptr, g_ptr, coef_ptr, x0_ptr, y_ptr, xlast_ptr, ckpt_ptr,
 
 
 @triton.jit
-def backward_kernel(u_ptr, g_ptr, gy_ptr, coef_ptr, gxlast_ptr, ckpt_ptr, scratch_ptr,
-                    gu_ptr, gx0_ptr, gcoef_ptr, L, C, H, M, scale,
-                    K: tl.constexpr, BC: tl.constexpr, BM: tl.constexpr):  # fmt: skip
+def backward_kernel(
+    u_ptr,
+    g_ptr,
+    gy_ptr,
+    coef_ptr,
+    gxlast_ptr,
+    ckpt_ptr,
+    scratch_ptr,
+    gu_ptr,
+    gx0_ptr,
+    gcoef_ptr,
+    L,
+    C,
+    H,
+    M,
+    scale,
+    K: tl.constexpr,
+    BC: tl.constexpr,
+    BM: tl.constexpr,
+):
     pid = tl.program_id(0)
     c = pid * BC + tl.arange(0, BC)
     m = tl.arange(0, BM)
@@ -105,10 +136,12 @@ def backward_kernel(u_ptr, g_ptr, gy_ptr, coef_ptr, gxlast_ptr, ckpt_ptr, scratc
         g_n = tl.load(g_ptr + row + last, mask=cm, other=0.0)
         y_n = tl.load(gy_ptr + row + last, mask=cm, other=0.0)
         has = n >= 2
-        qr_n = tl.where(has, tl.load(scr + (n - 2) * step + lof, mask=mask & has, other=0.0),
-                        x_in_r)  # fmt: skip
-        qi_n = tl.where(has, tl.load(scr + (n - 2) * step + lof + 1, mask=mask & has,
-                                     other=0.0), x_in_i)  # fmt: skip
+        qr_n = tl.where(
+            has, tl.load(scr + (n - 2) * step + lof, mask=mask & has, other=0.0), x_in_r
+        )
+        qi_n = tl.where(
+            has, tl.load(scr + (n - 2) * step + lof + 1, mask=mask & has, other=0.0), x_in_i
+        )
         for j in range(0, n):
             i = n - 1 - j
             ut = u_n[:, None]
@@ -120,10 +153,12 @@ def backward_kernel(u_ptr, g_ptr, gy_ptr, coef_ptr, gxlast_ptr, ckpt_ptr, scratc
             g_n = tl.load(g_ptr + row + t0 + i - 1, mask=nxt, other=0.0)
             y_n = tl.load(gy_ptr + row + t0 + i - 1, mask=nxt, other=0.0)
             has = i >= 2  # x_{t−2} is in the scratch, else it is x_in
-            qr_n = tl.where(has, tl.load(scr + (i - 2) * step + lof, mask=mask & has,
-                                         other=0.0), x_in_r)  # fmt: skip
-            qi_n = tl.where(has, tl.load(scr + (i - 2) * step + lof + 1, mask=mask & has,
-                                         other=0.0), x_in_i)  # fmt: skip
+            qr_n = tl.where(
+                has, tl.load(scr + (i - 2) * step + lof, mask=mask & has, other=0.0), x_in_r
+            )
+            qi_n = tl.where(
+                has, tl.load(scr + (i - 2) * step + lof + 1, mask=mask & has, other=0.0), x_in_i
+            )
             lam_r = sy * cr + pr  # λ_t = s ȳ_t conj(C) + conj(a_{t+1}) λ_{t+1}
             lam_i = pi - sy * ci
             ga_r = lam_r * qr + lam_i * qi  # λ_t conj(x_{t−1})

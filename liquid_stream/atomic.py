@@ -61,8 +61,11 @@ def _started_after(pid: int, mtime: float) -> bool:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         ticks = int(fields[19])  # field 22, starttime, in clock ticks after boot
-        btime = next(int(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines()
-                     if ln.startswith("btime"))  # fmt: skip
+        btime = next(
+            int(ln.split()[1])
+            for ln in Path("/proc/stat").read_text().splitlines()
+            if ln.startswith("btime")
+        )
         return btime + ticks / os.sysconf("SC_CLK_TCK") > mtime + 1.0
     except (OSError, ValueError, IndexError, StopIteration):
         return False

@@ -53,14 +53,28 @@ def channel_key(name: str) -> str:
 # and the models were trained on.
 SIGNALS: tuple[str, ...] = ("PLETH", "II", "RESP", "IR", "RED")
 SIGNAL_ALIASES: dict[str, tuple[str, ...]] = {
-    "PLETH": ("ppg", "plethysmogram", "photoplethysmogram", "bvp", "ppg green",
-              "ppg ir", "ppg red", "spo2 pleth"),
+    "PLETH": (
+        "ppg",
+        "plethysmogram",
+        "photoplethysmogram",
+        "bvp",
+        "ppg green",
+        "ppg ir",
+        "ppg red",
+        "spo2 pleth",
+    ),
     "II": ("ecg", "ekg", "ecg ii", "ekg ii", "lead ii", "ecg lead ii", "ii lead", "mlii"),
-    "RESP": ("respiration", "rsp", "breathing", "resp belt", "respiratory effort",
-             "impedance pneumography"),
+    "RESP": (
+        "respiration",
+        "rsp",
+        "breathing",
+        "resp belt",
+        "respiratory effort",
+        "impedance pneumography",
+    ),
     "IR": ("infrared", "ir intensity", "ir raw", "oximeter ir", "spo2 ir"),
     "RED": ("red intensity", "red raw", "oximeter red", "spo2 red"),
-}  # fmt: skip
+}
 
 
 def label_key(label: str) -> str:

@@ -153,11 +153,15 @@ def _weights_misfit(expected: dict, given: dict) -> str:
     missing = [k for k in expected if k not in given]
     unexpected = [k for k in given if k not in expected]
     sized = [
-        k for k in expected
+        k
+        for k in expected
         if k in given and (not torch.is_tensor(given[k]) or given[k].shape != expected[k].shape)
-    ]  # fmt: skip
-    parts = [f"{len(v)} {what}" for v, what in ((missing, "missing"), (unexpected, "unexpected"),
-             (sized, "size mismatch")) if v]  # fmt: skip
+    ]
+    parts = [
+        f"{len(v)} {what}"
+        for v, what in ((missing, "missing"), (unexpected, "unexpected"), (sized, "size mismatch"))
+        if v
+    ]
     if not parts:
         return ""
     if sized:

@@ -38,9 +38,16 @@ COMMANDS = {
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 # third-party modules of an extra (pyproject.toml) → the extra; the base install (the apps)
 # has none of them, so a command that needs one says which extra to install
-EXTRA_OF = {"torch": "train", "scipy": "train", "neurokit2": "train", "yaml": "train",
-            "tqdm": "train", "tensorboard": "train", "PIL": "train",
-            "matplotlib": "plots"}  # fmt: skip
+EXTRA_OF = {
+    "torch": "train",
+    "scipy": "train",
+    "neurokit2": "train",
+    "yaml": "train",
+    "tqdm": "train",
+    "tensorboard": "train",
+    "PIL": "train",
+    "matplotlib": "plots",
+}
 
 
 class LazyGroup(click.Group):

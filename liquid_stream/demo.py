@@ -39,8 +39,9 @@ def make_batch(rng: np.random.Generator, batch: int, length: int) -> tuple[np.nd
     """Noise with non-overlapping tone bursts; per-sample labels (0 = none, 1/2 = tone):
     :func:`~liquid_stream.training.data.tones.tone_bursts` with the tour's fixed lengths
     (first burst within 50 ms, bursts 37.5-150 ms, gaps 37.5-187.5 ms at 8 kHz)."""
-    return tone_bursts(rng, batch, length, SR, 0.3, start=(0, 400), dur=(300, 1200),
-                       gap=(300, 1500))  # fmt: skip
+    return tone_bursts(
+        rng, batch, length, SR, 0.3, start=(0, 400), dur=(300, 1200), gap=(300, 1500)
+    )
 
 
 def per_step_accuracy(pred: np.ndarray, y: np.ndarray, skip: int = 120) -> float:
@@ -94,12 +95,24 @@ def main() -> None:
     torch.set_num_threads(2)
 
     model = LiquidS4Model(
-        d_input=1, d_output=3, d_model=32, n_layers=2, d_state=7, mode="dplr", liquid="pb",
-        liquid_order=2, norm="batch", decoder="window", decoder_window=80,
-        dt_min=1e-3, dt_max=0.2,
-    )  # fmt: skip
-    print(f"1/4 training {sum(p.numel() for p in model.parameters())} parameters, "
-          f"{args.steps} steps of 16 × 0.25 s (conv form)")  # fmt: skip
+        d_input=1,
+        d_output=3,
+        d_model=32,
+        n_layers=2,
+        d_state=7,
+        mode="dplr",
+        liquid="pb",
+        liquid_order=2,
+        norm="batch",
+        decoder="window",
+        decoder_window=80,
+        dt_min=1e-3,
+        dt_max=0.2,
+    )
+    print(
+        f"1/4 training {sum(p.numel() for p in model.parameters())} parameters, "
+        f"{args.steps} steps of 16 × 0.25 s (conv form)"
+    )
     t0 = time.perf_counter()
     fit_per_step(model, lambda: make_batch(rng, 16, 2000), args.steps, lr=5e-3, progress=True)
     model.eval()

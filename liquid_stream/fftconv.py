@@ -65,9 +65,15 @@ def causal_fft_conv(K: Tensor, s: Tensor) -> Tensor:
     Shapes: ``K (R, H, L)`` real, ``s (R, B, H, L)`` of the same dtype → ``y (B, H, L)``.
     Differentiable in both (see the module docstring for the backward).
     """
-    if K.dim() != 3 or s.dim() != 4 or K.shape[0] != s.shape[0] or K.shape[1:] != (
-        s.shape[2],
-        s.shape[3],
+    if (
+        K.dim() != 3
+        or s.dim() != 4
+        or K.shape[0] != s.shape[0]
+        or K.shape[1:]
+        != (
+            s.shape[2],
+            s.shape[3],
+        )
     ):
         raise ValueError(
             f"causal_fft_conv: need K (R, H, L) and s (R, B, H, L), got {tuple(K.shape)} and "

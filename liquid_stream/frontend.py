@@ -127,8 +127,11 @@ class LogMelConfig:
         return math.exp(-self.hop / self.sample_rate / self.cmn_s)
 
     def __post_init__(self) -> None:
-        check_fields(self, ("sample_rate", "n_fft", "n_mels"),
-                     ("win_ms", "hop_ms", "fmin", "fmax", "log_floor"))  # fmt: skip
+        check_fields(
+            self,
+            ("sample_rate", "n_fft", "n_mels"),
+            ("win_ms", "hop_ms", "fmin", "fmax", "log_floor"),
+        )
 
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"frontend.{name} {why}, got {getattr(self, name)!r}")
@@ -289,8 +292,9 @@ class LogMelStep(nn.Module):
             "frontend.phase": torch.zeros(1, dtype=torch.int64, device=device),
         }
         if self.cfg.cmn_s is not None:
-            state["frontend.cmn"] = torch.zeros(batch, self.cfg.n_mels, dtype=self.dtype,
-                                                device=device)  # fmt: skip
+            state["frontend.cmn"] = torch.zeros(
+                batch, self.cfg.n_mels, dtype=self.dtype, device=device
+            )
             state["frontend.cmn_weight"] = torch.zeros(1, dtype=self.dtype, device=device)
         return state
 

@@ -378,8 +378,11 @@ class LiquidS4Step(nn.Module):
         # Tables are built on the CPU in float64, then moved to the layer's device.
         device = layer.D.device
         self.liquid, self.P, self.L_liq, self.H = (
-            layer.liquid, layer.liquid_order, layer.liquid_len, layer.d_model
-        )  # fmt: skip
+            layer.liquid,
+            layer.liquid_order,
+            layer.liquid_len,
+            layer.d_model,
+        )
         if self.liquid == "ltc":
             self.transition = "ltc"
             with torch.no_grad():  # computed in float64 from the parameters, then cast

@@ -287,9 +287,10 @@ class LslReader:
             self.ignored = [x for i, x in enumerate(self.stream_labels) if i not in mapping]
             for i, ch in mapping.items():
                 others = [
-                    x for j, x in enumerate(self.stream_labels)
+                    x
+                    for j, x in enumerate(self.stream_labels)
                     if j != i and x and signal_channel(x) == ch
-                ]  # fmt: skip
+                ]
                 if others:
                     self.warnings.append(
                         f"channel {ch}: using {self.stream_labels[i]!r}, not "

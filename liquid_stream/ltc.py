@@ -307,7 +307,11 @@ def ltc_scan(
         y, x = ltc_kernel.ltc_fused(u_t, *coefs, x0, sys.scale)
     else:
         y, x = _LTCScan.apply(
-            u_t, *coefs, x0, sys.scale, block or LTC_BLOCK,
+            u_t,
+            *coefs,
+            x0,
+            sys.scale,
+            block or LTC_BLOCK,
             max_elements or default_max_elements(u.device),
-        )  # fmt: skip
+        )
     return y.permute(1, 2, 0), x

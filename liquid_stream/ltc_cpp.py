@@ -453,9 +453,12 @@ def compiler() -> str | None:
 
 
 def build(
-    cxx: str, source: str = SOURCE, stem: str = "ltc_kernel", flags: list[str] | None = None,
+    cxx: str,
+    source: str = SOURCE,
+    stem: str = "ltc_kernel",
+    flags: list[str] | None = None,
     salt: str = "",
-) -> Path:  # fmt: skip
+) -> Path:
     """Compile ``source`` (default :data:`SOURCE`; or reuse the cached build) with
     :data:`CFLAGS` + ``flags``; returns the library's path. The cache key hashes the source,
     the flags, the compiler's version, the machine and ``salt`` (e.g. a header's hash)."""
@@ -469,8 +472,9 @@ def build(
     with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
         src, lib = Path(tmp) / f"{stem}.cpp", Path(tmp) / out.name
         src.write_text(source)
-        done = subprocess.run([cxx, *flags, str(src), "-o", str(lib)], capture_output=True,
-                              text=True)  # fmt: skip
+        done = subprocess.run(
+            [cxx, *flags, str(src), "-o", str(lib)], capture_output=True, text=True
+        )
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines() or ["(no output)"]
             tail = next((x for x in lines if "error" in x), lines[-1]).strip()

@@ -52,14 +52,21 @@ def library() -> ctypes.CDLL | None:
     cache); None, with one warning, when there is no compiler or the build fails."""
     cxx = compiler()
     if cxx is None:
-        warnings.warn(f"LTC fused kernel: no C++ compiler ({os.environ.get('CXX') or 'g++'}) "
-                      "found; using the torch scan", RuntimeWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"LTC fused kernel: no C++ compiler ({os.environ.get('CXX') or 'g++'}) "
+            "found; using the torch scan",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return None
     try:
         lib = ctypes.CDLL(str(build(cxx)))
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        warnings.warn(f"LTC fused kernel unavailable ({e}); using the torch scan",
-                      RuntimeWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"LTC fused kernel unavailable ({e}); using the torch scan",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return None
     i64, ptr, dbl, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double, ctypes.c_int
     for t in ("f32", "f64"):
@@ -110,9 +117,22 @@ def _forward(u: Tensor, g: Tensor, coefs, x0: Tensor, scale: float, keep: bool):
     xlast = torch.empty(B, H, M, 2, dtype=dt)
     ckpt = torch.empty(-(-L // SEGMENT), B, H, M, 2, dtype=dt) if keep else None
     fn = library().ltc_forward_f32 if dt == torch.float32 else library().ltc_forward_f64
-    fn(u.data_ptr(), g.data_ptr(), *(c.data_ptr() for c in coefs), x0.data_ptr(), y.data_ptr(),
-       xlast.data_ptr(), _ptr(ckpt), L, B * H, H, M, SEGMENT, scale,
-       _threads(L * B * H * M))  # fmt: skip
+    fn(
+        u.data_ptr(),
+        g.data_ptr(),
+        *(c.data_ptr() for c in coefs),
+        x0.data_ptr(),
+        y.data_ptr(),
+        xlast.data_ptr(),
+        _ptr(ckpt),
+        L,
+        B * H,
+        H,
+        M,
+        SEGMENT,
+        scale,
+        _threads(L * B * H * M),
+    )
     return y, xlast, ckpt
 
 
@@ -143,9 +163,24 @@ class _LTCFused(torch.autograd.Function):
         gx0 = torch.empty(B, H, M, 2, dtype=dt)
         gcoef = torch.empty(B, H, 4, M, 2, dtype=dt)
         fn = library().ltc_backward_f32 if dt == torch.float32 else library().ltc_backward_f64
-        fn(u.data_ptr(), g.data_ptr(), gy.data_ptr(), *(c.data_ptr() for c in coefs),
-           gxl.data_ptr(), ckpt.data_ptr(), gu.data_ptr(), gx0.data_ptr(), gcoef.data_ptr(),
-           L, B * H, H, M, SEGMENT, ctx.scale, _threads(L * B * H * M))  # fmt: skip
+        fn(
+            u.data_ptr(),
+            g.data_ptr(),
+            gy.data_ptr(),
+            *(c.data_ptr() for c in coefs),
+            gxl.data_ptr(),
+            ckpt.data_ptr(),
+            gu.data_ptr(),
+            gx0.data_ptr(),
+            gcoef.data_ptr(),
+            L,
+            B * H,
+            H,
+            M,
+            SEGMENT,
+            ctx.scale,
+            _threads(L * B * H * M),
+        )
         gA, gBl, gBb, gC = torch.view_as_complex(gcoef.sum(0)).unbind(1)  # (H, M) each
         return gu, gA, gBl, gBb, gC, torch.view_as_complex(gx0), None
 

@@ -219,18 +219,23 @@ def include_dir() -> Path | None:
     """The first folder holding :data:`HEADER` among the places in the module docstring."""
     env = os.environ.get(INCLUDE_ENV)
     places = [Path(env)] if env else []
-    places += [Path(sys.prefix) / "include" / "onnxruntime", Path("/usr/include/onnxruntime"),
-               Path("/usr/local/include/onnxruntime")]  # fmt: skip
+    places += [
+        Path(sys.prefix) / "include" / "onnxruntime",
+        Path("/usr/include/onnxruntime"),
+        Path("/usr/local/include/onnxruntime"),
+    ]
     return next((p for p in places if (p / HEADER).is_file()), None)
 
 
 def source() -> str:
     """The op library's C++: the training kernel's source, the constants it shares with
     Python (segment, serial threshold, the op's domain and name), then :data:`GLUE`."""
-    consts = (f"#define LTC_SEGMENT {ltc_cpp.SEGMENT}\n"
-              f"#define LTC_SERIAL_BELOW {ltc_cpp.SERIAL_BELOW}\n"
-              f'#define LTC_OP_DOMAIN "{DOMAIN}"\n'
-              f'#define LTC_OP_NAME "{OP}"\n')  # fmt: skip
+    consts = (
+        f"#define LTC_SEGMENT {ltc_cpp.SEGMENT}\n"
+        f"#define LTC_SERIAL_BELOW {ltc_cpp.SERIAL_BELOW}\n"
+        f'#define LTC_OP_DOMAIN "{DOMAIN}"\n'
+        f'#define LTC_OP_NAME "{OP}"\n'
+    )
     return ltc_cpp.SOURCE + consts + GLUE
 
 

@@ -110,8 +110,25 @@ def _forward(u: Tensor, g: Tensor, coef: Tensor, x0: Tensor, scale: float, keep:
     n_seg = -(-L // SEGMENT)
     ckpt = torch.empty(n_seg if keep else 1, B, H, M, 2, dtype=u.dtype, device=u.device)
     grid = (-(-(B * H) // bc),)
-    fwd[grid](u, g, coef, x0, y, xlast, ckpt, L, B * H, H, M, scale, K=SEGMENT, KEEP=keep,
-              BC=bc, BM=bm, num_warps=NUM_WARPS)  # fmt: skip
+    fwd[grid](
+        u,
+        g,
+        coef,
+        x0,
+        y,
+        xlast,
+        ckpt,
+        L,
+        B * H,
+        H,
+        M,
+        scale,
+        K=SEGMENT,
+        KEEP=keep,
+        BC=bc,
+        BM=bm,
+        num_warps=NUM_WARPS,
+    )
     return y, xlast, ckpt if keep else None
 
 
@@ -145,8 +162,27 @@ class _LTCTriton(torch.autograd.Function):
         gcoef = torch.empty(B, H, 4, M, 2, **kw)
         grid = (-(-(B * H) // bc),)
         scratch = torch.empty(grid[0], SEGMENT, bc, bm, 2, **kw)
-        bwd[grid](u, g, gy, coef, gxl, ckpt, scratch, gu, gx0, gcoef, L, B * H, H, M,
-                  ctx.scale, K=SEGMENT, BC=bc, BM=bm, num_warps=NUM_WARPS)  # fmt: skip
+        bwd[grid](
+            u,
+            g,
+            gy,
+            coef,
+            gxl,
+            ckpt,
+            scratch,
+            gu,
+            gx0,
+            gcoef,
+            L,
+            B * H,
+            H,
+            M,
+            ctx.scale,
+            K=SEGMENT,
+            BC=bc,
+            BM=bm,
+            num_warps=NUM_WARPS,
+        )
         gA, gBl, gBb, gC = torch.view_as_complex(gcoef.sum(0)).unbind(1)  # (H, M) each
         return gu, gA, gBl, gBb, gC, torch.view_as_complex(gx0), None
 

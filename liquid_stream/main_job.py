@@ -92,9 +92,18 @@ class Step:
 # pools 10 samples of 125 Hz, not 5; HR up to 180 bpm is 3 Hz, far below 6.25 Hz), the same
 # 32 s decoder window (400 frames), the same time scales in seconds (Δ doubled per frame),
 # no dropout (the models underfit: train RMSE above validation).
-VITALS_12HZ = ["--set", "model.frontend.hop=10", "--set", "model.decoder_window=400",
-               "--set", "model.dt_min=0.002", "--set", "model.dt_max=0.2",
-               "--set", "model.dropout=0"]  # fmt: skip
+VITALS_12HZ = [
+    "--set",
+    "model.frontend.hop=10",
+    "--set",
+    "model.decoder_window=400",
+    "--set",
+    "model.dt_min=0.002",
+    "--set",
+    "model.dt_max=0.2",
+    "--set",
+    "model.dropout=0",
+]
 
 # The passes of crops after the stream stage (stage 3, 4, ...), each from the one before at
 # half its learning rate (stage 2: 0.002). A fourth pass (lr 0.0005) took the HR model's own
@@ -213,8 +222,9 @@ def run_step(i: int, n: int, step: Step, force: bool, log) -> float:
     proc = subprocess.run([*CLI, *args])
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"step {i} ({step.title}) failed with exit code {proc.returncode}:\n"
-                         f"  $ {shown}")  # fmt: skip
+        raise SystemExit(
+            f"step {i} ({step.title}) failed with exit code {proc.returncode}:\n  $ {shown}"
+        )
     print(f"      ({dt / 60:.1f} min)", flush=True)
     return dt
 
@@ -233,87 +243,242 @@ def plan(out: Path, s: Settings) -> list[Step]:
     kws, vit = out / "kws", out / "vitals"
     speech, records = kws / "speech", vit / "records"
     steps = [
-        Step("synthesise Speech Commands v0.02 (35 words, Debian TTS voices, noise)",
-             ["data", "speech-synth", str(speech), *s.speech], [speech]),
-        Step("train the keyword spotter (speech-stream, CPU preset: log-mel, augmentation, "
-             "SC10 keywords)",
-             ["train", "speech-stream", *s.kws_train, "--data", str(speech), "--out",
-              str(kws / "train")], [kws / "train" / "test_metrics.json"]),
+        Step(
+            "synthesise Speech Commands v0.02 (35 words, Debian TTS voices, noise)",
+            ["data", "speech-synth", str(speech), *s.speech],
+            [speech],
+        ),
+        Step(
+            "train the keyword spotter (speech-stream, CPU preset: log-mel, augmentation, "
+            "SC10 keywords)",
+            [
+                "train",
+                "speech-stream",
+                *s.kws_train,
+                "--data",
+                str(speech),
+                "--out",
+                str(kws / "train"),
+            ],
+            [kws / "train" / "test_metrics.json"],
+        ),
         # the final weights, not best.pt (the epoch of the best frame-level accuracy on the
         # validation crops): on the validation streams the final weights detected more in
         # 6 of 6 comparisons (docs/benchmarks.md §4.1)
-        Step("export its final weights to ONNX (calls of any length up to 100 ms: 10 ms for "
-             "the app, 100 ms for scoring) and check them against the torch forward",
-             ["export", str(kws / "train" / "last.pt"), "--onnx", str(kws / "kws.onnx"),
-              "--chunk", "1600", "--sub-block", "1", "--verify"], [kws / "kws.onnx"]),
-        Step("build a validation stream (validation speakers) to choose the threshold on",
-             ["data", "kws-stream", str(kws / "val.wav"), "--labels", str(kws / "val.csv"),
-              "--data", str(speech), "--split", "validation", *s.kws_val_stream],
-             [kws / "val.wav", kws / "val.csv"]),
-        Step("choose threshold and smoothing on it (at most 5 false accepts per hour)",
-             ["kws-tune", str(kws / "kws.onnx"), "--stream", str(kws / "val.wav"),
-              "--labels", str(kws / "val.csv"), "--max-fa-per-hour", "5",
-              "--chunk-ms", "100", "--out", str(kws / "tune.json")], [kws / "tune.json"]),
-        Step("build a test stream: keywords at known times, other words and noise between",
-             ["data", "kws-stream", str(kws / "stream.wav"), "--labels",
-              str(kws / "stream.csv"), "--data", str(speech), *s.kws_stream],
-             [kws / "stream.wav", kws / "stream.csv"]),
-        Step("score the stream: detection rate, false accepts per hour, latency",
-             ["kws-eval", str(kws / "kws.onnx"), "--stream", str(kws / "stream.wav"),
-              "--labels", str(kws / "stream.csv"), "--chunk-ms", "100",
-              "--out", str(kws / "eval.json")],
-             [kws / "eval.json"]),
-        Step("build a short clip of the test speakers for the live app",
-             ["data", "kws-stream", str(kws / "app.wav"), "--labels", str(kws / "app.csv"),
-              "--data", str(speech), *s.kws_app_stream], [kws / "app.wav", kws / "app.csv"]),
-        Step("run the live keyword-spotting app on it (the microphone's code path, --fast)",
-             ["kws", str(kws / "kws.onnx"), "--input", str(kws / "app.wav"), "--fast",
-              "--no-ui"]),
-        Step("generate domain-randomised simulated BIDMC records (WFDB pairs with 1 Hz "
-             "numerics; random morphology, rhythm, noise, artefacts and units)",
-             ["data", "bidmc-sim", str(records), *s.sim], [records]),
-    ]  # fmt: skip
+        Step(
+            "export its final weights to ONNX (calls of any length up to 100 ms: 10 ms for "
+            "the app, 100 ms for scoring) and check them against the torch forward",
+            [
+                "export",
+                str(kws / "train" / "last.pt"),
+                "--onnx",
+                str(kws / "kws.onnx"),
+                "--chunk",
+                "1600",
+                "--sub-block",
+                "1",
+                "--verify",
+            ],
+            [kws / "kws.onnx"],
+        ),
+        Step(
+            "build a validation stream (validation speakers) to choose the threshold on",
+            [
+                "data",
+                "kws-stream",
+                str(kws / "val.wav"),
+                "--labels",
+                str(kws / "val.csv"),
+                "--data",
+                str(speech),
+                "--split",
+                "validation",
+                *s.kws_val_stream,
+            ],
+            [kws / "val.wav", kws / "val.csv"],
+        ),
+        Step(
+            "choose threshold and smoothing on it (at most 5 false accepts per hour)",
+            [
+                "kws-tune",
+                str(kws / "kws.onnx"),
+                "--stream",
+                str(kws / "val.wav"),
+                "--labels",
+                str(kws / "val.csv"),
+                "--max-fa-per-hour",
+                "5",
+                "--chunk-ms",
+                "100",
+                "--out",
+                str(kws / "tune.json"),
+            ],
+            [kws / "tune.json"],
+        ),
+        Step(
+            "build a test stream: keywords at known times, other words and noise between",
+            [
+                "data",
+                "kws-stream",
+                str(kws / "stream.wav"),
+                "--labels",
+                str(kws / "stream.csv"),
+                "--data",
+                str(speech),
+                *s.kws_stream,
+            ],
+            [kws / "stream.wav", kws / "stream.csv"],
+        ),
+        Step(
+            "score the stream: detection rate, false accepts per hour, latency",
+            [
+                "kws-eval",
+                str(kws / "kws.onnx"),
+                "--stream",
+                str(kws / "stream.wav"),
+                "--labels",
+                str(kws / "stream.csv"),
+                "--chunk-ms",
+                "100",
+                "--out",
+                str(kws / "eval.json"),
+            ],
+            [kws / "eval.json"],
+        ),
+        Step(
+            "build a short clip of the test speakers for the live app",
+            [
+                "data",
+                "kws-stream",
+                str(kws / "app.wav"),
+                "--labels",
+                str(kws / "app.csv"),
+                "--data",
+                str(speech),
+                *s.kws_app_stream,
+            ],
+            [kws / "app.wav", kws / "app.csv"],
+        ),
+        Step(
+            "run the live keyword-spotting app on it (the microphone's code path, --fast)",
+            ["kws", str(kws / "kws.onnx"), "--input", str(kws / "app.wav"), "--fast", "--no-ui"],
+        ),
+        Step(
+            "generate domain-randomised simulated BIDMC records (WFDB pairs with 1 Hz "
+            "numerics; random morphology, rhythm, noise, artefacts and units)",
+            ["data", "bidmc-sim", str(records), *s.sim],
+            [records],
+        ),
+    ]
     for t in TARGETS:
         win, crops, run = vit / f"train-{t}-windows", vit / f"train-{t}-stream", vit / f"train-{t}"
         steps += [
-            Step(f"train the {t.upper()} estimator on 32 s windows (bidmc, preset ppg+ecg: "
-                 "scale-norm front end, PLETH + II; record split)",
-                 ["train", "bidmc", "--target", t, *s.bidmc_train, "--data", str(records),
-                  "--out", str(win)], [win / "best.pt"]),
-            Step(f"continue the {t.upper()} estimator as a stream (long crops, a label every "
-                 "second: how the monitor runs it)",
-                 ["train", "bidmc", "--target", t, *s.bidmc_stream, "--data", str(records),
-                  "--set", f"train.init={win / 'best.pt'}", "--out", str(crops)],
-                 [crops / "best.pt"]),
-        ]  # fmt: skip
+            Step(
+                f"train the {t.upper()} estimator on 32 s windows (bidmc, preset ppg+ecg: "
+                "scale-norm front end, PLETH + II; record split)",
+                [
+                    "train",
+                    "bidmc",
+                    "--target",
+                    t,
+                    *s.bidmc_train,
+                    "--data",
+                    str(records),
+                    "--out",
+                    str(win),
+                ],
+                [win / "best.pt"],
+            ),
+            Step(
+                f"continue the {t.upper()} estimator as a stream (long crops, a label every "
+                "second: how the monitor runs it)",
+                [
+                    "train",
+                    "bidmc",
+                    "--target",
+                    t,
+                    *s.bidmc_stream,
+                    "--data",
+                    str(records),
+                    "--set",
+                    f"train.init={win / 'best.pt'}",
+                    "--out",
+                    str(crops),
+                ],
+                [crops / "best.pt"],
+            ),
+        ]
         passes = [vit / f"train-{t}-pass{k}" for k in range(3, 2 + s.passes[t])] + [run]
         for k, (src, dst) in enumerate(zip([crops, *passes[:-1]], passes, strict=True)):
             lr = AGAIN_LR / 2**k
-            steps.append(Step(
-                f"pass {k + 3} of crops for the {t.upper()} estimator, at lr {lr:g}"
-                + (" (one channel flat in 30 % of the crops)" if CHANNEL_OFF[t] else ""),
-                ["train", "bidmc", "--target", t, *s.bidmc_again, "--set", f"optim.lr={lr:g}",
-                 *CHANNEL_OFF[t], "--data", str(records), "--set",
-                 f"train.init={src / 'best.pt'}", "--out", str(dst)],
-                [dst / "best.pt"]))  # fmt: skip
+            steps.append(
+                Step(
+                    f"pass {k + 3} of crops for the {t.upper()} estimator, at lr {lr:g}"
+                    + (" (one channel flat in 30 % of the crops)" if CHANNEL_OFF[t] else ""),
+                    [
+                        "train",
+                        "bidmc",
+                        "--target",
+                        t,
+                        *s.bidmc_again,
+                        "--set",
+                        f"optim.lr={lr:g}",
+                        *CHANNEL_OFF[t],
+                        "--data",
+                        str(records),
+                        "--set",
+                        f"train.init={src / 'best.pt'}",
+                        "--out",
+                        str(dst),
+                    ],
+                    [dst / "best.pt"],
+                )
+            )
         steps += [
-            Step(f"evaluate {t.upper()} next to NeuroKit2's classical estimate",
-                 ["evaluate", str(run / "best.pt"), "--baseline", "--device", "cpu"],
-                 [run / f"agreement_{t}_record_test.json"]),
-            Step(f"export the {t.upper()} estimator to ONNX (1 s chunks)",
-                 ["export", str(run / "best.pt"), "--onnx", str(vit / f"{t}.onnx"),
-                  "--chunk", "125", "--sub-block", "1", "--verify", "--verify-length", "8000"],
-                 [vit / f"{t}.onnx"]),
-        ]  # fmt: skip
+            Step(
+                f"evaluate {t.upper()} next to NeuroKit2's classical estimate",
+                ["evaluate", str(run / "best.pt"), "--baseline", "--device", "cpu"],
+                [run / f"agreement_{t}_record_test.json"],
+            ),
+            Step(
+                f"export the {t.upper()} estimator to ONNX (1 s chunks)",
+                [
+                    "export",
+                    str(run / "best.pt"),
+                    "--onnx",
+                    str(vit / f"{t}.onnx"),
+                    "--chunk",
+                    "125",
+                    "--sub-block",
+                    "1",
+                    "--verify",
+                    "--verify-length",
+                    "8000",
+                ],
+                [vit / f"{t}.onnx"],
+            ),
+        ]
     spo2 = shipped_spo2()
     steps.append(
-        Step("run the vital-sign monitor on a held-out simulated record (--speed max)"
-             + (", with the shipped SpO2 model" if spo2 else ""),
-             lambda: ["vitals", *(str(vit / f"{t}.onnx") for t in TARGETS),
-                      *([str(spo2)] if spo2 else []), "--record",
-                      held_out_record(vit / "train-hr" / "best.pt"), "--speed", "max",
-                      "--no-ui", "--alarm", monitor_alarms(), "--out", str(vit / "monitor")])
-    )  # fmt: skip
+        Step(
+            "run the vital-sign monitor on a held-out simulated record (--speed max)"
+            + (", with the shipped SpO2 model" if spo2 else ""),
+            lambda: [
+                "vitals",
+                *(str(vit / f"{t}.onnx") for t in TARGETS),
+                *([str(spo2)] if spo2 else []),
+                "--record",
+                held_out_record(vit / "train-hr" / "best.pt"),
+                "--speed",
+                "max",
+                "--no-ui",
+                "--alarm",
+                monitor_alarms(),
+                "--out",
+                str(vit / "monitor"),
+            ],
+        )
+    )
     return steps
 
 
@@ -368,17 +533,25 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="runs/main", help="output folder (default runs/main)")
     size = ap.add_mutually_exclusive_group()
-    size.add_argument("--full", action="store_true",
-                      help="the sizes of the shipped models' recipes (~80 min on 2 cores)")
+    size.add_argument(
+        "--full",
+        action="store_true",
+        help="the sizes of the shipped models' recipes (~80 min on 2 cores)",
+    )
     size.add_argument("--smoke", action="store_true", help="tiny settings (CI wiring check)")
     ap.add_argument("--force", action="store_true", help="rerun steps whose outputs exist")
-    ap.add_argument("--part", choices=("all", "kws", "vitals"), default="all",
-                    help="run only the keyword-spotting or the vital-sign steps")  # fmt: skip
+    ap.add_argument(
+        "--part",
+        choices=("all", "kws", "vitals"),
+        default="all",
+        help="run only the keyword-spotting or the vital-sign steps",
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = (Settings.smoke() if args.smoke else Settings.full() if args.full
-                else Settings.quick())  # fmt: skip
+    settings = (
+        Settings.smoke() if args.smoke else Settings.full() if args.full else Settings.quick()
+    )
     steps = plan(out, settings)
     n_kws = next(i for i, st in enumerate(steps) if "BIDMC" in st.title)
     steps = {"all": steps, "kws": steps[:n_kws], "vitals": steps[n_kws:]}[args.part]

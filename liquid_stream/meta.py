@@ -93,13 +93,28 @@ KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 # The tasks' provenance keys (ModelMeta.extra) and their kinds.
 PROVENANCE: dict[str, str] = {
-    "data_root": "str", "records": "object", "windows": "object", "format": "str",
-    "protocol": "str", "subset": "str", "clip_end": "str", "label_tail_ms": "number",
-    "label_hold_ms": "number", "vocab": "strings", "max_length": "count", "source": "str",
-    "mode": "str", "length": "count", "image_shape": "list", "val_split": "str",
-    "resolution": "count", "difficulty": "str", "spec_augment": "object",
-    "extra_train": "object", "beats": "object",
-}  # fmt: skip
+    "data_root": "str",
+    "records": "object",
+    "windows": "object",
+    "format": "str",
+    "protocol": "str",
+    "subset": "str",
+    "clip_end": "str",
+    "label_tail_ms": "number",
+    "label_hold_ms": "number",
+    "vocab": "strings",
+    "max_length": "count",
+    "source": "str",
+    "mode": "str",
+    "length": "count",
+    "image_shape": "list",
+    "val_split": "str",
+    "resolution": "count",
+    "difficulty": "str",
+    "spec_augment": "object",
+    "extra_train": "object",
+    "beats": "object",
+}
 
 # What a checkpoint of each training task must carry (export_checkpoint checks it).
 _TASK = ("task", "labels", "d_input", "d_output")
@@ -107,9 +122,19 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "toy": (*_TASK, "sample_rate", "input_mean", "input_std"),
     "speech": (*_TASK, "sample_rate", "input_mean", "input_std"),
     "speech-stream": (*_TASK, "sample_rate", "input_mean", "input_std", "silence_class"),
-    "bidmc": (*_TASK, "sample_rate", "input_mean", "input_std", "target", "units",
-              "channels", "window", "target_mean", "target_std"),
-}  # fmt: skip
+    "bidmc": (
+        *_TASK,
+        "sample_rate",
+        "input_mean",
+        "input_std",
+        "target",
+        "units",
+        "channels",
+        "window",
+        "target_mean",
+        "target_std",
+    ),
+}
 
 # What two vital-sign estimators must share for one mean estimate of them to mean anything
 # (an ensemble graph, `evaluate --mean`): the quantity, its units, what they read, how.

@@ -57,13 +57,24 @@ from .validate import (
 __all__ = ["MAX_STD", "OnnxModelError", "OnnxStreamer", "StreamInputError"]
 
 # onnxruntime's input type names → numpy dtypes (the state dtypes the graphs use)
-_ORT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(double)": np.dtype(np.float64),
-              "tensor(int64)": np.dtype(np.int64), "tensor(int32)": np.dtype(np.int32)}  # fmt: skip
+_ORT_TYPES = {
+    "tensor(float)": np.dtype(np.float32),
+    "tensor(double)": np.dtype(np.float64),
+    "tensor(int64)": np.dtype(np.int64),
+    "tensor(int32)": np.dtype(np.int32),
+}
 
 # The metadata entries the streamer reads (schema: liquid_stream/meta.py).
 STREAMER_KEYS = (
-    "state_spec", "d_input", "d_output", "max_chunk", "chunk", "sample_rate", "labels", "task"
-)  # fmt: skip
+    "state_spec",
+    "d_input",
+    "d_output",
+    "max_chunk",
+    "chunk",
+    "sample_rate",
+    "labels",
+    "task",
+)
 
 
 class OnnxModelError(ValueError):
@@ -164,10 +175,14 @@ class OnnxStreamer:
         spec = meta.state_spec
         for s in spec:
             ok = isinstance(s, dict) and isinstance(s.get("name"), str)
-            ok = ok and isinstance(s.get("shape"), list) and all(
-                d == "batch" or (isinstance(d, int) and not isinstance(d, bool) and d >= 0)
-                for d in s["shape"]
-            )  # fmt: skip
+            ok = (
+                ok
+                and isinstance(s.get("shape"), list)
+                and all(
+                    d == "batch" or (isinstance(d, int) and not isinstance(d, bool) and d >= 0)
+                    for d in s["shape"]
+                )
+            )
             try:
                 ok = ok and np.dtype(s["dtype"]).kind in "fiub"
             except (TypeError, ValueError):
@@ -190,9 +205,10 @@ class OnnxStreamer:
             dtype = _ORT_TYPES.get(g.type)
             if dims != want or (dtype is not None and np.dtype(s["dtype"]) != dtype):
                 raise self._bad_meta(
-                    "state_spec", f"gives state {s['name']!r} shape {s['shape']} "
-                    f"{s['dtype']}, the graph's input takes {dims} {g.type}"
-                )  # fmt: skip
+                    "state_spec",
+                    f"gives state {s['name']!r} shape {s['shape']} "
+                    f"{s['dtype']}, the graph's input takes {dims} {g.type}",
+                )
         self.state_spec: list[dict] = spec
         self.d_input: int = meta.d_input
         self.d_output: int = meta.d_output
@@ -217,9 +233,11 @@ class OnnxStreamer:
         key = str(self.path.resolve())
         if not hashed and key not in _WARNED:
             _WARNED.add(key)
-            print(f"warning: {self.path} has no content hash (exported before liquid-stream "
-                  "stamped one): its weights cannot be checked; re-export it to add one",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"warning: {self.path} has no content hash (exported before liquid-stream "
+                "stamped one): its weights cannot be checked; re-export it to add one",
+                file=sys.stderr,
+            )
 
     def _check_quantized(self, proto) -> None:
         """An int8 graph: its quantization parameters must match the checksums in its

@@ -119,8 +119,14 @@ def check_quantized(model: onnx.ModelProto, record: Any) -> None:
 # ------------------------------------------------------------------ content hash
 
 INTEGRITY_KEY = "integrity"
-INT8_OPS = ("MatMulInteger", "ConvInteger", "DynamicQuantizeLinear", "QLinearMatMul",
-            "QLinearConv", "DequantizeLinear")  # fmt: skip
+INT8_OPS = (
+    "MatMulInteger",
+    "ConvInteger",
+    "DynamicQuantizeLinear",
+    "QLinearMatMul",
+    "QLinearConv",
+    "DequantizeLinear",
+)
 
 
 class IntegrityError(ValueError):
@@ -144,8 +150,9 @@ def _entry_digest(key: str, value: str) -> str:
 
 def integrity_record(model: onnx.ModelProto) -> dict:
     """The ``integrity`` entry of ``model`` as it is now (module docstring)."""
-    meta = {p.key: _entry_digest(p.key, p.value) for p in model.metadata_props
-            if p.key != INTEGRITY_KEY}  # fmt: skip
+    meta = {
+        p.key: _entry_digest(p.key, p.value) for p in model.metadata_props if p.key != INTEGRITY_KEY
+    }
     return {"algorithm": "sha256", "graph": graph_digest(model), "metadata": meta}
 
 
@@ -195,18 +202,22 @@ def check_integrity(model: onnx.ModelProto) -> bool:
         raise IntegrityError("metadata integrity is malformed (corrupt file)")
     for key, digest in meta.items():
         if key not in props:
-            raise IntegrityError(f"metadata entry {key!r} was removed after export (corrupt "
-                                 "or edited file)")  # fmt: skip
+            raise IntegrityError(
+                f"metadata entry {key!r} was removed after export (corrupt or edited file)"
+            )
         if _entry_digest(key, props[key]) != digest:
-            raise IntegrityError(f"metadata entry {key!r} does not match the content hash "
-                                 "(corrupt or edited file)")  # fmt: skip
+            raise IntegrityError(
+                f"metadata entry {key!r} does not match the content hash (corrupt or edited file)"
+            )
     added = [k for k in props if k != INTEGRITY_KEY and k not in meta]
     if added:
-        raise IntegrityError(f"metadata entry {added[0]!r} was added after export (not in "
-                             "the content hash)")  # fmt: skip
+        raise IntegrityError(
+            f"metadata entry {added[0]!r} was added after export (not in the content hash)"
+        )
     if graph_digest(model) != graph:
-        raise IntegrityError("the graph (weights or nodes) does not match its content hash "
-                             "(corrupt file)")  # fmt: skip
+        raise IntegrityError(
+            "the graph (weights or nodes) does not match its content hash (corrupt file)"
+        )
     _check_int8_meta(model, props)
     return True
 

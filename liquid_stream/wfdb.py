@@ -74,8 +74,18 @@ import numpy as np
 from .bidmc_vocab import channel_key, strip_name
 
 # bytes per sample of the WFDB formats (to find how much of a truncated .dat is there)
-FMT_BYTES = {"8": 1, "16": 2, "61": 2, "80": 1, "160": 2, "24": 3, "32": 4, "212": 1.5,
-             "310": 4 / 3, "311": 4 / 3}  # fmt: skip
+FMT_BYTES = {
+    "8": 1,
+    "16": 2,
+    "61": 2,
+    "80": 1,
+    "160": 2,
+    "24": 3,
+    "32": 4,
+    "212": 1.5,
+    "310": 4 / 3,
+    "311": 4 / 3,
+}
 
 # the sampling rates a header may state, in Hz (module docstring)
 FS_RANGE = (1e-3, 1e5)
@@ -86,15 +96,52 @@ class WfdbError(ValueError):
 
 
 # a ``wfdb.Record``'s attributes: a record read here has exactly these
-RECORD_FIELDS = ("record_name", "n_sig", "fs", "counter_freq", "base_counter", "sig_len",
-                 "base_time", "base_date", "comments", "sig_name", "p_signal", "d_signal",
-                 "e_p_signal", "e_d_signal", "file_name", "fmt", "samps_per_frame", "skew",
-                 "byte_offset", "adc_gain", "baseline", "units", "adc_res", "adc_zero",
-                 "init_value", "checksum", "block_size")  # fmt: skip
+RECORD_FIELDS = (
+    "record_name",
+    "n_sig",
+    "fs",
+    "counter_freq",
+    "base_counter",
+    "sig_len",
+    "base_time",
+    "base_date",
+    "comments",
+    "sig_name",
+    "p_signal",
+    "d_signal",
+    "e_p_signal",
+    "e_d_signal",
+    "file_name",
+    "fmt",
+    "samps_per_frame",
+    "skew",
+    "byte_offset",
+    "adc_gain",
+    "baseline",
+    "units",
+    "adc_res",
+    "adc_zero",
+    "init_value",
+    "checksum",
+    "block_size",
+)
 # the per-signal ones (lists, one entry per signal)
-SIGNAL_FIELDS = ("file_name", "fmt", "samps_per_frame", "skew", "byte_offset", "adc_gain",
-                 "baseline", "units", "adc_res", "adc_zero", "init_value", "checksum",
-                 "block_size", "sig_name")  # fmt: skip
+SIGNAL_FIELDS = (
+    "file_name",
+    "fmt",
+    "samps_per_frame",
+    "skew",
+    "byte_offset",
+    "adc_gain",
+    "baseline",
+    "units",
+    "adc_res",
+    "adc_zero",
+    "init_value",
+    "checksum",
+    "block_size",
+    "sig_name",
+)
 
 
 class Record:
@@ -352,8 +399,12 @@ def read_record(path: Path, channels: list[int] | None = None, sampto: int | Non
 
 
 # formats the fast path reads: numpy dtype, offset added to the stored value, invalid value
-_FAST_FMT = {"16": ("<i2", 0, -(2**15)), "61": (">i2", 0, -(2**15)),
-             "80": ("u1", -128, -(2**7)), "32": ("<i4", 0, -(2**31))}  # fmt: skip
+_FAST_FMT = {
+    "16": ("<i2", 0, -(2**15)),
+    "61": (">i2", 0, -(2**15)),
+    "80": ("u1", -128, -(2**7)),
+    "32": ("<i4", 0, -(2**31)),
+}
 
 
 def _fast_layout(rec) -> bool:
@@ -448,8 +499,9 @@ class SampleReader:
         fmts = ", ".join(sorted(set(self.header.fmt or [])))
         wfdb = _wfdb(self.path, f"this layout (format {fmts})")
         try:
-            rec = wfdb.rdrecord(str(self.path), sampfrom=a, sampto=b, channels=self.channels,
-                                return_res=64)  # fmt: skip
+            rec = wfdb.rdrecord(
+                str(self.path), sampfrom=a, sampto=b, channels=self.channels, return_res=64
+            )
         except Exception as e:  # noqa: BLE001 - wfdb raises ValueError/IndexError/OSError
             raise WfdbError(
                 f"cannot read WFDB record {self.path} ({type(e).__name__}: {e})"

@@ -57,8 +57,11 @@ def tables_in_order(model: onnx.ModelProto, prefix: str = "") -> list[tuple[str,
     weight tables, not shapes or scalars) whose name starts with ``prefix`` (an ensemble
     member's), in first-use order (subgraphs walked depth-first, as the exporter emitted
     them)."""
-    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
-             if i.name.startswith(prefix)}  # fmt: skip
+    inits = {
+        i.name: numpy_helper.to_array(i)
+        for i in model.graph.initializer
+        if i.name.startswith(prefix)
+    }
     inits = {k: v for k, v in inits.items() if v.dtype.kind == "f"}
     seen: dict[str, tuple[str, np.ndarray]] = {}
 
@@ -73,8 +76,9 @@ def tables_in_order(model: onnx.ModelProto, prefix: str = "") -> list[tuple[str,
 
     walk(model.graph)
     # a newer exporter's whole-call tables (H, T₀ + 2M, T₀ + 2M) follow from the rest
-    whole = [op == "MatMul" and v.ndim == 3 and v.shape[1] == v.shape[2] > 1
-             for op, v in seen.values()]  # fmt: skip
+    whole = [
+        op == "MatMul" and v.ndim == 3 and v.shape[1] == v.shape[2] > 1 for op, v in seen.values()
+    ]
     return [t for t, w in zip(seen.values(), whole, strict=True) if not w]
 
 
@@ -140,8 +144,9 @@ def _basis_and_lambda(G: np.ndarray, out: np.ndarray, S: int, M: int, block: int
 
 def members(path: Path) -> int:
     """How many members the graph at ``path`` averages (0: not an ensemble)."""
-    return int(_ensemble({p.key: p.value for p in onnx.load(str(path)).metadata_props})
-               .get("members", 0))  # fmt: skip
+    return int(
+        _ensemble({p.key: p.value for p in onnx.load(str(path)).metadata_props}).get("members", 0)
+    )
 
 
 def _ensemble(props: dict[str, str]) -> dict:
@@ -158,8 +163,7 @@ def recover(path: Path, member: int | None = None) -> tuple[LiquidS4Model, dict]
     ens = _ensemble(props)
     k = int(ens.get("members", 0))
     if k and (member is None or not 0 <= member < k):
-        raise ValueError(f"{path} is an ensemble of {k} members: recover one (member 0 … "
-                         f"{k - 1})")  # fmt: skip
+        raise ValueError(f"{path} is an ensemble of {k} members: recover one (member 0 … {k - 1})")
     if not k and member is not None:
         raise ValueError(f"{path} is not an ensemble (no member {member})")
     cfg = json.loads(props["model_config"])

@@ -38,9 +38,10 @@ def stamp_file(path: Path) -> str:
     if not new.startswith(old):
         raise SystemExit(f"{path}: the stamped file is not the old bytes + one entry; not written")
     check = onnx.load_from_string(new)
-    if not check_integrity(check) or check.graph.SerializeToString() != onnx.load_from_string(
-        old
-    ).graph.SerializeToString():
+    if (
+        not check_integrity(check)
+        or check.graph.SerializeToString() != onnx.load_from_string(old).graph.SerializeToString()
+    ):
         raise SystemExit(f"{path}: the stamped graph does not check; not written")
     mode = stat.S_IMODE(path.stat().st_mode)
     with atomic_path(path) as tmp:

@@ -59,12 +59,22 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="the run's record set (--data)")
     ap.add_argument("--made-by", default="scripts/ship-vitals.sh")
     ap.add_argument("--hardware", default="2 CPU cores shared with other jobs")
-    ap.add_argument("--lighter-than", default=None, metavar="NAME",
-                    help="this model is a cheaper alternative to the shipped NAME")  # fmt: skip
-    ap.add_argument("--members", type=Path, nargs="*", default=[],
-                    help="further runs averaged with RUN (an ensemble)")  # fmt: skip
-    ap.add_argument("--scored", type=Path, default=None,
-                    help="the ensemble's `evaluate --mean --out` folder")  # fmt: skip
+    ap.add_argument(
+        "--lighter-than",
+        default=None,
+        metavar="NAME",
+        help="this model is a cheaper alternative to the shipped NAME",
+    )
+    ap.add_argument(
+        "--members",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="further runs averaged with RUN (an ensemble)",
+    )
+    ap.add_argument(
+        "--scored", type=Path, default=None, help="the ensemble's `evaluate --mean --out` folder"
+    )
     ap.add_argument("--weights", default=None, help="the ensemble's weights (W0,W1,...)")
     ap.add_argument("--weights-by", default=None, help="the command that chose the weights")
     a = ap.parse_args()
@@ -134,8 +144,11 @@ def main() -> None:
             "|---|---|---|---|---|---|",
         ]
         for k, r in by.items():
-            nk = (f"{fmt(r['baseline_rmse'])} | {fmt(r['baseline_within'], True)}"
-                  if "baseline_rmse" in r else "n/a | n/a")  # fmt: skip
+            nk = (
+                f"{fmt(r['baseline_rmse'])} | {fmt(r['baseline_within'], True)}"
+                if "baseline_rmse" in r
+                else "n/a | n/a"
+            )
             lines.append(f"| {k} | {r['n']} | {fmt(r['rmse'])} | {fmt(r['within'], True)} | {nk} |")
         conditions = "\n".join(lines) + "\n"
     init = cfg["train"].get("init")
@@ -143,10 +156,11 @@ def main() -> None:
     if init:  # a run folder's checkpoint, or e.g. weights recovered from a shipped graph
         run_init = (Path(init).parent / "config.yaml").is_file()
         what = (
-            "the run of the command before it (its records: that run's config)" if run_init
+            "the run of the command before it (its records: that run's config)"
+            if run_init
             else "the checkpoint the command before it wrote (the weights of the graph shipped "
             "before, scripts/checkpoint_from_onnx.py)"
-        )  # fmt: skip
+        )
         whose = "both runs' sets" if run_init else "the last run's set"
         warm = (
             f"\nThe last run is a warm start (`train.init`) from `{init}`, {what}, keeping that "
@@ -180,12 +194,14 @@ def main() -> None:
         "such models"
         if len(set(archs)) == 1
         else "models ("
-        + "; ".join(f"member {i + 1}, `{r}`: front end pooled by {hop} to "
-                    f"{d['sample_rate'] / hop:g} Hz, {x}"
-                    for i, (r, (hop, x)) in enumerate(zip(runs, archs, strict=True))
-                    if (hop, x) != archs[0])
+        + "; ".join(
+            f"member {i + 1}, `{r}`: front end pooled by {hop} to "
+            f"{d['sample_rate'] / hop:g} Hz, {x}"
+            for i, (r, (hop, x)) in enumerate(zip(runs, archs, strict=True))
+            if (hop, x) != archs[0]
+        )
         + "; the others as above)"
-    )  # fmt: skip
+    )
     ensemble = (
         f"\n\n**An ensemble:** the graph runs {len(runs)} {kinds} side by side and outputs "
         + (
@@ -212,10 +228,12 @@ def main() -> None:
             f"from {spans} breaths/min (the ends of the range; the others draw 8–35)."
         )
     if oximeter:
-        units = ("with **any gain** per channel (the log scale-norm front end: ln of each "
-                 "channel's ratio to its first sample, both channels over the first one's "
-                 "running RMS, so the ratio of ratios survives; an offset is not removed: "
-                 "an intensity has a physical zero)")  # fmt: skip
+        units = (
+            "with **any gain** per channel (the log scale-norm front end: ln of each "
+            "channel's ratio to its first sample, both channels over the first one's "
+            "running RMS, so the ratio of ratios survives; an offset is not removed: "
+            "an intensity has a physical zero)"
+        )
         front = f"log scale-norm front end, shared scale (τ = {fe['tau_s']:g} s"
         signals = (
             "\nThe inputs are the oximeter's raw IR and red intensities (Beer-Lambert, "

@@ -35,8 +35,9 @@ def widen(model: LiquidS4Model, meta: dict, channels: list[str]) -> tuple[Liquid
     old = list(meta["channels"])
     missing = [c for c in old if c not in channels]
     if missing or len(set(channels)) != len(channels):
-        raise SystemExit(f"--channels must name each of {old} once (and may add others), "
-                         f"got {channels}")  # fmt: skip
+        raise SystemExit(
+            f"--channels must name each of {old} once (and may add others), got {channels}"
+        )
     cfg = {**model.config, "d_input": len(channels)}
     wide = LiquidS4Model(**cfg).to(torch.float64)
     state = {k: v.to(torch.float64) for k, v in model.state_dict().items()}
@@ -45,8 +46,7 @@ def widen(model: LiquidS4Model, meta: dict, channels: list[str]) -> tuple[Liquid
         w[:, channels.index(c)] = state["encoder.weight"][:, i]
     state["encoder.weight"] = w
     wide.load_state_dict(state)
-    new_meta = {**meta, "channels": list(channels), "d_input": len(channels),
-                "model_config": cfg}  # fmt: skip
+    new_meta = {**meta, "channels": list(channels), "d_input": len(channels), "model_config": cfg}
     for k in ("input_mean", "input_std"):  # identity standardisation per channel
         if k in meta:
             src = dict(zip(old, meta[k], strict=True))
@@ -75,8 +75,10 @@ def main() -> None:
     channels = [c.strip() for c in args.channels.split(",") if c.strip()]
     wide, new_meta = widen(model, meta, channels)
     err = check(model, wide, list(meta["channels"]), channels)
-    print(f"{args.checkpoint} {meta['channels']} -> {channels}: "
-          f"max |y_wide - y_old| / max |y_old| = {err:.1e} (float64)")  # fmt: skip
+    print(
+        f"{args.checkpoint} {meta['channels']} -> {channels}: "
+        f"max |y_wide - y_old| / max |y_old| = {err:.1e} (float64)"
+    )
     if not err < 1e-12:
         sys.exit("the widened model does not reproduce the old one")
     save_checkpoint(args.out, wide.to(torch.float32), new_meta)

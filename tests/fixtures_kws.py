@@ -45,12 +45,23 @@ def train_tone_spotter(out: str | Path, steps: int = 160, seed: int = 0) -> dict
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = LiquidS4Model(
-        d_input=1, d_output=3, d_model=16, n_layers=1, d_state=7, mode="dplr", liquid="pb",
-        liquid_order=2, norm="batch", decoder="window", decoder_window=80,
-        dt_min=1e-3, dt_max=0.2,
-    )  # fmt: skip
+        d_input=1,
+        d_output=3,
+        d_model=16,
+        n_layers=1,
+        d_state=7,
+        mode="dplr",
+        liquid="pb",
+        liquid_order=2,
+        norm="batch",
+        decoder="window",
+        decoder_window=80,
+        dt_min=1e-3,
+        dt_max=0.2,
+    )
     x0, _ = tone_bursts(np.random.default_rng(seed + 100), 16, 4000, SR, 0.3)
     mean, std = float((x0 * SCALE).mean()), float((x0 * SCALE).std())
+
     def batches():
         x, y = tone_bursts(rng, 8, 2000, SR, 0.3)
         return ((x * SCALE - mean) / std).astype(np.float32), y
@@ -61,9 +72,13 @@ def train_tone_spotter(out: str | Path, steps: int = 160, seed: int = 0) -> dict
     with torch.no_grad():
         pred = model(torch.from_numpy((x * SCALE - mean) / std)).argmax(-1).numpy()
     meta = {
-        "task": "toy", "labels": LABELS, "sample_rate": SR, "silence_class": 0,
-        "input_mean": [mean], "input_std": [std],
-    }  # fmt: skip
+        "task": "toy",
+        "labels": LABELS,
+        "sample_rate": SR,
+        "silence_class": 0,
+        "input_mean": [mean],
+        "input_std": [std],
+    }
     export_model(model, out, chunk=80, meta=meta)
     return {
         "path": Path(out),
@@ -81,9 +96,18 @@ def export_regression_model(out: str | Path) -> Path:
 
     torch.manual_seed(0)
     model = LiquidS4Model(
-        d_input=2, d_output=1, d_model=8, n_layers=1, d_state=4, mode="dplr", liquid="pb",
-        liquid_order=2, norm="batch", decoder="window", decoder_window=8,
-    )  # fmt: skip
+        d_input=2,
+        d_output=1,
+        d_model=8,
+        n_layers=1,
+        d_state=4,
+        mode="dplr",
+        liquid="pb",
+        liquid_order=2,
+        norm="batch",
+        decoder="window",
+        decoder_window=8,
+    )
     export_model(model, out, chunk=32, meta={"task": "bidmc", "sample_rate": 125})
     return Path(out)
 

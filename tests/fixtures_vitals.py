@@ -17,8 +17,13 @@ UNITS = {"hr": "bpm", "rr": "breaths/min", "spo2": "%"}
 SHIFT = {"hr": 75.0, "rr": 15.0, "spo2": 96.0}
 CHANNELS = {"hr": ("PLETH", "II"), "rr": ("RESP", "PLETH"), "spo2": ("PLETH", "II")}
 # per-channel mean/std of write_record's signals (folded into the graph)
-STATS = {"RESP": (0.5, 0.2), "PLETH": (0.5, 0.2), "II": (0.1, 0.3), "V": (0.0, 0.3),
-         "AVR": (0.0, 0.3)}  # fmt: skip
+STATS = {
+    "RESP": (0.5, 0.2),
+    "PLETH": (0.5, 0.2),
+    "II": (0.1, 0.3),
+    "V": (0.0, 0.3),
+    "AVR": (0.0, 0.3),
+}
 
 
 def tiny_model(d_input: int = 2, window: int = 250, seed: int = 0, shift: float = 0.0, **kw):
@@ -28,9 +33,15 @@ def tiny_model(d_input: int = 2, window: int = 250, seed: int = 0, shift: float 
 
     torch.manual_seed(seed)
     args = dict(
-        d_input=d_input, d_output=1, d_model=8, n_layers=1, d_state=4, mode="diag",
-        decoder="window", decoder_window=window,
-    )  # fmt: skip
+        d_input=d_input,
+        d_output=1,
+        d_model=8,
+        n_layers=1,
+        d_state=4,
+        mode="diag",
+        decoder="window",
+        decoder_window=window,
+    )
     args.update(kw)
     if shift and "output_shift" in inspect.signature(LiquidS4Model).parameters:
         args["output_shift"] = shift
@@ -138,18 +149,30 @@ def write_record(
         a = int(round(s0 * fs))
         x[a : a + int(round(dur * fs)), list(channels).index(ch)] = value
     wfdb.wrsamp(
-        name, fs=fs, units=["NU" if c in ("RESP", "PLETH") else "mV" for c in channels],
-        sig_name=[f"{c}," for c in channels], p_signal=x, fmt=["16"] * len(channels),
-        adc_gain=[10000.0] * len(channels), baseline=[0] * len(channels), write_dir=str(root),
-    )  # fmt: skip
+        name,
+        fs=fs,
+        units=["NU" if c in ("RESP", "PLETH") else "mV" for c in channels],
+        sig_name=[f"{c}," for c in channels],
+        p_signal=x,
+        fmt=["16"] * len(channels),
+        adc_gain=[10000.0] * len(channels),
+        baseline=[0] * len(channels),
+        write_dir=str(root),
+    )
     if with_numerics:
         num = numerics(int(seconds), seed, numerics_nan_seconds)
         names = list(num)
         wfdb.wrsamp(
-            name + "n", fs=1, units=["bpm", "bpm", "bpm", "%"],
-            sig_name=[f"{c}," for c in names], p_signal=np.stack([num[c] for c in names], 1),
-            fmt=["16"] * 4, adc_gain=[100.0] * 4, baseline=[0] * 4, write_dir=str(root),
-        )  # fmt: skip
+            name + "n",
+            fs=1,
+            units=["bpm", "bpm", "bpm", "%"],
+            sig_name=[f"{c}," for c in names],
+            p_signal=np.stack([num[c] for c in names], 1),
+            fmt=["16"] * 4,
+            adc_gain=[100.0] * 4,
+            baseline=[0] * 4,
+            write_dir=str(root),
+        )
     return root / name
 
 

@@ -67,8 +67,11 @@ def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("disk-full case: needs root to mount a small tmpfs (not root here)")
     path.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       capture_output=True, text=True)  # fmt: skip
+    p = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if p.returncode != 0:
         pytest.skip(f"disk-full case: cannot mount a tmpfs here ({p.stderr.strip()})")
     try:

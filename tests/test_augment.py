@@ -260,8 +260,12 @@ def test_butter_sos_is_scipys_butterworth():
         assert np.abs(h - h_ref).max() < 1e-9, (order, fc, btype)
         y_ref = sosfilt(ref, x)
         assert np.abs(sosfilt(sos, x) - y_ref).max() < 1e-9 * np.abs(y_ref).max()
-    for bad in [(0, 100.0, "lowpass"), (2, 0.0, "lowpass"), (2, 8000.0, "highpass"),
-                (2, 100.0, "bandpass")]:  # fmt: skip
+    for bad in [
+        (0, 100.0, "lowpass"),
+        (2, 0.0, "lowpass"),
+        (2, 8000.0, "highpass"),
+        (2, 100.0, "bandpass"),
+    ]:
         with pytest.raises(ValueError, match="butter_sos"):
             butter_sos(bad[0], bad[1], SR, bad[2])
 
@@ -304,8 +308,9 @@ def test_speed_perturb_cached_filter_is_resample_polys_own():
     x = rng.standard_normal(4000)
     for factor in [*rng.uniform(0.85, 1.15, 8), 0.93, 0.93]:
         fr = rational_speed(factor)
-        assert np.array_equal(speed_perturb(x, factor),
-                              resample_poly(x, fr.denominator, fr.numerator))  # fmt: skip
+        assert np.array_equal(
+            speed_perturb(x, factor), resample_poly(x, fr.denominator, fr.numerator)
+        )
 
 
 def test_speed_and_shift_label_alignment():

@@ -57,8 +57,13 @@ def models(tmp_path_factory):
         tone = train_tone_spotter(d / "tone.onnx")
         assert tone["accuracy"] > 0.9
         kws8 = d / "pb8_kws.onnx"  # a spotter that overflows on loud in-range input
-        meta = {"input_mean": [MEAN], "input_std": [STD], "labels": ["silence", "a", "b"],
-                "sample_rate": SR, "silence_class": 0}  # fmt: skip
+        meta = {
+            "input_mean": [MEAN],
+            "input_std": [STD],
+            "labels": ["silence", "a", "b"],
+            "sample_rate": SR,
+            "silence_class": 0,
+        }
         export_model(small_model(8), kws8, chunk=32, meta=meta)
         hr8 = d / "pb8_hr.onnx"  # a vital-sign model that does; sub-blocks of 16 frames
         export_vital_model(
@@ -157,13 +162,24 @@ def test_session_refuses_per_stream_and_keeps_state(models):
     nan, big = good(), good()
     nan[3, 0], big[7, 0] = np.nan, 1e30
     x_ok = good()
-    blocks = {"ok": x_ok, "shape": np.zeros((32, 2), np.float32), "dtype": np.ones((32, 1), bool),
-              "nan": nan, "big": big, "loud": loud}  # fmt: skip
+    blocks = {
+        "ok": x_ok,
+        "shape": np.zeros((32, 2), np.float32),
+        "dtype": np.ones((32, 1), bool),
+        "nan": nan,
+        "big": big,
+        "loud": loud,
+    }
     out = bs.step(blocks)
     assert list(out) == ["ok"]
     close(out["ok"], refs["ok"].process(x_ok))
-    needles = {"shape": "input channel", "dtype": "numeric", "nan": "NaN or infinite",
-               "big": "outside the accepted range", "loud": "non-finite"}  # fmt: skip
+    needles = {
+        "shape": "input channel",
+        "dtype": "numeric",
+        "nan": "NaN or infinite",
+        "big": "outside the accepted range",
+        "loud": "non-finite",
+    }
     assert bs.errors.keys() == needles.keys()
     for k, needle in needles.items():
         assert needle in one_line(bs.errors[k]), bs.errors[k]
@@ -322,8 +338,10 @@ def test_kws_bank_refuses_bad_blocks_and_bad_opens(models):
     bank = KwsBank(models["tone"], max_streams=2)
     bank.open("x", sample_rate=16000)
     bank.open("y", sample_rate=8000)
-    refs = {"x": KwsReference(models["tone"], 16000, bank.chunk),
-            "y": KwsReference(models["tone"], 8000, bank.chunk)}  # fmt: skip
+    refs = {
+        "x": KwsReference(models["tone"], 16000, bank.chunk),
+        "y": KwsReference(models["tone"], 8000, bank.chunk),
+    }
     ev = {"x": [], "y": []}
     one = EVENTS[:1]
     sig = {"x": tone_signal(16000, one, 3.0), "y": tone_signal(8000, one, 3.0, seed=5)}
@@ -367,9 +385,14 @@ def test_kws_bank_refuses_bad_blocks_and_bad_opens(models):
     with pytest.raises(ValueError, match="no open stream 'c'"):
         bank.push("c", np.zeros(10, np.float32))
     bank.close("a")
-    for rate, needle in [(0, "whole positive"), (-8000, "whole positive"), (float("nan"),
-                         "whole positive"), (8000.5, "whole positive"), ("fast", "number of Hz"),
-                         (44101, "simple ratio")]:  # fmt: skip
+    for rate, needle in [
+        (0, "whole positive"),
+        (-8000, "whole positive"),
+        (float("nan"), "whole positive"),
+        (8000.5, "whole positive"),
+        ("fast", "number of Hz"),
+        (44101, "simple ratio"),
+    ]:
         with pytest.raises(ValueError, match=needle) as err:
             bank.open("c", sample_rate=rate)
         one_line(err.value)
@@ -460,11 +483,18 @@ def test_vitals_bank_equals_monitor_per_bed():
     bank = VitalsBank(models, max_streams=8)
     plan = {  # sid: (channels, rate, seconds, join round, close round, nan spans, alarms)
         "p1": (["PLETH"], 125, 40, 0, None, (), None),
-        "p2": (["II", "RESP", "PLETH"], 250, 55, 2, None,
-               [("PLETH", 10.3, 1.0), ("II", 20.0, 4.0)], "hr>85:hold=2,rr>14:hold=2"),
+        "p2": (
+            ["II", "RESP", "PLETH"],
+            250,
+            55,
+            2,
+            None,
+            [("PLETH", 10.3, 1.0), ("II", 20.0, 4.0)],
+            "hr>85:hold=2,rr>14:hold=2",
+        ),
         "p3": (["PLETH", "II"], 100, 40, 4, 25, [("PLETH", 0.0, 2.5), ("II", 0.0, 2.5)], None),
         "p4": (["PLETH", "II"], 125, 50, 9, None, [("PLETH", 33.0, 3.0)], "rr<30"),
-    }  # fmt: skip
+    }
     refs, want, events, pos, data = {}, {}, {}, {}, {}
     for r in range(200):
         for i, (sid, (chans, rate, secs, join, leave, gaps, alarms)) in enumerate(plan.items()):
@@ -536,8 +566,9 @@ def test_vitals_bank_adds_the_oximeter_model_for_beds_that_send_ir_and_red():
     for sid in plan:
         events[sid] += bank.close(sid)
         want[sid] += refs[sid].flush()
-        check_vitals_events(events[sid], [estimate_event(e, refs[sid].units) for e in want[sid]],
-                            sid)  # fmt: skip
+        check_vitals_events(
+            events[sid], [estimate_event(e, refs[sid].units) for e in want[sid]], sid
+        )
     last = events["ox"][-1]
     assert last["status"]["spo2"] == "ok" and 80 <= last["values"]["spo2"] <= 100
 

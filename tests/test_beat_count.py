@@ -65,8 +65,7 @@ def test_beat_density_counts_beats_in_any_window():
 
 def test_crops_carry_the_density_and_refuse_records_without_beat_times(rich, tmp_path):
     sig_crop = 60 * FS
-    c = load_wfdb_crops(rich, "hr", ["bidmc01"], ["II"], sig_crop, 20 * FS, 32 * FS, FS,
-                        beats=True)  # fmt: skip
+    c = load_wfdb_crops(rich, "hr", ["bidmc01"], ["II"], sig_crop, 20 * FS, 32 * FS, FS, beats=True)
     assert c.y.shape == (len(c), sig_crop, 2)
     plain = load_wfdb_crops(rich, "hr", ["bidmc01"], ["II"], sig_crop, 20 * FS, 32 * FS, FS)
     np.testing.assert_array_equal(c.y[..., 0], plain.y)  # the labels are unchanged
@@ -76,18 +75,21 @@ def test_crops_carry_the_density_and_refuse_records_without_beat_times(rich, tmp
     dens = beat_density(read_beats(rich, "bidmc01"), n, FS)
     for k, s in enumerate(c.start):
         np.testing.assert_allclose(c.y[k, :, 1], dens[s : s + sig_crop], rtol=1e-6)
-    late = load_wfdb_crops(rich, "hr", ["bidmc01"], ["II"], sig_crop, 20 * FS, 32 * FS, FS,
-                           beats=True, beat_shift=0.7)  # a PPG's bumps (data.beats_shift_s)
+    late = load_wfdb_crops(
+        rich, "hr", ["bidmc01"], ["II"], sig_crop, 20 * FS, 32 * FS, FS, beats=True, beat_shift=0.7
+    )  # a PPG's bumps (data.beats_shift_s)
     dens = beat_density(read_beats(rich, "bidmc01"), n, FS, shift=0.7)
-    np.testing.assert_allclose(late.y[0, :, 1], dens[late.start[0] : late.start[0] + sig_crop],
-                               rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        late.y[0, :, 1], dens[late.start[0] : late.start[0] + sig_crop], rtol=1e-6
+    )
     (tmp_path / "r").mkdir()
     for f in rich.iterdir():
         if not f.name.endswith(".beats.npy"):
             (tmp_path / "r" / f.name).write_bytes(f.read_bytes())
     with pytest.raises(BidmcDataError, match=r"bidmc01: no beat times \(bidmc01.beats.npy\)"):
-        load_wfdb_crops(tmp_path / "r", "hr", ["bidmc01"], ["II"], sig_crop, 20 * FS, 32 * FS,
-                        FS, beats=True)  # fmt: skip
+        load_wfdb_crops(
+            tmp_path / "r", "hr", ["bidmc01"], ["II"], sig_crop, 20 * FS, 32 * FS, FS, beats=True
+        )
 
 
 def test_readout_window_mean_is_the_window_output_in_float64():
@@ -101,8 +103,7 @@ def test_readout_window_mean_is_the_window_output_in_float64():
     p = both[..., 1]
     for t in range(40):
         lo = max(0, t - 6)
-        torch.testing.assert_close(both[:, t, 0], p[:, lo : t + 1].mean(1), rtol=1e-12,
-                                   atol=1e-12)  # fmt: skip
+        torch.testing.assert_close(both[:, t, 0], p[:, lo : t + 1].mean(1), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="needs the window decoder"):
         tiny_model(d_input=1, decoder="last")(x.float(), readout=True)
 
@@ -137,6 +138,7 @@ def test_mse_beats_is_the_label_loss_plus_the_weighted_frame_loss_and_trains_eve
     m.train()
     loss, _ = compute_loss(m(x, readout=True), y, "mse_beats", scale, beat_weight=0.3)
     loss.backward()
+
     def dead(p) -> bool:
         return p.grad is None or not torch.isfinite(p.grad).all() or p.grad.abs().sum() == 0
 
@@ -150,22 +152,72 @@ def test_an_ecg_only_run_with_beats_trains_and_exports_a_plain_vital_sign_graph(
     from liquid_stream.training.cli import train_cmd
 
     out = tmp_path / "b"
-    tiny = ["--set", "model.d_model=8", "--set", "model.n_layers=1", "--set", "model.d_state=4",
-            "--set", "optim.batch_size=4", "--set", "optim.epochs=1", "--set", "data.hop=500",
-            "--set", "data.crop_s=64", "--set", "data.crop_hop_s=8", "--set", "data.beats=0.5",
-            "--set", "optim.warmup_steps=1", "--set", "data.split_seed=0"]  # fmt: skip
-    r = CliRunner().invoke(train_cmd, ["bidmc", "--preset", "ecg", "--target", "hr", "--data",
-                                       str(rich), "--out", str(out), *tiny, "--max-steps", "2"],
-                           catch_exceptions=False)  # fmt: skip
+    tiny = [
+        "--set",
+        "model.d_model=8",
+        "--set",
+        "model.n_layers=1",
+        "--set",
+        "model.d_state=4",
+        "--set",
+        "optim.batch_size=4",
+        "--set",
+        "optim.epochs=1",
+        "--set",
+        "data.hop=500",
+        "--set",
+        "data.crop_s=64",
+        "--set",
+        "data.crop_hop_s=8",
+        "--set",
+        "data.beats=0.5",
+        "--set",
+        "optim.warmup_steps=1",
+        "--set",
+        "data.split_seed=0",
+    ]
+    r = CliRunner().invoke(
+        train_cmd,
+        [
+            "bidmc",
+            "--preset",
+            "ecg",
+            "--target",
+            "hr",
+            "--data",
+            str(rich),
+            "--out",
+            str(out),
+            *tiny,
+            "--max-steps",
+            "2",
+        ],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     onnx = tmp_path / "b.onnx"
-    r = CliRunner().invoke(main, ["export", str(out / "last.pt"), "--onnx", str(onnx),
-                                  "--chunk", "125", "--verify"])  # fmt: skip
+    r = CliRunner().invoke(
+        main, ["export", str(out / "last.pt"), "--onnx", str(onnx), "--chunk", "125", "--verify"]
+    )
     assert r.exit_code == 0, r.output
     s = OnnxStreamer(onnx)
     assert s.meta_json("channels") == ["II"] and s.d_output == 1
     assert json.loads(s.metadata["beats"])["weight"] == 0.5
-    r = CliRunner().invoke(train_cmd, ["bidmc", "--preset", "ecg", "--target", "rr", "--data",
-                                       str(rich), "--out", str(tmp_path / "rr"), *tiny,
-                                       "--max-steps", "1"])  # fmt: skip
+    r = CliRunner().invoke(
+        train_cmd,
+        [
+            "bidmc",
+            "--preset",
+            "ecg",
+            "--target",
+            "rr",
+            "--data",
+            str(rich),
+            "--out",
+            str(tmp_path / "rr"),
+            *tiny,
+            "--max-steps",
+            "1",
+        ],
+    )
     assert r.exit_code != 0 and "data.beats (a per-beat target) needs data.target hr" in r.output

@@ -28,8 +28,9 @@ FS, W = 125, 4000
 
 def test_crop_labels_are_the_window_labels_of_the_windows_ending_there(tmp_path):
     write_record(tmp_path, "bidmc01", seconds=150, numerics_nan_seconds=[70, 71, 72], seed=3)
-    crops = load_wfdb_crops(tmp_path, "hr", ["bidmc01"], ["PLETH"], crop=80 * FS, hop=25 * FS,
-                            window=W, sample_rate=FS)  # fmt: skip
+    crops = load_wfdb_crops(
+        tmp_path, "hr", ["bidmc01"], ["PLETH"], crop=80 * FS, hop=25 * FS, window=W, sample_rate=FS
+    )
     assert len(crops) == 3 and crops.start.tolist() == [0, 25 * FS, 50 * FS]
     wins = load_wfdb_windows(tmp_path, "hr", ["PLETH"], W, hop=5, sample_rate=FS)
     by_start = dict(zip(wins.start.tolist(), wins.y.tolist(), strict=True))
@@ -52,15 +53,24 @@ def test_crop_labels_are_the_window_labels_of_the_windows_ending_there(tmp_path)
 
 def test_crops_with_a_nan_sample_are_skipped(tmp_path):
     write_record(tmp_path, "bidmc02", seconds=120, nan_spans=[("PLETH", 10, 2.0)])
-    crops = load_wfdb_crops(tmp_path, "hr", ["bidmc02"], ["PLETH"], crop=40 * FS, hop=20 * FS,
-                            window=W, sample_rate=FS)  # fmt: skip
+    crops = load_wfdb_crops(
+        tmp_path, "hr", ["bidmc02"], ["PLETH"], crop=40 * FS, hop=20 * FS, window=W, sample_rate=FS
+    )
     assert crops.start.tolist() == [20 * FS, 40 * FS, 60 * FS, 80 * FS]  # [0, 40) holds the gap
 
 
 def test_channel_off_holds_one_channel_flat_over_a_stretch_per_seed_and_epoch(tmp_path):
     write_record(tmp_path, "bidmc03", seconds=150, seed=5)
-    crops = load_wfdb_crops(tmp_path, "hr", ["bidmc03"], ["PLETH", "II"], crop=100 * FS,
-                            hop=25 * FS, window=W, sample_rate=FS)  # fmt: skip
+    crops = load_wfdb_crops(
+        tmp_path,
+        "hr",
+        ["bidmc03"],
+        ["PLETH", "II"],
+        crop=100 * FS,
+        hop=25 * FS,
+        window=W,
+        sample_rate=FS,
+    )
     mean, std = [0.5, -0.2], [2.0, 0.5]
     plain = CropDataset(crops, mean, std)
     ds = CropDataset(crops, mean, std, channel_off=1.0, seed=7, sample_rate=FS)
@@ -86,8 +96,9 @@ def test_channel_off_holds_one_channel_flat_over_a_stretch_per_seed_and_epoch(tm
     a = ds[0][0]
     ds.set_epoch(1)
     assert not torch.equal(a, ds[0][0])  # a new stretch every epoch
-    one = load_wfdb_crops(tmp_path, "hr", ["bidmc03"], ["PLETH"], crop=100 * FS, hop=25 * FS,
-                          window=W, sample_rate=FS)  # fmt: skip
+    one = load_wfdb_crops(
+        tmp_path, "hr", ["bidmc03"], ["PLETH"], crop=100 * FS, hop=25 * FS, window=W, sample_rate=FS
+    )
     single = CropDataset(one, [0.0], [1.0], channel_off=1.0, sample_rate=FS)
     torch.testing.assert_close(single[0][0], CropDataset(one, [0.0], [1.0])[0][0])  # C = 1
 
@@ -111,20 +122,33 @@ def test_a_crop_run_trains_and_evaluate_scores_the_stream(tmp_path):
     scores windows and whole records, which they do not touch (it refused such a run)."""
     for i in range(1, 7):
         write_record(tmp_path / "rec", f"bidmc{i:02d}", seconds=100, seed=i)
-    cfg = load_config("bidmc", "ppg", [
-        f"data.root={tmp_path / 'rec'}", "data.crop_s=64", "data.crop_hop_s=18",
-        "data.pulse_eq=0.5", "data.channel_off=0.3",
-        "optim.batch_size=2", "train.max_steps=2", "train.threads=1", "train.progress=false",
-        "model.d_model=8", "model.n_layers=1",
-    ])  # fmt: skip
+    cfg = load_config(
+        "bidmc",
+        "ppg",
+        [
+            f"data.root={tmp_path / 'rec'}",
+            "data.crop_s=64",
+            "data.crop_hop_s=18",
+            "data.pulse_eq=0.5",
+            "data.channel_off=0.3",
+            "optim.batch_size=2",
+            "train.max_steps=2",
+            "train.threads=1",
+            "train.progress=false",
+            "model.d_model=8",
+            "model.n_layers=1",
+        ],
+    )
     summary = train(cfg, tmp_path / "run")
     assert np.isfinite(summary["val_rmse"]) and np.isfinite(summary["test"]["rmse"])
     from click.testing import CliRunner
 
     from liquid_stream.training.cli import evaluate_cmd
 
-    r = CliRunner().invoke(evaluate_cmd, [str(tmp_path / "run" / "best.pt"), "--device", "cpu",
-                                          "--out", str(tmp_path / "ev")])  # fmt: skip
+    r = CliRunner().invoke(
+        evaluate_cmd,
+        [str(tmp_path / "run" / "best.pt"), "--device", "cpu", "--out", str(tmp_path / "ev")],
+    )
     assert r.exit_code == 0, r.output
     assert "streamed over the whole test records" in r.output
 
@@ -160,11 +184,20 @@ def test_target_balance_weighs_rare_targets_more_and_keeps_the_mean():
 def test_target_balance_trains_a_crop_run_and_refuses_what_it_cannot_weigh(tmp_path):
     for i in range(1, 5):
         write_record(tmp_path / "rec", f"bidmc{i:02d}", seconds=100, seed=i)
-    over = [f"data.root={tmp_path / 'rec'}", "data.crop_s=64", "data.crop_hop_s=18",
-            "optim.batch_size=2", "train.max_steps=2", "train.threads=1",
-            "train.progress=false", "model.d_model=8", "model.n_layers=1"]  # fmt: skip
-    summary = train(load_config("bidmc", "ppg", over + ["optim.target_balance=0.5"]),
-                    tmp_path / "run")  # fmt: skip
+    over = [
+        f"data.root={tmp_path / 'rec'}",
+        "data.crop_s=64",
+        "data.crop_hop_s=18",
+        "optim.batch_size=2",
+        "train.max_steps=2",
+        "train.threads=1",
+        "train.progress=false",
+        "model.d_model=8",
+        "model.n_layers=1",
+    ]
+    summary = train(
+        load_config("bidmc", "ppg", over + ["optim.target_balance=0.5"]), tmp_path / "run"
+    )
     assert np.isfinite(summary["val_rmse"])
     with pytest.raises(ValueError, match="optim.target_balance"):
         load_config("bidmc", "ppg", over + ["optim.target_balance=2"])
@@ -181,9 +214,17 @@ def test_extra_train_records_join_the_train_split_only(tmp_path):
         write_record(tmp_path / "rec", f"bidmc{i:02d}", seconds=100, seed=i)
     for i in range(1, 3):
         write_record(tmp_path / "edge", f"bidmc{i:02d}", seconds=100, seed=10 + i)
-    over = [f"data.root={tmp_path / 'rec'}", "data.crop_s=64", "data.crop_hop_s=18",
-            "optim.batch_size=2", "train.max_steps=1", "train.threads=1",
-            "train.progress=false", "model.d_model=8", "model.n_layers=1"]  # fmt: skip
+    over = [
+        f"data.root={tmp_path / 'rec'}",
+        "data.crop_s=64",
+        "data.crop_hop_s=18",
+        "optim.batch_size=2",
+        "train.max_steps=1",
+        "train.threads=1",
+        "train.progress=false",
+        "model.d_model=8",
+        "model.n_layers=1",
+    ]
     from liquid_stream.training.tasks import build_bidmc
 
     cfg0 = load_config("bidmc", "ppg", over)
@@ -197,23 +238,39 @@ def test_extra_train_records_join_the_train_split_only(tmp_path):
     n0 = len(tr0)
     np.testing.assert_array_equal(tr1.windows.x[:n0], tr0.windows.x)
     d = cfg0["data"]
-    edge = load_wfdb_crops(tmp_path / "edge", "hr", ["bidmc01", "bidmc02"], ["PLETH"],
-                           64 * FS, 18 * FS, d["window"], FS)  # fmt: skip
+    edge = load_wfdb_crops(
+        tmp_path / "edge",
+        "hr",
+        ["bidmc01", "bidmc02"],
+        ["PLETH"],
+        64 * FS,
+        18 * FS,
+        d["window"],
+        FS,
+    )
     assert len(edge) > 0 and len(tr1) == n0 + len(edge)
     np.testing.assert_array_equal(tr1.windows.x[n0:], edge.x)
     np.testing.assert_array_equal(tr1.windows.y[n0:], edge.y, strict=True)
     assert set(tr1.windows.record[n0:]) == {"1:bidmc01", "1:bidmc02"}
     np.testing.assert_array_equal(va1.windows.x, va0.windows.x)
     np.testing.assert_array_equal(te1.windows.x, te0.windows.x)
-    ys = [load_wfdb_windows(tmp_path / "rec", "hr", ["PLETH"], d["window"], d["hop"],
-                            records=m0["records"]["train"]).y,
-          load_wfdb_windows(tmp_path / "edge", "hr", ["PLETH"], d["window"], d["hop"]).y]
+    ys = [
+        load_wfdb_windows(
+            tmp_path / "rec", "hr", ["PLETH"], d["window"], d["hop"], records=m0["records"]["train"]
+        ).y,
+        load_wfdb_windows(tmp_path / "edge", "hr", ["PLETH"], d["window"], d["hop"]).y,
+    ]
     assert m1["target_mean"] == pytest.approx(float(np.concatenate(ys).mean()), rel=1e-6)
     assert m1["target_mean"] != pytest.approx(m0["target_mean"], rel=1e-6)
     # without crops the extra windows join the train windows the same way
     w0, *_ = build_bidmc(load_config("bidmc", "ppg", over[:1] + ["data.crop_s=null"]))
-    w1, *_ = build_bidmc(load_config("bidmc", "ppg", over[:1] + [
-        "data.crop_s=null", f"data.extra_train=[{tmp_path / 'edge'}]"]))  # fmt: skip
+    w1, *_ = build_bidmc(
+        load_config(
+            "bidmc",
+            "ppg",
+            over[:1] + ["data.crop_s=null", f"data.extra_train=[{tmp_path / 'edge'}]"],
+        )
+    )
     assert len(w1) == len(w0) + len(ys[1])
     summary = train(cfg1, tmp_path / "run")
     assert np.isfinite(summary["test"]["rmse"])
@@ -221,8 +278,10 @@ def test_extra_train_records_join_the_train_split_only(tmp_path):
 
     from liquid_stream.training.cli import evaluate_cmd
 
-    r = CliRunner().invoke(evaluate_cmd, [str(tmp_path / "run" / "best.pt"), "--device", "cpu",
-                                          "--out", str(tmp_path / "ev")])  # fmt: skip
+    r = CliRunner().invoke(
+        evaluate_cmd,
+        [str(tmp_path / "run" / "best.pt"), "--device", "cpu", "--out", str(tmp_path / "ev")],
+    )
     assert r.exit_code == 0, r.output
 
 
@@ -232,9 +291,18 @@ def test_a_crop_run_of_a_self_normalising_model_holds_no_window_samples(tmp_path
     window's samples in memory."""
     for i in range(1, 7):
         write_record(tmp_path / "rec", f"bidmc{i:02d}", seconds=100, seed=i)
-    cfg = load_config("bidmc", "ppg", [
-        f"data.root={tmp_path / 'rec'}", "data.crop_s=64", "data.crop_hop_s=18",
-        "model.frontend.kind=scalenorm", "model.d_model=8", "model.n_layers=1"])  # fmt: skip
+    cfg = load_config(
+        "bidmc",
+        "ppg",
+        [
+            f"data.root={tmp_path / 'rec'}",
+            "data.crop_s=64",
+            "data.crop_hop_s=18",
+            "model.frontend.kind=scalenorm",
+            "model.d_model=8",
+            "model.n_layers=1",
+        ],
+    )
     from liquid_stream.training.tasks import bidmc_split_seed, bidmc_windows, build_bidmc
 
     full = bidmc_windows(cfg["data"], bidmc_split_seed(cfg))

@@ -115,8 +115,9 @@ def test_signal_matches_simulation_to_quantisation(sim: Path) -> None:
 
 
 def test_custom_window_hop_and_records(sim: Path) -> None:
-    w = load_wfdb_windows(sim, "hr", channels=("pleth,",), window=1000, hop=500,
-                          records=["bidmc03"])  # fmt: skip
+    w = load_wfdb_windows(
+        sim, "hr", channels=("pleth,",), window=1000, hop=500, records=["bidmc03"]
+    )
     assert len(w) == len(_expected_starts(N_SAMPLES, 1000, 500))
     assert set(w.record) == {"bidmc03"} and w.channels == ("pleth,",)
 
@@ -322,10 +323,13 @@ def test_record_split_fractions() -> None:
 
     n = 200
     w = Windows(
-        x=np.zeros((n, 4, 1), np.float32), y=np.arange(n, dtype=np.float32),
+        x=np.zeros((n, 4, 1), np.float32),
+        y=np.arange(n, dtype=np.float32),
         record=np.repeat([f"bidmc{i:02d}" for i in range(20)], 10),
-        start=np.tile(np.arange(10) * 250, 20), channels=("PLETH",), target="hr",
-    )  # fmt: skip
+        start=np.tile(np.arange(10) * 250, 20),
+        channels=("PLETH",),
+        target="hr",
+    )
     parts = split_windows(w, "record", seed=3)
     assert [len(p) for p in parts] == [140, 30, 30]
 
@@ -391,8 +395,12 @@ def test_simulator_numerics_match_signal_and_baseline(sim: Path) -> None:
     assert np.mean(err < 2.0) >= 0.9, err
     # PPG alone (the model's PLETH input) also carries the rate
     pk = {r: ppg_peaks(read_record(sim, r, ["PLETH"])[0][:, 0], FS) for r in list_records(sim)}
-    ppg = np.array([rate_in_window(pk[r], s, 4000, FS, 3, (25, 250))
-                    for r, s in zip(w.record, w.start, strict=True)])  # fmt: skip
+    ppg = np.array(
+        [
+            rate_in_window(pk[r], s, 4000, FS, 3, (25, 250))
+            for r, s in zip(w.record, w.start, strict=True)
+        ]
+    )
     assert np.mean(np.abs(ppg - w.y) < 4.0) >= 0.8
     wr = load_wfdb_windows(sim, "rr", hop=500)
     rr = baseline_estimates(sim, wr, "rr")
@@ -409,8 +417,14 @@ def test_baseline_on_recordless_windows(sim: Path) -> None:
     out = {}
     for target in ("hr", "rr"):
         w = load_wfdb_windows(sim, target, hop=2000)
-        tsw = Windows(x=w.x, y=w.y, record=np.array([f"TRAIN{i}" for i in range(len(w))]),
-                      start=np.full(len(w), -1), channels=w.channels, target=target)  # fmt: skip
+        tsw = Windows(
+            x=w.x,
+            y=w.y,
+            record=np.array([f"TRAIN{i}" for i in range(len(w))]),
+            start=np.full(len(w), -1),
+            channels=w.channels,
+            target=target,
+        )
         out[target] = (baseline_estimates(None, tsw, target), w.y)
     hr, y = out["hr"]
     assert np.nanmean(np.abs(hr - y) < 3.0) >= 0.8

@@ -19,10 +19,24 @@ from liquid_stream.checkpoint import (
 from liquid_stream.training.cli import evaluate_cmd, train_cmd
 from liquid_stream.training.config import load_config
 
-TINY = ["--set", "model.d_model=8", "--set", "model.n_layers=1", "--set", "model.d_state=4",
-        "--set", "optim.batch_size=8", "--set", "optim.eval_batch_size=32",
-        "--set", "optim.epochs=1", "--set", "data.hop=500",
-        "--set", "optim.warmup_steps=1"]  # fmt: skip
+TINY = [
+    "--set",
+    "model.d_model=8",
+    "--set",
+    "model.n_layers=1",
+    "--set",
+    "model.d_state=4",
+    "--set",
+    "optim.batch_size=8",
+    "--set",
+    "optim.eval_batch_size=32",
+    "--set",
+    "optim.epochs=1",
+    "--set",
+    "data.hop=500",
+    "--set",
+    "optim.warmup_steps=1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +61,7 @@ def test_presets_follow_the_paper_per_target():
 
 def _train(tmp_path, records, name, *extra):
     out = tmp_path / name
-    args = ["bidmc", "--preset", "cpu", "--data", str(records), "--out", str(out), *TINY,
-            *extra]  # fmt: skip
+    args = ["bidmc", "--preset", "cpu", "--data", str(records), "--out", str(out), *TINY, *extra]
     r = CliRunner().invoke(train_cmd, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     return out, r.output
@@ -76,12 +89,22 @@ def test_train_evaluate_export(tmp_path, records):
     assert not {r.name for r in test_recs} & {r.name for r in val_recs}
 
     # the shuffled protocol, then both in one evaluate table with the baseline
-    out2, _ = _train(tmp_path, records, "hr-shuffled", "--target", "hr", "--max-steps", "2",
-                     "--set", "data.protocol=shuffled")  # fmt: skip
+    out2, _ = _train(
+        tmp_path,
+        records,
+        "hr-shuffled",
+        "--target",
+        "hr",
+        "--max-steps",
+        "2",
+        "--set",
+        "data.protocol=shuffled",
+    )
     r = CliRunner().invoke(
-        evaluate_cmd, [str(out / "best.pt"), str(out2 / "best.pt"), "--baseline",
-                       "--device", "cpu"], catch_exceptions=False,
-    )  # fmt: skip
+        evaluate_cmd,
+        [str(out / "best.pt"), str(out2 / "best.pt"), "--baseline", "--device", "cpu"],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     assert "record split" in r.output and "shuffled split" in r.output
     assert "NeuroKit2 baseline: RMSE" in r.output
@@ -104,8 +127,11 @@ def test_train_evaluate_export(tmp_path, records):
 
 def test_spo2_has_no_classical_baseline(tmp_path, records):
     out, _ = _train(tmp_path, records, "spo2", "--target", "spo2", "--max-steps", "1")
-    r = CliRunner().invoke(evaluate_cmd, [str(out / "best.pt"), "--baseline", "--device",
-                                          "cpu"], catch_exceptions=False)  # fmt: skip
+    r = CliRunner().invoke(
+        evaluate_cmd,
+        [str(out / "best.pt"), "--baseline", "--device", "cpu"],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     assert "baseline: n/a" in r.output
 
@@ -121,9 +147,18 @@ def test_training_reduces_the_loss(records):
     x = torch.stack([train[i][0] for i in range(8)])
     y = torch.stack([train[i][1] for i in range(8)])
     torch.manual_seed(0)
-    model = LiquidS4Model(2, 1, d_model=8, n_layers=1, d_state=4, decoder="window",
-                          decoder_window=4000, norm="layer", output_shift=meta["target_mean"],
-                          output_scale=meta["target_std"])  # fmt: skip
+    model = LiquidS4Model(
+        2,
+        1,
+        d_model=8,
+        n_layers=1,
+        d_state=4,
+        decoder="window",
+        decoder_window=4000,
+        norm="layer",
+        output_shift=meta["target_mean"],
+        output_scale=meta["target_std"],
+    )
     opt = make_optimizer(model, lr=0.01, weight_decay=0.0)
     losses = []
     for _ in range(15):
@@ -136,8 +171,10 @@ def test_training_reduces_the_loss(records):
 
 
 def test_bad_target_is_a_clear_error(tmp_path, records):
-    r = CliRunner().invoke(train_cmd, ["bidmc", "--target", "bp", "--data", str(records),
-                                       "--out", str(tmp_path / "x"), *TINY])  # fmt: skip
+    r = CliRunner().invoke(
+        train_cmd,
+        ["bidmc", "--target", "bp", "--data", str(records), "--out", str(tmp_path / "x"), *TINY],
+    )
     assert r.exit_code != 0 and "data.target must be one of" in r.output
 
 
@@ -161,12 +198,27 @@ def test_spo2_from_the_oximeter_trains_exports_and_has_the_ratio_baseline(tmp_pa
     root = tmp_path / "ox"
     write_vitals_sim(root, records=4, minutes=1.5, seed=4, progress=False)
     out = tmp_path / "spo2"
-    args = ["bidmc", "--preset", "ppg", "--target", "spo2", "--data", str(root), "--out",
-            str(out), *TINY, "--max-steps", "2"]  # fmt: skip
+    args = [
+        "bidmc",
+        "--preset",
+        "ppg",
+        "--target",
+        "spo2",
+        "--data",
+        str(root),
+        "--out",
+        str(out),
+        *TINY,
+        "--max-steps",
+        "2",
+    ]
     r = CliRunner().invoke(train_cmd, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(evaluate_cmd, [str(out / "best.pt"), "--baseline", "--device",
-                                          "cpu"], catch_exceptions=False)  # fmt: skip
+    r = CliRunner().invoke(
+        evaluate_cmd,
+        [str(out / "best.pt"), "--baseline", "--device", "cpu"],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     assert "ratio of ratios baseline: RMSE" in r.output
     res = json.loads(next(out.glob("agreement_spo2_*_test.json")).read_text())
@@ -175,22 +227,40 @@ def test_spo2_from_the_oximeter_trains_exports_and_has_the_ratio_baseline(tmp_pa
     from liquid_stream.onnx_streamer import OnnxStreamer
 
     onnx = tmp_path / "spo2.onnx"
-    r = CliRunner().invoke(main, ["export", str(out / "best.pt"), "--onnx", str(onnx),
-                                  "--chunk", "125", "--verify"])  # fmt: skip
+    r = CliRunner().invoke(
+        main, ["export", str(out / "best.pt"), "--onnx", str(onnx), "--chunk", "125", "--verify"]
+    )
     assert r.exit_code == 0, r.output
     s = OnnxStreamer(onnx)
     assert s.meta_json("channels") == ["IR", "RED"] and s.metadata["target"] == "spo2"
-    r = CliRunner().invoke(train_cmd, ["bidmc", "--preset", "ecg", "--target", "spo2",
-                                       "--data", str(root), "--out", str(tmp_path / "e"),
-                                       *TINY, "--max-steps", "1"])  # fmt: skip
+    r = CliRunner().invoke(
+        train_cmd,
+        [
+            "bidmc",
+            "--preset",
+            "ecg",
+            "--target",
+            "spo2",
+            "--data",
+            str(root),
+            "--out",
+            str(tmp_path / "e"),
+            *TINY,
+            "--max-steps",
+            "1",
+        ],
+    )
     assert r.exit_code != 0 and "needs the oximeter's IR and RED" in r.output
 
 
 def _test_records(records, seed: int) -> list[str]:
     from liquid_stream.training.tasks import build_bidmc
 
-    cfg = load_config("bidmc", "cpu", ["data.target=hr", "data.hop=500",
-                                       f"data.root={records}", f"train.seed={seed}"])  # fmt: skip
+    cfg = load_config(
+        "bidmc",
+        "cpu",
+        ["data.target=hr", "data.hop=500", f"data.root={records}", f"train.seed={seed}"],
+    )
     return build_bidmc(cfg)[3]["records"]["test"]
 
 
@@ -201,8 +271,9 @@ def test_split_seed_holds_out_the_same_records_for_every_training_seed(records):
     from liquid_stream.training.tasks import build_bidmc
 
     def split(*sets):
-        cfg = load_config("bidmc", "cpu", ["data.target=hr", "data.hop=500",
-                                           f"data.root={records}", *sets])  # fmt: skip
+        cfg = load_config(
+            "bidmc", "cpu", ["data.target=hr", "data.hop=500", f"data.root={records}", *sets]
+        )
         return build_bidmc(cfg)[3]["records"]
 
     base = split("train.seed=0")
@@ -220,9 +291,22 @@ def test_evaluate_mean_scores_the_members_mean_estimate(tmp_path, records):
     from liquid_stream.training.evaluate_vitals import predict_windows
     from liquid_stream.training.tasks import build_bidmc
 
-    outs = [_train(tmp_path, records, f"s{s}", "--target", "hr", "--max-steps", "2", "--set",
-                   f"train.seed={s}", "--set", "data.split_seed=0")[0]
-            for s in (0, 1)]  # fmt: skip
+    outs = [
+        _train(
+            tmp_path,
+            records,
+            f"s{s}",
+            "--target",
+            "hr",
+            "--max-steps",
+            "2",
+            "--set",
+            f"train.seed={s}",
+            "--set",
+            "data.split_seed=0",
+        )[0]
+        for s in (0, 1)
+    ]
     ev = tmp_path / "mean"
     args = [str(o / "best.pt") for o in outs] + ["--mean", "--out", str(ev), "--device", "cpu"]
     r = CliRunner().invoke(evaluate_cmd, args, catch_exceptions=False)
@@ -242,25 +326,42 @@ def test_evaluate_mean_scores_the_members_mean_estimate(tmp_path, records):
     for solo in agreement(preds[0], y)["rmse"], agreement(preds[1], y)["rmse"]:
         assert abs(row["rmse"] - solo) > 1e-6  # not one member's score
     # --weights 1,3: the weighted mean 0.25 f0 + 0.75 f1, as `export --weights` computes it
-    r = CliRunner().invoke(evaluate_cmd, [*args[:2], "--mean", "--weights", "1,3", "--out",
-                                          str(tmp_path / "w"), "--device", "cpu"])  # fmt: skip
+    r = CliRunner().invoke(
+        evaluate_cmd,
+        [*args[:2], "--mean", "--weights", "1,3", "--out", str(tmp_path / "w"), "--device", "cpu"],
+    )
     assert r.exit_code == 0, r.output
     row = json.loads((tmp_path / "w" / "agreement_hr_record_test.json").read_text())
     want = agreement(0.25 * preds[0] + 0.75 * preds[1], y)
     assert row["model"] == "weighted mean of 2"
     assert abs(row["rmse"] - want["rmse"]) <= 1e-6 * want["rmse"]
-    for bad, msg in [(["--weights", "1,3"], "--weights weigh the members of --mean"),
-                     (["--mean", "--weights", "1,2,3", "--out", str(tmp_path / "x")],
-                      "3 ensemble weights for 2 members")]:  # fmt: skip
+    for bad, msg in [
+        (["--weights", "1,3"], "--weights weigh the members of --mean"),
+        (
+            ["--mean", "--weights", "1,2,3", "--out", str(tmp_path / "x")],
+            "3 ensemble weights for 2 members",
+        ),
+    ]:
         r = CliRunner().invoke(evaluate_cmd, [*args[:2], *bad])
         assert r.exit_code != 0 and msg in r.output, r.output
     # a member with its own split (train.seed 3, no split_seed), and --mean without --out
     seed = next(s for s in range(2, 40) if _test_records(records, s) != _test_records(records, 0))
-    other = _train(tmp_path, records, "other", "--target", "hr", "--max-steps", "1", "--set",
-                   f"train.seed={seed}")[0]  # fmt: skip
+    other = _train(
+        tmp_path,
+        records,
+        "other",
+        "--target",
+        "hr",
+        "--max-steps",
+        "1",
+        "--set",
+        f"train.seed={seed}",
+    )[0]
     assert split_records(other / "best.pt") != split_records(outs[0] / "best.pt")
-    r = CliRunner().invoke(evaluate_cmd, [str(outs[0] / "best.pt"), str(other / "best.pt"),
-                                          "--mean", "--out", str(tmp_path / "x")])  # fmt: skip
+    r = CliRunner().invoke(
+        evaluate_cmd,
+        [str(outs[0] / "best.pt"), str(other / "best.pt"), "--mean", "--out", str(tmp_path / "x")],
+    )
     assert r.exit_code != 0 and "holds out other test records" in r.output
     r = CliRunner().invoke(evaluate_cmd, [str(o / "best.pt") for o in outs] + ["--mean"])
     assert r.exit_code != 0 and "--mean needs two or more checkpoints and --out" in r.output
@@ -274,10 +375,20 @@ def test_mean_of_members_with_different_hops_is_taken_per_sample():
     from liquid_stream.training.evaluate_vitals import MeanOf
 
     torch.manual_seed(0)
-    members = [LiquidS4Model(d_input=2, d_output=1, d_model=8, n_layers=1, d_state=4,
-                             mode="diag", decoder="window", decoder_window=20,
-                             frontend={"kind": "scalenorm", "tau_s": 8.0, "hop": h}).eval()
-               for h in (5, 10)]  # fmt: skip
+    members = [
+        LiquidS4Model(
+            d_input=2,
+            d_output=1,
+            d_model=8,
+            n_layers=1,
+            d_state=4,
+            mode="diag",
+            decoder="window",
+            decoder_window=20,
+            frontend={"kind": "scalenorm", "tau_s": 8.0, "hop": h},
+        ).eval()
+        for h in (5, 10)
+    ]
     x = torch.randn(2, 400, 2)  # (B, L, d)
     with torch.no_grad():
         y = MeanOf(members)(x)

@@ -36,8 +36,17 @@ def _model(seed: int, **kw) -> LiquidS4Model:
     """A small S4D PB model with every weight random (no two tables alike: the exporter
     stores equal tables once)."""
     torch.manual_seed(seed)
-    args = dict(d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb", liquid_order=2,
-                norm="layer", prenorm=True, decoder="window")  # fmt: skip
+    args = dict(
+        d_model=16,
+        n_layers=2,
+        d_state=8,
+        mode="diag",
+        liquid="pb",
+        liquid_order=2,
+        norm="layer",
+        prenorm=True,
+        decoder="window",
+    )
     model = LiquidS4Model(**(args | kw))
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -48,15 +57,22 @@ def _model(seed: int, **kw) -> LiquidS4Model:
 
 def _spotter(seed: int = 0) -> LiquidS4Model:
     """A log-mel spotter."""
-    return _model(seed, d_input=1, d_output=3, decoder_window=5,
-                  frontend={"kind": "logmel", "n_mels": 12})  # fmt: skip
+    return _model(
+        seed, d_input=1, d_output=3, decoder_window=5, frontend={"kind": "logmel", "n_mels": 12}
+    )
 
 
 def _vital(seed: int = 3) -> LiquidS4Model:
     """A scale-norm vital-sign model with a folded output scale and shift."""
-    return _model(seed, d_input=2, d_output=1, decoder_window=50,
-                  frontend={"kind": "scalenorm", "tau_s": 8.0, "hop": 5},
-                  output_scale=30.0, output_shift=100.0)  # fmt: skip
+    return _model(
+        seed,
+        d_input=2,
+        d_output=1,
+        decoder_window=50,
+        frontend={"kind": "scalenorm", "tau_s": 8.0, "hop": 5},
+        output_scale=30.0,
+        output_shift=100.0,
+    )
 
 
 def _assert_same_system(model: LiquidS4Model, rec: LiquidS4Model, rtol: float) -> None:
@@ -68,9 +84,16 @@ def _assert_same_system(model: LiquidS4Model, rec: LiquidS4Model, rtol: float) -
             assert (x - y).abs().max() <= rtol * x.abs().max(), key
 
 
-META = {"task": "speech-stream", "labels": ["a", "b", "_silence_"], "sample_rate": 16000,
-        "silence_class": 2, "d_input": 1, "d_output": 3, "input_mean": [0.0],
-        "input_std": [1.0]}  # fmt: skip
+META = {
+    "task": "speech-stream",
+    "labels": ["a", "b", "_silence_"],
+    "sample_rate": 16000,
+    "silence_class": 2,
+    "d_input": 1,
+    "d_output": 3,
+    "input_mean": [0.0],
+    "input_std": [1.0],
+}
 
 
 def _export(model, tmp_path: Path, name: str, chunk: int, sub_block: int = 1) -> Path:
@@ -121,10 +144,21 @@ def test_reexport_takes_the_new_graphs_metadata(tmp_path):
     assert np.abs(ya - yb).max() <= 1e-5 * np.abs(ya).max()
 
 
-VITAL_META = {"task": "bidmc", "target": "hr", "units": "bpm", "channels": ["PLETH", "II"],
-              "sample_rate": 125, "window": 250, "labels": ["hr"], "d_input": 2,
-              "d_output": 1, "input_mean": [0.0, 0.0], "input_std": [1.0, 1.0],
-              "target_mean": 0.0, "target_std": 1.0}  # fmt: skip
+VITAL_META = {
+    "task": "bidmc",
+    "target": "hr",
+    "units": "bpm",
+    "channels": ["PLETH", "II"],
+    "sample_rate": 125,
+    "window": 250,
+    "labels": ["hr"],
+    "d_input": 2,
+    "d_output": 1,
+    "input_mean": [0.0, 0.0],
+    "input_std": [1.0, 1.0],
+    "target_mean": 0.0,
+    "target_std": 1.0,
+}
 
 
 @pytest.mark.parametrize("sub_block", [1, 4])
@@ -145,9 +179,16 @@ def test_vital_graph_of_any_sub_block_recovers(tmp_path, sub_block):
 
 
 @pytest.mark.parametrize(
-    "name", ["kws-sc10", "vitals-ppg-hr", "vitals-ppg-rr", "vitals-ppg-ecg-hr",
-             "vitals-ppg-ecg-rr", "vitals-oximeter-spo2"],
-)  # fmt: skip
+    "name",
+    [
+        "kws-sc10",
+        "vitals-ppg-hr",
+        "vitals-ppg-rr",
+        "vitals-ppg-ecg-hr",
+        "vitals-ppg-ecg-rr",
+        "vitals-oximeter-spo2",
+    ],
+)
 def test_every_shipped_graph_recovers(name):
     """The shipped graphs themselves (several exporter versions): each recovered model
     streams as its graph within the exactness contract; an ensemble graph's members are
@@ -170,9 +211,19 @@ def test_every_shipped_graph_recovers(name):
 def test_unsupported_graph_is_refused(tmp_path):
     script = _script()
     torch.manual_seed(0)
-    kb = LiquidS4Model(d_input=1, d_output=3, d_model=8, n_layers=1, d_state=4, mode="diag",
-                       liquid="kb", liquid_order=2, norm="layer", decoder="window",
-                       decoder_window=5)  # fmt: skip
+    kb = LiquidS4Model(
+        d_input=1,
+        d_output=3,
+        d_model=8,
+        n_layers=1,
+        d_state=4,
+        mode="diag",
+        liquid="kb",
+        liquid_order=2,
+        norm="layer",
+        decoder="window",
+        decoder_window=5,
+    )
     ckpt = tmp_path / "kb.pt"
     save_checkpoint(ckpt, kb.eval(), META)
     export_checkpoint(ckpt, tmp_path / "kb.onnx", chunk=160)

@@ -35,11 +35,24 @@ from liquid_stream.training.tasks import TASKS, data_defaults_for
 
 # Small enough that a run which (wrongly) got past the checks ends in seconds.
 SMALL = {
-    "speech": ["model.d_model=8", "model.n_layers=1", "model.d_state=4", "optim.batch_size=2",
-               "train.progress=false", "train.device=cpu", "data.subset=sc10"],
-}  # fmt: skip
-SMALL["speech-stream"] = [*SMALL["speech"], "model.decoder_window=800", "data.length=6000",
-                          "data.n_train=4", "data.n_val=2", "data.n_test=2"]  # fmt: skip
+    "speech": [
+        "model.d_model=8",
+        "model.n_layers=1",
+        "model.d_state=4",
+        "optim.batch_size=2",
+        "train.progress=false",
+        "train.device=cpu",
+        "data.subset=sc10",
+    ],
+}
+SMALL["speech-stream"] = [
+    *SMALL["speech"],
+    "model.decoder_window=800",
+    "data.length=6000",
+    "data.n_train=4",
+    "data.n_val=2",
+    "data.n_test=2",
+]
 
 
 def _sets(task: str) -> list[str]:
@@ -106,10 +119,10 @@ def _assert_nothing_written(tmp_path: Path, out: Path) -> None:
         ("data.n_train.x=1", ["data.n_train", "no sub-keys"]),
     ],
 )
-def test_bad_field_is_a_one_line_error_and_writes_nothing(tmp_path, monkeypatch, override,
-                                                          needles):  # fmt: skip
-    r, out = _train(tmp_path, monkeypatch, "toy", "--preset", "tiny", "--max-steps", "1",
-                    "--set", override)  # fmt: skip
+def test_bad_field_is_a_one_line_error_and_writes_nothing(tmp_path, monkeypatch, override, needles):
+    r, out = _train(
+        tmp_path, monkeypatch, "toy", "--preset", "tiny", "--max-steps", "1", "--set", override
+    )
     _assert_one_line_error(r, *needles)
     _assert_nothing_written(tmp_path, out)
 
@@ -120,8 +133,12 @@ def test_bad_field_through_the_console_script(tmp_path):
     out = tmp_path / "run"
     p = subprocess.run(
         [str(script), "train", "toy", "--out", str(out), "--set", "model.d_model=abc"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ},
+    )
     assert p.returncode != 0
     assert "Traceback" not in p.stderr + p.stdout
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
@@ -150,8 +167,7 @@ def test_task_data_rules():
     with pytest.raises(ConfigError, match=r"data\.val_fraction \+ data\.test_fraction"):
         load_config("pathfinder", "cpu", ["data.val_fraction=0.5", "data.test_fraction=0.5"])
     with pytest.raises(ConfigError, match=r"n_images=10 leaves the val split with 0"):
-        load_config("pathfinder", "cpu",
-                    ["data.n_images=10", "data.val_fraction=0.01"])  # fmt: skip
+        load_config("pathfinder", "cpu", ["data.n_images=10", "data.val_fraction=0.01"])
     with pytest.raises(ConfigError, match=r"data\.val_fraction"):  # images: val would be empty
         load_config("fashion-mnist", "cpu", ["data.val_fraction=0"])
     load_config("imdb", "cpu", ["data.val_fraction=0"])  # imdb: 0 = validate on test (LRA)
@@ -169,7 +185,10 @@ def test_every_field_has_a_rule():
         defaults = data_defaults_for(task)
         assert set(data_fields(task, defaults)) == set(defaults), task
     params = set(inspect.signature(LiquidS4Model.__init__).parameters) - {
-        "self", "d_input", "d_output"}  # fmt: skip
+        "self",
+        "d_input",
+        "d_output",
+    }
     assert params <= set(model_fields())
     for cls, specs in ((OptimConfig, OPTIM_FIELDS), (TrainConfig, TRAIN_FIELDS)):
         defaults = asdict(cls())  # each default is defined once, in the dataclass
@@ -201,8 +220,9 @@ def test_allowed_choices_are_what_the_model_builds():
 def test_speech_empty_data_dir_is_a_one_line_error(tmp_path, monkeypatch, task):
     empty = tmp_path / "empty"
     empty.mkdir()
-    r, out = _train(tmp_path, monkeypatch, task, "--preset", "cpu", "--data", str(empty),
-                    "--max-steps", "1")  # fmt: skip
+    r, out = _train(
+        tmp_path, monkeypatch, task, "--preset", "cpu", "--data", str(empty), "--max-steps", "1"
+    )
     _assert_one_line_error(r, "validation_list.txt", str(empty))
     _assert_nothing_written(tmp_path, out)
 
@@ -212,10 +232,25 @@ def test_speech_stream_empty_dir_through_the_console_script(tmp_path):
     empty.mkdir()
     script = Path(sys.executable).parent / "liquid-stream"
     p = subprocess.run(
-        [str(script), "train", "speech-stream", "--preset", "cpu", "--data", str(empty),
-         "--out", str(tmp_path / "run"), "--max-steps", "1"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ},
-    )  # fmt: skip
+        [
+            str(script),
+            "train",
+            "speech-stream",
+            "--preset",
+            "cpu",
+            "--data",
+            str(empty),
+            "--out",
+            str(tmp_path / "run"),
+            "--max-steps",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ},
+    )
     assert p.returncode != 0 and "Traceback" not in p.stderr + p.stdout
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "validation_list.txt not found" in lines[0], p.stderr
@@ -236,8 +271,9 @@ def test_speech_stream_empty_dir_through_the_console_script(tmp_path):
 def test_other_tasks_empty_data_dir(tmp_path, monkeypatch, task, needle):
     empty = tmp_path / "empty"
     empty.mkdir()
-    r, out = _train(tmp_path, monkeypatch, task, "--preset", "cpu", "--data", str(empty),
-                    "--max-steps", "1")  # fmt: skip
+    r, out = _train(
+        tmp_path, monkeypatch, task, "--preset", "cpu", "--data", str(empty), "--max-steps", "1"
+    )
     _assert_one_line_error(r, needle)
     _assert_nothing_written(tmp_path, out)
 
@@ -254,18 +290,37 @@ def _root_with_empty_lists(path: Path, *lists: str) -> Path:
 @pytest.mark.parametrize("task", ["speech-stream", "speech"])
 def test_empty_testing_split_is_refused_up_front(tmp_path, monkeypatch, task):
     root = _root_with_empty_lists(tmp_path / "sc", "testing_list.txt")
-    r, out = _train(tmp_path, monkeypatch, task, "--preset", "cpu", "--data", str(root),
-                    "--max-steps", "2", *_sets(task))  # fmt: skip
-    line = _assert_one_line_error(r, "test split", "0 clips", "testing_list.txt",
-                                  "at least 1")  # fmt: skip
+    r, out = _train(
+        tmp_path,
+        monkeypatch,
+        task,
+        "--preset",
+        "cpu",
+        "--data",
+        str(root),
+        "--max-steps",
+        "2",
+        *_sets(task),
+    )
+    line = _assert_one_line_error(r, "test split", "0 clips", "testing_list.txt", "at least 1")
     assert "sc10" in line
     _assert_nothing_written(tmp_path, out)
 
 
 def test_per_word_2_set_is_refused_naming_the_val_split(tmp_path, monkeypatch):
     root = _root_with_empty_lists(tmp_path / "sc", "validation_list.txt", "testing_list.txt")
-    r, out = _train(tmp_path, monkeypatch, "speech-stream", "--preset", "cpu", "--data",
-                    str(root), "--max-steps", "2", *_sets("speech-stream"))  # fmt: skip
+    r, out = _train(
+        tmp_path,
+        monkeypatch,
+        "speech-stream",
+        "--preset",
+        "cpu",
+        "--data",
+        str(root),
+        "--max-steps",
+        "2",
+        *_sets("speech-stream"),
+    )
     _assert_one_line_error(r, "val split", "0 clips", "validation_list.txt")
     _assert_nothing_written(tmp_path, out)
 
@@ -280,8 +335,19 @@ def test_speech_stream_dataset_refuses_an_empty_split(tmp_path):
 
 
 def test_a_valid_run_still_writes_its_config(tmp_path, monkeypatch):
-    r, out = _train(tmp_path, monkeypatch, "toy", "--preset", "tiny", "--max-steps", "1",
-                    "--set", "train.progress=false", "--device", "cpu")  # fmt: skip
+    r, out = _train(
+        tmp_path,
+        monkeypatch,
+        "toy",
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "1",
+        "--set",
+        "train.progress=false",
+        "--device",
+        "cpu",
+    )
     assert r.exit_code == 0, r.output
     assert yaml.safe_load((out / "config.yaml").read_text())["model"]["d_model"] == 16
 
@@ -308,16 +374,25 @@ def test_speech_synth_cli_warns_before_generating(tmp_path, monkeypatch):
 
     def fake(out, per_word, **kw):  # no TTS: the report of a train-only set
         clips = {"train": 2 * per_word, "val": 0, "test": 0}
-        return SimpleNamespace(n_clips=2 * per_word, root=str(out), seconds=0.1, clips=clips,
-                               clips_per_s=1.0, speakers=dict(clips), too_long=0,
-                               engines=["espeak-ng"])  # fmt: skip
+        return SimpleNamespace(
+            n_clips=2 * per_word,
+            root=str(out),
+            seconds=0.1,
+            clips=clips,
+            clips_per_s=1.0,
+            speakers=dict(clips),
+            too_long=0,
+            engines=["espeak-ng"],
+        )
 
     monkeypatch.setattr(ss, "generate_speech_synth", fake)
-    r = CliRunner().invoke(main, ["data", "speech-synth", str(tmp_path / "sc"), "--per-word",
-                                  "2", "--words", "yes,no"])  # fmt: skip
+    r = CliRunner().invoke(
+        main, ["data", "speech-synth", str(tmp_path / "sc"), "--per-word", "2", "--words", "yes,no"]
+    )
     assert r.exit_code == 0, r.output
     assert "warning: --per-word 2 is too small to fill every split" in r.output
     assert "val and test splits" in r.output
-    r = CliRunner().invoke(main, ["data", "speech-synth", str(tmp_path / "sc"), "--per-word",
-                                  "3", "--words", "yes,no"])  # fmt: skip
+    r = CliRunner().invoke(
+        main, ["data", "speech-synth", str(tmp_path / "sc"), "--per-word", "3", "--words", "yes,no"]
+    )
     assert r.exit_code == 0 and "warning" not in r.output

@@ -32,11 +32,29 @@ pytestmark = pytest.mark.slow
 # so the reference fixture takes the first seed whose run has that property (SEED) and the
 # best step is read from it, never fixed here.
 ARGS = [
-    "train", "toy", "--preset", "tiny", "--device", "cpu",
-    "--set", "model.d_model=8", "--set", "data.length=128", "--set", "optim.epochs=4",
-    "--set", "optim.lr=0.1", "--set", "optim.warmup_steps=2", "--set", "train.threads=1",
-    "--set", "train.progress=false", "--set", "train.save_every_steps=2",
-]  # fmt: skip
+    "train",
+    "toy",
+    "--preset",
+    "tiny",
+    "--device",
+    "cpu",
+    "--set",
+    "model.d_model=8",
+    "--set",
+    "data.length=128",
+    "--set",
+    "optim.epochs=4",
+    "--set",
+    "optim.lr=0.1",
+    "--set",
+    "optim.warmup_steps=2",
+    "--set",
+    "train.threads=1",
+    "--set",
+    "train.progress=false",
+    "--set",
+    "train.save_every_steps=2",
+]
 STEPS, STEPS_PER_EPOCH = 16, 4
 SEED: list[str] = []  # ["--set", "train.seed=S"]: the reference fixture's choice
 EPOCH_ENDS = range(STEPS_PER_EPOCH, STEPS + 1, STEPS_PER_EPOCH)
@@ -47,9 +65,14 @@ EPOCH_ENDS = range(STEPS_PER_EPOCH, STEPS + 1, STEPS_PER_EPOCH)
 # imports saved per run; a run itself takes about 1 s). The hook kills are the trainer's
 # own os.kill(SIGKILL) at a named point; the outside kills are SIGKILLs sent from here.
 PRELOAD = [
-    "torch", "liquid_stream.cli", "liquid_stream.training.cli", "liquid_stream.training.tasks",
-    "liquid_stream.training.trainer", "torch.utils.tensorboard", "matplotlib.pyplot",
-]  # fmt: skip
+    "torch",
+    "liquid_stream.cli",
+    "liquid_stream.training.cli",
+    "liquid_stream.training.tasks",
+    "liquid_stream.training.trainer",
+    "torch.utils.tensorboard",
+    "matplotlib.pyplot",
+]
 CTX = multiprocessing.get_context("forkserver")
 CTX.set_forkserver_preload(PRELOAD)
 
@@ -70,8 +93,9 @@ def start(out: Path, kill_at: str | None = None) -> tuple[multiprocessing.Proces
     afresh (a kill before the first checkpoint leaves nothing to resume)."""
     resume = ["--resume", str(out / "last.pt")] if (out / "last.pt").is_file() else []
     log = out.parent / f"{out.name}-{len(list(out.parent.glob(f'{out.name}-*.log')))}.log"
-    proc = CTX.Process(target=_child, args=([*ARGS, *SEED, "--out", str(out), *resume],
-                                            kill_at, str(log)))  # fmt: skip
+    proc = CTX.Process(
+        target=_child, args=([*ARGS, *SEED, "--out", str(out), *resume], kill_at, str(log))
+    )
     proc.start()
     return proc, log
 
@@ -161,8 +185,11 @@ def _tb_scalars(tb: Path) -> dict | None:
         return None
     acc = EventAccumulator(str(tb))
     acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)]
-            for tag in acc.Tags()["scalars"] if tag != "time_s"}  # fmt: skip
+    return {
+        tag: [(e.step, e.value) for e in acc.Scalars(tag)]
+        for tag in acc.Tags()["scalars"]
+        if tag != "time_s"
+    }
 
 
 def assert_same_run(ref: Path, out: Path) -> None:

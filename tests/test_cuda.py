@@ -50,8 +50,21 @@ def test_cuda_streaming_and_export(tmp_path):
     from liquid_stream.export.pipeline import export_model, verify_onnx
 
     torch.manual_seed(0)
-    m = LiquidS4Model(1, 4, d_model=16, n_layers=2, d_state=7, liquid="pb", decoder="window",
-                      decoder_window=40).cuda().eval().double()  # fmt: skip
+    m = (
+        LiquidS4Model(
+            1,
+            4,
+            d_model=16,
+            n_layers=2,
+            d_state=7,
+            liquid="pb",
+            decoder="window",
+            decoder_window=40,
+        )
+        .cuda()
+        .eval()
+        .double()
+    )
     x = torch.randn(1, 1000, 1, dtype=torch.float64, device="cuda")
     sm = m.streaming(dtype=torch.float64)
     state, ys = sm.init_state(1), []

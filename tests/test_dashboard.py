@@ -205,8 +205,12 @@ def ward(tmp_path_factory, browser):
         "bed-2": sim / "bidmc03",
         "bed-3": sim / "bidmc02",
         "bed-4": sim / "bidmc01",
-        "bed-5": write_record(d / "flat", "bidmc01", seconds=RECORD_S,
-                              flat_spans=[("PLETH", FLAT_FROM_S, RECORD_S, 0.5)]),
+        "bed-5": write_record(
+            d / "flat",
+            "bidmc01",
+            seconds=RECORD_S,
+            flat_spans=[("PLETH", FLAT_FROM_S, RECORD_S, 0.5)],
+        ),
     }
 
     srv = ServerThread(StreamServer(host_models(tone["path"]), port=0)).start()
@@ -366,8 +370,11 @@ def test_no_signal_is_a_technical_alarm_and_no_number(ward):
     assert FLAT_FROM_S < poller.tech_first[("bed-5", msg)] <= FLAT_FROM_S + 4
     assert not any(v["valid"] for v in bed["vitals"].values())
     tile = page_beds(browser)["bed-5"]
-    wait_for(lambda: tile.get_attribute("data-technical") == msg, WITHIN_S + 1,
-             "the technical alarm on the page")  # fmt: skip
+    wait_for(
+        lambda: tile.get_attribute("data-technical") == msg,
+        WITHIN_S + 1,
+        "the technical alarm on the page",
+    )
     assert "no-signal" in tile.get_attribute("class").split()
     assert [t.text for t in css(tile, ".tech")] == [msg]
     for _ in range(10):  # while it lasts, the tile never shows a number
@@ -547,10 +554,17 @@ def test_a_frozen_client_reads_no_data_and_recovers(ward):
         browser.get(srv.http + "/")
         body = browser.find_element("tag name", "body")
         wait_for(lambda: body.get_attribute("data-state") == "live", 10, "live")
-        with ServeClient(srv.url, stream_id="bed-f") as bed, \
-                ServeClient(srv.url, stream_id="call-f") as call:  # fmt: skip
-            bed.open("vitals-ppg", channels=["PLETH"], sample_rate=125, alarms="hr>40:hold=1",
-                     overflow="wait")  # fmt: skip
+        with (
+            ServeClient(srv.url, stream_id="bed-f") as bed,
+            ServeClient(srv.url, stream_id="call-f") as call,
+        ):
+            bed.open(
+                "vitals-ppg",
+                channels=["PLETH"],
+                sample_rate=125,
+                alarms="hr>40:hold=1",
+                overflow="wait",
+            )
             call.open("tones", sample_rate=SR)
             sent = {}  # when each stream's last block started on its way
             for b in blocks[:40]:
@@ -562,9 +576,14 @@ def test_a_frozen_client_reads_no_data_and_recovers(ward):
             tile = wait_for(lambda: page_beds(browser).get("bed-f"), 10, "the bed-f tile")
             row = wait_for(lambda: css(browser, '#kws .kws[data-id="call-f"]'), 10, "call-f")[0]
             hr = one(tile, '.vital[data-vital="HR"]')
-            wait_for(lambda: tile.get_attribute("data-alarm") == "hr>40"
-                     and hr.get_attribute("data-valid") == "true", 60,
-                     "bed-f valid and in alarm on the page")  # fmt: skip
+            wait_for(
+                lambda: (
+                    tile.get_attribute("data-alarm") == "hr>40"
+                    and hr.get_attribute("data-valid") == "true"
+                ),
+                60,
+                "bed-f valid and in alarm on the page",
+            )
             assert one(tile, ".conn").text == "LIVE" and one(hr, ".value").text.isdigit()
             assert rgb(one(hr, ".vname")) == HR_GREEN and rgb(one(hr, ".value")) != MUTED
 
@@ -607,11 +626,16 @@ def test_a_frozen_client_reads_no_data_and_recovers(ward):
             t_back = time.time()
             bed.send(blocks[40])
             call.send(audio[2 * SR : 2 * SR + SR // 10])
-            wait_for(lambda: tile.get_attribute("data-stale") == "false"
-                     and row.get_attribute("data-stale") == "false"
-                     and tile.get_attribute("data-alarm") == "hr>40"
-                     and hr.get_attribute("data-valid") == "true",
-                     NO_DATA_MARGIN_S + 1, "bed-f and call-f live again")  # fmt: skip
+            wait_for(
+                lambda: (
+                    tile.get_attribute("data-stale") == "false"
+                    and row.get_attribute("data-stale") == "false"
+                    and tile.get_attribute("data-alarm") == "hr>40"
+                    and hr.get_attribute("data-valid") == "true"
+                ),
+                NO_DATA_MARGIN_S + 1,
+                "bed-f and call-f live again",
+            )
             print(f"live again on the page {time.time() - t_back:.2f} s after the block")
             assert one(tile, ".conn").text == "LIVE" and one(row, ".conn").text == "LIVE"
             assert one(hr, ".value").text.isdigit() and not css(tile, ".tech")

@@ -107,8 +107,7 @@ def test_warming_up_counts_down_then_a_number(ward, page):
 
     blocks = bed_signal(40, seed=3)
     with ServeClient(ward.url, stream_id="bed-w") as c:
-        c.open("ppg-ecg", channels=["PLETH", "II"], sample_rate=FS, alarms=RULES_W,
-               overflow="wait")  # fmt: skip
+        c.open("ppg-ecg", channels=["PLETH", "II"], sample_rate=FS, alarms=RULES_W, overflow="wait")
         s = stream(ward.http, "bed-w")  # open, nothing sent: the whole window to go
         for name in ("HR", "RR"):
             v = s["vitals"][name]
@@ -161,13 +160,27 @@ def test_alarm_limits_on_the_tile_and_in_the_state(ward, page):
         c.open("ppg-ecg", channels=["PLETH", "II"], sample_rate=FS, alarms=RULES_W)
         s = stream(ward.http, "bed-r")
         assert s["alarm_rules"] == [
-            {"name": "hr>120", "vital": "HR", "op": ">", "threshold": 120.0, "hold_s": 5,
-             "clear_level": 115.0, "units": "bpm",
-             "text": "hr>120 (hold 5 s, clears < 115 bpm)"},
-            {"name": "rr<8", "vital": "RR", "op": "<", "threshold": 8.0, "hold_s": 3,
-             "clear_level": 11.0, "units": "breaths/min",
-             "text": "rr<8 (hold 3 s, clears > 11 breaths/min)"},
-        ]  # fmt: skip
+            {
+                "name": "hr>120",
+                "vital": "HR",
+                "op": ">",
+                "threshold": 120.0,
+                "hold_s": 5,
+                "clear_level": 115.0,
+                "units": "bpm",
+                "text": "hr>120 (hold 5 s, clears < 115 bpm)",
+            },
+            {
+                "name": "rr<8",
+                "vital": "RR",
+                "op": "<",
+                "threshold": 8.0,
+                "hold_s": 3,
+                "clear_level": 11.0,
+                "units": "breaths/min",
+                "text": "rr<8 (hold 3 s, clears > 11 breaths/min)",
+            },
+        ]
         assert s["vitals"]["HR"]["limits"] == [{"name": "hr>120", "op": ">", "threshold": 120}]
         assert s["vitals"]["RR"]["limits"] == [{"name": "rr<8", "op": "<", "threshold": 8}]
         assert s["alarms"] == []  # configured, not active
@@ -193,8 +206,13 @@ def test_flat_ii_is_lead_off_and_no_number(ward, page):
 
     blocks = bed_signal(48, seed=4, flat_ii=(36, 44))
     with ServeClient(ward.url, stream_id="bed-l") as c:
-        c.open("ppg-ecg", channels=["PLETH", "II"], sample_rate=FS, alarms="hr>40:hold=1",
-               overflow="wait")  # fmt: skip
+        c.open(
+            "ppg-ecg",
+            channels=["PLETH", "II"],
+            sample_rate=FS,
+            alarms="hr>40:hold=1",
+            overflow="wait",
+        )
         for b in blocks[:36]:
             c.send(b)
         s = at_second(ward.http, "bed-l", 36)

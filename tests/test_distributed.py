@@ -22,8 +22,17 @@ BASE = ["--set", "train.progress=false", "--set", "train.threads=1", "--set", "d
 def train(out, *args: str) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("WORLD_SIZE", None)
-    cmd = [sys.executable, "-m", "liquid_stream.cli", "train", "toy", "--out", str(out), *BASE,
-           *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "liquid_stream.cli",
+        "train",
+        "toy",
+        "--out",
+        str(out),
+        *BASE,
+        *args,
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
 
@@ -68,8 +77,15 @@ def test_checkpoint_of_two_processes_resumes_in_one(tmp_path):
     train(tmp_path / "two", "--set", "optim.batch_size=4", "--nproc", "2", "--max-steps", "3")
     state = load_checkpoint(tmp_path / "two" / "last.pt")["trainer"]
     assert (state["world_size"], state["step"]) == (2, 3)
-    train(tmp_path / "two", "--resume", str(tmp_path / "two" / "last.pt"),
-          "--set", "optim.batch_size=8", "--max-steps", "7")  # fmt: skip
+    train(
+        tmp_path / "two",
+        "--resume",
+        str(tmp_path / "two" / "last.pt"),
+        "--set",
+        "optim.batch_size=8",
+        "--max-steps",
+        "7",
+    )
     ref, resumed = losses(tmp_path / "ref"), losses(tmp_path / "two")
     assert len(resumed) == 7
     assert max(abs(a - b) / abs(a) for a, b in zip(ref, resumed, strict=True)) < 1e-5
@@ -82,9 +98,24 @@ def test_resume_refuses_another_global_batch(tmp_path):
     env = {**os.environ}
     env.pop("WORLD_SIZE", None)
     res = subprocess.run(
-        [sys.executable, "-m", "liquid_stream.cli", "train", "toy", "--out", str(tmp_path / "x"),
-         "--resume", str(tmp_path / "two" / "last.pt"), *BASE, "--set", "optim.batch_size=4"],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "liquid_stream.cli",
+            "train",
+            "toy",
+            "--out",
+            str(tmp_path / "x"),
+            "--resume",
+            str(tmp_path / "two" / "last.pt"),
+            *BASE,
+            "--set",
+            "optim.batch_size=4",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode != 0
     assert "global batch" in res.stderr

@@ -34,8 +34,14 @@ def picked(channels) -> list[str]:
 
 
 def test_ecg_set_is_picked_without_its_rr_model(monkeypatch, tmp_path):
-    every = ["vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr", "vitals-ppg-hr", "vitals-ppg-rr",
-             "vitals-oximeter-spo2", ECG_HR]  # fmt: skip
+    every = [
+        "vitals-ppg-ecg-hr",
+        "vitals-ppg-ecg-rr",
+        "vitals-ppg-hr",
+        "vitals-ppg-rr",
+        "vitals-oximeter-spo2",
+        ECG_HR,
+    ]
     fake_install(monkeypatch, tmp_path, every)
     assert picked(["II,"]) == [ECG_HR]
     assert picked(["II,", "RESP,", "V,"]) == [ECG_HR]
@@ -59,15 +65,23 @@ def test_other_sets_still_need_all_their_models(monkeypatch, tmp_path):
 
 def ecg_record(seed: int, minutes: float, **force) -> dict:
     """A randomised record cut down to its II channel (the numerics kept as the reference)."""
-    rec = simulate_randomised(np.random.default_rng([seed, 3]), minutes, family="param",
-                              ectopy="rich", force=force)  # fmt: skip
-    return {**rec, "signals": rec["signals"][:, [II]], "sig_names": ("II,",),
-            "sig_units": ("mV",)}  # fmt: skip
+    rec = simulate_randomised(
+        np.random.default_rng([seed, 3]), minutes, family="param", ectopy="rich", force=force
+    )
+    return {**rec, "signals": rec["signals"][:, [II]], "sig_names": ("II,",), "sig_units": ("mV",)}
 
 
-BIGEMINY = {"ectopy_pattern": "bigeminy", "ectopy_episodes": [[-20.0, 400.0]],
-            "ectopic_kind": "pvc", "af_episodes": [], "motion_bursts": [], "sensor_off": [],
-            "hr0": 78.0, "hr_sd": 0.0, "hr_changes": []}  # fmt: skip
+BIGEMINY = {
+    "ectopy_pattern": "bigeminy",
+    "ectopy_episodes": [[-20.0, 400.0]],
+    "ectopic_kind": "pvc",
+    "af_episodes": [],
+    "motion_bursts": [],
+    "sensor_off": [],
+    "hr0": 78.0,
+    "hr_sd": 0.0,
+    "hr_changes": [],
+}
 
 
 @shipped_ecg
@@ -75,9 +89,19 @@ def test_vitals_cli_on_an_ecg_only_record_picks_the_ecg_model(tmp_path):
     from liquid_stream.cli import main
 
     write_record(tmp_path, "bidmc01", ecg_record(4, 1.5, **BIGEMINY))
-    result = CliRunner().invoke(main, ["vitals", "--record", str(tmp_path / "bidmc01"),
-                                       "--speed", "max", "--no-ui", "--out",
-                                       str(tmp_path / "out")])  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [
+            "vitals",
+            "--record",
+            str(tmp_path / "bidmc01"),
+            "--speed",
+            "max",
+            "--no-ui",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert ECG_HR in result.output and "ppg" not in result.output.lower().replace("-", "")
     summary = json.loads((tmp_path / "out" / "bidmc01_summary.json").read_text())

@@ -156,9 +156,17 @@ def test_hold_gives_each_sample_the_last_complete_frame():
 def _model(liquid: str, mode: str, decoder: str, **kw) -> LiquidS4Model:
     torch.manual_seed(0)
     m = LiquidS4Model(
-        1, 5, d_model=16, n_layers=2, d_state=8, mode=mode, liquid=liquid, decoder=decoder,
-        decoder_window=7, frontend={"kind": "logmel", **kw},
-    )  # fmt: skip
+        1,
+        5,
+        d_model=16,
+        n_layers=2,
+        d_state=8,
+        mode=mode,
+        liquid=liquid,
+        decoder=decoder,
+        decoder_window=7,
+        frontend={"kind": "logmel", **kw},
+    )
     for b in m.modules():  # non-trivial BatchNorm statistics to fold
         if isinstance(b, torch.nn.BatchNorm1d):
             b.running_mean.uniform_(-0.5, 0.5)
@@ -213,8 +221,10 @@ def test_onnx_takes_raw_samples_and_keeps_the_contract(tmp_path, liquid, mode, d
     export_model(m, path, chunk=1600, meta=meta)
     graph = onnx.load(str(path)).graph
     assert [d.dim_param or d.dim_value for d in graph.input[0].type.tensor_type.shape.dim] == [
-        "batch", "T", 1,
-    ]  # fmt: skip
+        "batch",
+        "T",
+        1,
+    ]
     s = OnnxStreamer(path)
     names = {sp["name"] for sp in s.state_spec}
     assert {"frontend.buffer", "frontend.phase", "frontend.held"} <= names
@@ -256,8 +266,9 @@ def test_frontend_config_errors():
     for bad in (0, -1.0, float("inf"), "1", True):
         with pytest.raises(ValueError, match="frontend.cmn_s"):
             LogMelConfig(cmn_s=bad)
-    m = LiquidS4Model(1, 2, d_model=8, n_layers=1, d_state=4, decoder="last",
-                      frontend={"kind": "logmel"})  # fmt: skip
+    m = LiquidS4Model(
+        1, 2, d_model=8, n_layers=1, d_state=4, decoder="last", frontend={"kind": "logmel"}
+    )
     with pytest.raises(ValueError, match="rate 1"):
         m(torch.zeros(1, 320, 1), rate=2.0)
     with pytest.raises(ValueError, match="rate 1"):

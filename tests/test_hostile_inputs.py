@@ -75,12 +75,20 @@ MARKER = "PWNED"  # what the malicious pickles would create
 
 def _small_model(seed: int = 0, **kw) -> LiquidS4Model:
     torch.manual_seed(seed)
-    args = dict(d_input=1, d_output=3, d_model=8, n_layers=1, d_state=4, liquid="pb",
-                liquid_order=2, norm="batch", decoder="window", decoder_window=8)  # fmt: skip
+    args = dict(
+        d_input=1,
+        d_output=3,
+        d_model=8,
+        n_layers=1,
+        d_state=4,
+        liquid="pb",
+        liquid_order=2,
+        norm="batch",
+        decoder="window",
+        decoder_window=8,
+    )
     args.update(kw)
     return LiquidS4Model(**args).eval()
-
-
 
 
 def _plain_onnx(path: Path) -> Path:
@@ -132,9 +140,17 @@ def _spike_record(root: Path, name: str, seconds: float = 20, at_s: float = 12.3
     ch = ("RESP", "PLETH", "II")
     x = np.stack([sig[c] for c in ch], 1)
     x[int(round(at_s * 125)), 1] = 1e6
-    wfdb.wrsamp(name, fs=125, units=["NU", "NU", "mV"], sig_name=[f"{c}," for c in ch],
-                p_signal=x, fmt=["32"] * 3, adc_gain=[1000.0] * 3, baseline=[0] * 3,
-                write_dir=str(root))  # fmt: skip
+    wfdb.wrsamp(
+        name,
+        fs=125,
+        units=["NU", "NU", "mV"],
+        sig_name=[f"{c}," for c in ch],
+        p_signal=x,
+        fmt=["32"] * 3,
+        adc_gain=[1000.0] * 3,
+        baseline=[0] * 3,
+        write_dir=str(root),
+    )
     return root / name
 
 
@@ -198,11 +214,9 @@ def F(tmp_path_factory) -> SimpleNamespace:
     f.nomodel_ckpt = d / "no_model.pt"
     torch.save({k: v for k, v in good.items() if k != "model"}, f.nomodel_ckpt)
     f.negdim_ckpt = d / "d_model_negative.pt"
-    torch.save({**good, "model_config": {**good["model_config"], "d_model": -1}},
-               f.negdim_ckpt)  # fmt: skip
+    torch.save({**good, "model_config": {**good["model_config"], "d_model": -1}}, f.negdim_ckpt)
     f.mismatch_ckpt = d / "mismatch.pt"
-    torch.save({**good, "model_config": {**good["model_config"], "d_model": 16}},
-               f.mismatch_ckpt)  # fmt: skip
+    torch.save({**good, "model_config": {**good["model_config"], "d_model": 16}}, f.mismatch_ckpt)
     assert not f.marker.exists()
 
     # ---- WAVs: the tone stream (8 kHz, 16-bit) and its variants
@@ -210,8 +224,9 @@ def F(tmp_path_factory) -> SimpleNamespace:
     f.wav = write_tone_wav(d / "tones.wav")
     f.labels = write_labels_csv(d / "tones.csv")
     f.wav_stereo = d / "stereo.wav"  # the tones on channel 0, silence on channel 1
-    scipy.io.wavfile.write(f.wav_stereo, SR, np.stack(
-        [np.round(x * 32767), np.zeros_like(x)], 1).astype(np.int16))  # fmt: skip
+    scipy.io.wavfile.write(
+        f.wav_stereo, SR, np.stack([np.round(x * 32767), np.zeros_like(x)], 1).astype(np.int16)
+    )
     f.wav_u8 = d / "u8.wav"
     scipy.io.wavfile.write(f.wav_u8, SR, np.clip(np.round(x * 127 + 128), 0, 255).astype(np.uint8))
     f.wav_44k = d / "int16_44100.wav"
@@ -259,13 +274,7 @@ def F(tmp_path_factory) -> SimpleNamespace:
     return f
 
 
-
-
 # ============================================================================= helpers
-
-
-
-
 
 
 def assert_nothing_written(work: Path, f: SimpleNamespace) -> None:
@@ -315,9 +324,18 @@ def _train(task, *args):
     return lambda f, w: ["train", task, "--out", w / "run", *args]
 
 
-SPEECH_SMALL = [a for s in ("model.d_model=8", "model.n_layers=1", "model.d_state=4",
-                            "train.device=cpu", "train.progress=false", "data.subset=sc10")
-                for a in ("--set", s)]  # fmt: skip
+SPEECH_SMALL = [
+    a
+    for s in (
+        "model.d_model=8",
+        "model.n_layers=1",
+        "model.d_state=4",
+        "train.device=cpu",
+        "train.progress=false",
+        "data.subset=sc10",
+    )
+    for a in ("--set", s)
+]
 
 
 def _toy_set(override):
@@ -329,118 +347,201 @@ def _export(key, *args):
 
 
 def _kws(model_key, wav_key="wav", *args):
-    return lambda f, w: ["kws", getattr(f, model_key), "--input", getattr(f, wav_key),
-                         "--fast", "--no-ui", *args]  # fmt: skip
+    return lambda f, w: [
+        "kws",
+        getattr(f, model_key),
+        "--input",
+        getattr(f, wav_key),
+        "--fast",
+        "--no-ui",
+        *args,
+    ]
 
 
 def _kws_eval(model_key="tone", wav_key="wav", csv_key="labels", out=True):
     def argv(f, w):
-        a = ["kws-eval", getattr(f, model_key), "--stream", getattr(f, wav_key),
-             "--labels", getattr(f, csv_key)]  # fmt: skip
+        a = [
+            "kws-eval",
+            getattr(f, model_key),
+            "--stream",
+            getattr(f, wav_key),
+            "--labels",
+            getattr(f, csv_key),
+        ]
         return a + (["--out", w / "eval.json"] if out else [])
 
     return argv
 
 
 def _kws_tune(model_key="tone", wav_key="wav", csv_key="labels"):
-    return lambda f, w: ["kws-tune", getattr(f, model_key), "--stream", getattr(f, wav_key),
-                         "--labels", getattr(f, csv_key), "--no-write",
-                         "--out", w / "grid.json"]  # fmt: skip
+    return lambda f, w: [
+        "kws-tune",
+        getattr(f, model_key),
+        "--stream",
+        getattr(f, wav_key),
+        "--labels",
+        getattr(f, csv_key),
+        "--no-write",
+        "--out",
+        w / "grid.json",
+    ]
 
 
 def _vitals(model_key="hr", rec_key="rec", *args):
-    return lambda f, w: ["vitals", getattr(f, model_key), "--record", getattr(f, rec_key),
-                         "--speed", "max", "--no-ui", "--out", w / "vitals", *args]  # fmt: skip
+    return lambda f, w: [
+        "vitals",
+        getattr(f, model_key),
+        "--record",
+        getattr(f, rec_key),
+        "--speed",
+        "max",
+        "--no-ui",
+        "--out",
+        w / "vitals",
+        *args,
+    ]
 
 
 def _kws_stream(root):
-    return lambda f, w: ["data", "kws-stream", w / "s.wav", "--labels", w / "s.csv",
-                         "--data", root(f), "--minutes", "0.1"]  # fmt: skip
+    return lambda f, w: [
+        "data",
+        "kws-stream",
+        w / "s.wav",
+        "--labels",
+        w / "s.csv",
+        "--data",
+        root(f),
+        "--minutes",
+        "0.1",
+    ]
 
 
 CLI_ERRORS = [
     # ---- train: config fields (checked before anything is built or written)
-    case("train / non-numeric d_model", _toy_set("model.d_model=abc"),
-         ["model.d_model", "positive integer", "'abc'"]),
+    case(
+        "train / non-numeric d_model",
+        _toy_set("model.d_model=abc"),
+        ["model.d_model", "positive integer", "'abc'"],
+    ),
     case("train / negative d_model", _toy_set("model.d_model=-4"), ["model.d_model", "-4"]),
     case("train / negative lr", _toy_set("optim.lr=-1"), ["optim.lr", ">= 0", "-1"]),
     case("train / NaN lr", _toy_set("optim.lr=nan"), ["optim.lr", "nan"]),
     case("train / unknown key", _toy_set("model.foo=1"), ["unknown key model.foo"]),
-    case("train / bad choice liquid", _toy_set("model.liquid=xyz"),
-         ["model.liquid", "pb", "'xyz'"]),
+    case(
+        "train / bad choice liquid", _toy_set("model.liquid=xyz"), ["model.liquid", "pb", "'xyz'"]
+    ),
     case("train / bad choice mode", _toy_set("model.mode=s4"), ["model.mode", "dplr", "diag"]),
     case("train / liquid_order 1", _toy_set("model.liquid_order=1"), ["model.liquid_order"]),
-    case("train / override without =", _toy_set("model.d_model"),
-         ["'model.d_model'", "section.key=value"]),
-    case("train / bad frontend", _toy_set("model.frontend={kind: logmel, n_mels: -1}"),
-         ["frontend.n_mels", "-1"]),
-    case("train / d_model 1e9 (2e18 parameters)", _toy_set("model.d_model=1e9"),
-         ["model.d_model=1000000000", "parameters", "limit of 1e+09"]),
+    case(
+        "train / override without =",
+        _toy_set("model.d_model"),
+        ["'model.d_model'", "section.key=value"],
+    ),
+    case(
+        "train / bad frontend",
+        _toy_set("model.frontend={kind: logmel, n_mels: -1}"),
+        ["frontend.n_mels", "-1"],
+    ),
+    case(
+        "train / d_model 1e9 (2e18 parameters)",
+        _toy_set("model.d_model=1e9"),
+        ["model.d_model=1000000000", "parameters", "limit of 1e+09"],
+    ),
     case("train / unknown task", _train("nosuchtask"), ["nosuchtask", "available"]),
-    case("train / unknown preset", _train("toy", "--preset", "nosuch"),
-         ["unknown preset 'nosuch'"]),
+    case(
+        "train / unknown preset", _train("toy", "--preset", "nosuch"), ["unknown preset 'nosuch'"]
+    ),
     # ---- train: data folders (refused before the run folder is made)
-    case("train / missing --data dir",
-         lambda f, w: ["train", "speech", "--out", w / "run", "--data", f.missing, *SPEECH_SMALL],
-         ["not found", "missing"]),
-    case("train / empty --data dir",
-         lambda f, w: ["train", "speech", "--out", w / "run", "--data", f.empty_dir,
-                       *SPEECH_SMALL],
-         ["validation_list.txt", "empty_dir"]),
-    case("train / --data is a file",
-         lambda f, w: ["train", "speech", "--out", w / "run", "--data", f.text, *SPEECH_SMALL],
-         ["--data", "is a file"]),
-    case("train / empty bidmc --data dir",
-         lambda f, w: ["train", "bidmc", "--out", w / "run", "--data", f.empty_dir],
-         ["empty_dir", "BIDMC"]),
-    case("train / --resume random bytes",
-         lambda f, w: ["train", "toy", "--out", w / "run", "--resume", f.random],
-         ["random.bin", "not a readable"]),
-    case("train / --resume malicious pickle",
-         lambda f, w: ["train", "toy", "--out", w / "run", "--resume", f.evil_pickle],
-         ["evil.pt", "not a readable"]),
+    case(
+        "train / missing --data dir",
+        lambda f, w: ["train", "speech", "--out", w / "run", "--data", f.missing, *SPEECH_SMALL],
+        ["not found", "missing"],
+    ),
+    case(
+        "train / empty --data dir",
+        lambda f, w: ["train", "speech", "--out", w / "run", "--data", f.empty_dir, *SPEECH_SMALL],
+        ["validation_list.txt", "empty_dir"],
+    ),
+    case(
+        "train / --data is a file",
+        lambda f, w: ["train", "speech", "--out", w / "run", "--data", f.text, *SPEECH_SMALL],
+        ["--data", "is a file"],
+    ),
+    case(
+        "train / empty bidmc --data dir",
+        lambda f, w: ["train", "bidmc", "--out", w / "run", "--data", f.empty_dir],
+        ["empty_dir", "BIDMC"],
+    ),
+    case(
+        "train / --resume random bytes",
+        lambda f, w: ["train", "toy", "--out", w / "run", "--resume", f.random],
+        ["random.bin", "not a readable"],
+    ),
+    case(
+        "train / --resume malicious pickle",
+        lambda f, w: ["train", "toy", "--out", w / "run", "--resume", f.evil_pickle],
+        ["evil.pt", "not a readable"],
+    ),
     # ---- export: every kind of bad checkpoint
     case("export / missing checkpoint", _export("missing"), ["checkpoint not found", "missing"]),
     case("export / random bytes", _export("random"), ["random.bin", "not a readable"]),
     case("export / text file", _export("text"), ["notes.txt", "not a readable"]),
     case("export / malicious pickle", _export("evil_pickle"), ["evil.pt", "not a readable"]),
-    case("export / malicious pickle in a torch zip", _export("evil_zip"),
-         ["evil_zip.pt", "not a readable"]),
+    case(
+        "export / malicious pickle in a torch zip",
+        _export("evil_zip"),
+        ["evil_zip.pt", "not a readable"],
+    ),
     case("export / truncated checkpoint", _export("trunc_ckpt"), ["truncated.pt", "truncated"]),
     case("export / empty file", _export("empty_ckpt"), ["empty.pt", "not a readable"]),
-    case("export / torch file of another kind", _export("plain_ckpt"),
-         ["plain.pt", "format tag"]),
+    case("export / torch file of another kind", _export("plain_ckpt"), ["plain.pt", "format tag"]),
     case("export / future checkpoint version", _export("future_ckpt"), ["future.pt", "99"]),
-    case("export / checkpoint without weights", _export("nomodel_ckpt"),
-         ["no_model.pt", "'model'"]),
-    case("export / weights of another size", _export("mismatch_ckpt"),
-         ["mismatch.pt", "does not match its model config"]),
-    case("export / negative d_model in the checkpoint config", _export("negdim_ckpt"),
-         ["d_model"]),
+    case(
+        "export / checkpoint without weights", _export("nomodel_ckpt"), ["no_model.pt", "'model'"]
+    ),
+    case(
+        "export / weights of another size",
+        _export("mismatch_ckpt"),
+        ["mismatch.pt", "does not match its model config"],
+    ),
+    case("export / negative d_model in the checkpoint config", _export("negdim_ckpt"), ["d_model"]),
     case("export / directory", _export("empty_dir"), ["is a directory"]),
     case("export / chunk 0", _export("ckpt", "--chunk", "0"), ["--chunk", "0"]),
     # ---- evaluate
-    case("evaluate / malicious pickle", lambda f, w: ["evaluate", f.evil_pickle],
-         ["evil.pt", "not a readable"]),
-    case("evaluate / truncated checkpoint", lambda f, w: ["evaluate", f.trunc_ckpt],
-         ["truncated.pt"]),
+    case(
+        "evaluate / malicious pickle",
+        lambda f, w: ["evaluate", f.evil_pickle],
+        ["evil.pt", "not a readable"],
+    ),
+    case(
+        "evaluate / truncated checkpoint", lambda f, w: ["evaluate", f.trunc_ckpt], ["truncated.pt"]
+    ),
     # ---- kws: models
     case("kws / missing model", _kws("missing"), ["model not found", "missing"]),
     case("kws / random bytes as model", _kws("random"), ["random.bin", "not a valid ONNX"]),
     case("kws / checkpoint as model", _kws("ckpt"), ["good.pt", "not a valid ONNX"]),
     case("kws / truncated ONNX", _kws("trunc_onnx"), ["truncated.onnx", "not a valid ONNX"]),
-    case("kws / ONNX of another program", _kws("plain_onnx"),
-         ["identity.onnx", "not a liquid-stream streaming model"]),
+    case(
+        "kws / ONNX of another program",
+        _kws("plain_onnx"),
+        ["identity.onnx", "not a liquid-stream streaming model"],
+    ),
     case("kws / regression model", _kws("reg"), ["regression.onnx", "regression model"]),
     case("kws / vital-sign model", _kws("hr"), ["hr.onnx", "not a keyword classifier"]),
     case("kws / ONNX state_spec not JSON", _kws("meta_spec"), ["bad_state_spec.onnx"]),
     case("kws / ONNX without d_input", _kws("meta_no_din"), ["no_d_input.onnx", "d_input"]),
     case("kws / ONNX sample_rate not a number", _kws("meta_sr"), ["sr_text.onnx", "sample"]),
     case("kws / ONNX negative sample_rate", _kws("meta_neg_sr"), ["sr_negative.onnx", "sample"]),
-    case("kws / ONNX silence_class not an int", _kws("meta_silence"),
-         ["silence_text.onnx", "silence"]),
-    case("kws / unknown keyword", _kws("tone", "wav", "--keywords", "hello"),
-         ["unknown keyword", "hello"]),
+    case(
+        "kws / ONNX silence_class not an int",
+        _kws("meta_silence"),
+        ["silence_text.onnx", "silence"],
+    ),
+    case(
+        "kws / unknown keyword",
+        _kws("tone", "wav", "--keywords", "hello"),
+        ["unknown keyword", "hello"],
+    ),
     case("kws / threshold 2", _kws("tone", "wav", "--threshold", "2"), ["--threshold"]),
     # ---- kws: WAVs
     case("kws / missing WAV", _kws("tone", "missing"), ["audio file not found"]),
@@ -449,10 +550,14 @@ CLI_ERRORS = [
     case("kws / corrupt WAV", _kws("tone", "wav_corrupt"), ["corrupt.wav", "malformed WAV"]),
     case("kws / truncated WAV", _kws("tone", "wav_trunc"), ["truncated.wav", "truncated WAV"]),
     case("kws / A-law WAV", _kws("tone", "wav_alaw"), ["alaw.wav", "unsupported WAV encoding"]),
-    case("kws / NaN sample in WAV", _kws("tone", "wav_nan"),
-         ["nan.wav", f"at {BAD_S:.3f} s", "NaN"]),
-    case("kws / 1e30 sample in WAV", _kws("tone", "wav_big"),
-         ["big.wav", f"at {BAD_S:.3f} s", "sample value 1e+30", "outside the accepted range"]),
+    case(
+        "kws / NaN sample in WAV", _kws("tone", "wav_nan"), ["nan.wav", f"at {BAD_S:.3f} s", "NaN"]
+    ),
+    case(
+        "kws / 1e30 sample in WAV",
+        _kws("tone", "wav_big"),
+        ["big.wav", f"at {BAD_S:.3f} s", "sample value 1e+30", "outside the accepted range"],
+    ),
     # ---- kws-eval
     case("kws-eval / missing model", _kws_eval("missing"), ["model not found"]),
     case("kws-eval / regression model", _kws_eval("reg"), ["regression model"]),
@@ -460,63 +565,127 @@ CLI_ERRORS = [
     case("kws-eval / truncated WAV", _kws_eval(wav_key="wav_trunc"), ["truncated WAV"]),
     case("kws-eval / empty WAV file", _kws_eval(wav_key="wav_empty"), ["empty.wav", "not a WAV"]),
     case("kws-eval / WAV without samples", _kws_eval(wav_key="wav_zero"), ["no_samples.wav"]),
-    case("kws-eval / NaN sample in WAV", _kws_eval(wav_key="wav_nan", out=False),
-         ["nan.wav", f"at {BAD_S:.3f} s", "NaN"]),
-    case("kws-eval / 1e30 sample in WAV", _kws_eval(wav_key="wav_big", out=False),
-         ["big.wav", "sample value 1e+30"]),
-    case("kws-eval / labels missing columns", _kws_eval(csv_key="csv_nocols"),
-         ["no_columns.csv", "start_s,end_s,word,is_keyword"]),
-    case("kws-eval / labels bad row", _kws_eval(csv_key="csv_badrow"),
-         ["bad_row.csv:2", "bad row", "'abc'"]),
-    case("kws-eval / labels end before start", _kws_eval(csv_key="csv_backwards"),
-         ["backwards.csv:2", "end_s before start_s"]),
-    case("kws-eval / empty labels file", _kws_eval(csv_key="csv_empty"),
-         ["empty.csv", "expected a CSV"]),
+    case(
+        "kws-eval / NaN sample in WAV",
+        _kws_eval(wav_key="wav_nan", out=False),
+        ["nan.wav", f"at {BAD_S:.3f} s", "NaN"],
+    ),
+    case(
+        "kws-eval / 1e30 sample in WAV",
+        _kws_eval(wav_key="wav_big", out=False),
+        ["big.wav", "sample value 1e+30"],
+    ),
+    case(
+        "kws-eval / labels missing columns",
+        _kws_eval(csv_key="csv_nocols"),
+        ["no_columns.csv", "start_s,end_s,word,is_keyword"],
+    ),
+    case(
+        "kws-eval / labels bad row",
+        _kws_eval(csv_key="csv_badrow"),
+        ["bad_row.csv:2", "bad row", "'abc'"],
+    ),
+    case(
+        "kws-eval / labels end before start",
+        _kws_eval(csv_key="csv_backwards"),
+        ["backwards.csv:2", "end_s before start_s"],
+    ),
+    case(
+        "kws-eval / empty labels file",
+        _kws_eval(csv_key="csv_empty"),
+        ["empty.csv", "expected a CSV"],
+    ),
     case("kws-eval / missing labels", _kws_eval(csv_key="missing"), ["labels file not found"]),
     # ---- kws-tune
-    case("kws-tune / NaN sample in WAV", _kws_tune(wav_key="wav_nan"),
-         [f"at {BAD_S:.3f} s", "NaN"]),
+    case(
+        "kws-tune / NaN sample in WAV", _kws_tune(wav_key="wav_nan"), [f"at {BAD_S:.3f} s", "NaN"]
+    ),
     case("kws-tune / regression model", _kws_tune("reg"), ["regression model"]),
     case("kws-tune / labels bad row", _kws_tune(csv_key="csv_badrow"), ["bad_row.csv:2"]),
     case("kws-tune / WAV without samples", _kws_tune(wav_key="wav_zero"), ["no_samples.wav"]),
-    case("kws-tune / labels without a keyword of the model", _kws_tune(csv_key="csv_nokw"),
-         ["no keyword event", "440 Hz"]),
+    case(
+        "kws-tune / labels without a keyword of the model",
+        _kws_tune(csv_key="csv_nokw"),
+        ["no keyword event", "440 Hz"],
+    ),
     # ---- data kws-stream / speech-synth
-    case("kws-stream / missing data dir", _kws_stream(lambda f: f.missing),
-         ["Speech Commands root not found", "missing"]),
-    case("kws-stream / empty data dir", _kws_stream(lambda f: f.empty_dir),
-         ["testing_list.txt", "not a Speech Commands"]),
-    case("speech-synth / per-word 0",
-         lambda f, w: ["data", "speech-synth", w / "synth", "--per-word", "0"],
-         ["--per-word", "0"]),
-    case("speech-synth / unknown word",
-         lambda f, w: ["data", "speech-synth", w / "synth", "--per-word", "3", "--words",
-                       "yes,banana"],
-         ["--words", "banana"]),
+    case(
+        "kws-stream / missing data dir",
+        _kws_stream(lambda f: f.missing),
+        ["Speech Commands root not found", "missing"],
+    ),
+    case(
+        "kws-stream / empty data dir",
+        _kws_stream(lambda f: f.empty_dir),
+        ["testing_list.txt", "not a Speech Commands"],
+    ),
+    case(
+        "speech-synth / per-word 0",
+        lambda f, w: ["data", "speech-synth", w / "synth", "--per-word", "0"],
+        ["--per-word", "0"],
+    ),
+    case(
+        "speech-synth / unknown word",
+        lambda f, w: [
+            "data",
+            "speech-synth",
+            w / "synth",
+            "--per-word",
+            "3",
+            "--words",
+            "yes,banana",
+        ],
+        ["--words", "banana"],
+    ),
     # ---- vitals
     case("vitals / missing record", _vitals(rec_key="missing"), ["record not found"]),
-    case("vitals / record lacking channel II", _vitals(rec_key="rec_no_ii"),
-         ["noii", "'II'", "hr.onnx"]),
-    case("vitals / record without its .dat", _vitals(rec_key="rec_no_dat"),
-         ["nodat.dat", "missing"]),
+    case(
+        "vitals / record lacking channel II",
+        _vitals(rec_key="rec_no_ii"),
+        ["noii", "'II'", "hr.onnx"],
+    ),
+    case(
+        "vitals / record without its .dat", _vitals(rec_key="rec_no_dat"), ["nodat.dat", "missing"]
+    ),
     case("vitals / garbage header", _vitals(rec_key="rec_garbage"), ["garbage.hea"]),
     case("vitals / keyword model", _vitals("tone"), ["tone.onnx", "not a vital-sign model"]),
     case("vitals / regression model of no target", _vitals("reg"), ["regression.onnx"]),
     case("vitals / random bytes as model", _vitals("random"), ["random.bin", "not a valid ONNX"]),
     case("vitals / missing model", _vitals("missing"), ["ONNX model not found"]),
-    case("vitals / ONNX of another program", _vitals("plain_onnx"),
-         ["identity.onnx", "not a liquid-stream"]),
+    case(
+        "vitals / ONNX of another program",
+        _vitals("plain_onnx"),
+        ["identity.onnx", "not a liquid-stream"],
+    ),
     case("vitals / ONNX state_spec not JSON", _vitals("meta_spec"), ["bad_state_spec.onnx"]),
-    case("vitals / same vital twice",
-         lambda f, w: ["vitals", f.hr, f.hr, "--record", f.rec, "--speed", "max", "--no-ui",
-                       "--out", w / "vitals"],
-         ["two models estimate hr"]),
-    case("vitals / alarm on an unknown vital", _vitals("hr", "rec", "--alarm", "bp>120"),
-         ["unknown vital 'bp'"]),
-    case("vitals / alarm without its model", _vitals("hr", "rec", "--alarm", "rr>30"),
-         ["rr>30", "needs a rr model"]),
+    case(
+        "vitals / same vital twice",
+        lambda f, w: [
+            "vitals",
+            f.hr,
+            f.hr,
+            "--record",
+            f.rec,
+            "--speed",
+            "max",
+            "--no-ui",
+            "--out",
+            w / "vitals",
+        ],
+        ["two models estimate hr"],
+    ),
+    case(
+        "vitals / alarm on an unknown vital",
+        _vitals("hr", "rec", "--alarm", "bp>120"),
+        ["unknown vital 'bp'"],
+    ),
+    case(
+        "vitals / alarm without its model",
+        _vitals("hr", "rec", "--alarm", "rr>30"),
+        ["rr>30", "needs a rr model"],
+    ),
     case("vitals / speed 0", _vitals("hr", "rec", "--speed", "0"), ["--speed", "> 0"]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("argv, needles", CLI_ERRORS)
@@ -599,8 +768,7 @@ def test_cli_vitals_bridges_a_short_nan_gap(F, work):
     s = _vitals_summary(work, "gap")
     assert s["gaps"]["hr"]["short_gaps"] == 1 and s["gaps"]["hr"]["long_gaps"] == 0
     assert s["gaps"]["hr"]["short_gap_s"] == pytest.approx(0.5, abs=0.01)
-    assert _vitals_statuses(work, "gap") == ["warmup"] + ["ok"] * 7 + ["bridged"] * 2 + [
-        "ok"] * 10  # fmt: skip
+    assert _vitals_statuses(work, "gap") == ["warmup"] + ["ok"] * 7 + ["bridged"] * 2 + ["ok"] * 10
     assert "1 short, interpolated" in r.output
 
 
@@ -642,17 +810,28 @@ def test_cli_vitals_streams_what_a_truncated_record_holds(F, work):
 @pytest.mark.parametrize(
     "argv, needles",
     [
-        case("liquid-stream export / malicious pickle", _export("evil_pickle"),
-             ["evil.pt", "not a readable"]),
-        case("liquid-stream kws / 1e30 sample in WAV", _kws("tone", "wav_big"),
-             ["big.wav", "sample value 1e+30"]),
+        case(
+            "liquid-stream export / malicious pickle",
+            _export("evil_pickle"),
+            ["evil.pt", "not a readable"],
+        ),
+        case(
+            "liquid-stream kws / 1e30 sample in WAV",
+            _kws("tone", "wav_big"),
+            ["big.wav", "sample value 1e+30"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_console_script_refuses(F, work, argv, needles):
     """The installed script: exit 1, no traceback anywhere, one error line on stderr."""
     script = Path(sys.executable).parent / "liquid-stream"
-    p = subprocess.run([str(script), *map(str, argv(F, work))], capture_output=True, text=True,
-                       timeout=120, cwd=work)  # fmt: skip
+    p = subprocess.run(
+        [str(script), *map(str, argv(F, work))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=work,
+    )
     assert p.returncode == 1, (p.stdout, p.stderr)
     assert "Traceback" not in p.stdout + p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
@@ -683,20 +862,33 @@ ONNX_BAD = [
     case("OnnxStreamer.process / -inf", _with(-np.inf), ["input step 7", "-inf"]),
     case("OnnxStreamer.process / 1e20", _with(1e20), ["sample value 1e+20", "outside"]),
     case("OnnxStreamer.process / int64 1e18", np.full((4, 1), 10**18), ["sample value 1e+18"]),
-    case("OnnxStreamer.process / two channels", np.zeros((80, 2), np.float32),
-         ["1 input channel(s)", "got 2"]),
-    case("OnnxStreamer.process / 4-D", np.zeros((1, 1, 80, 1), np.float32),
-         ["expected input of shape", "(1, 1, 80, 1)"]),
-    case("OnnxStreamer.process / wrong batch", np.zeros((3, 80, 1), np.float32),
-         ["holds 3 stream(s)", "state holds 1"]),
+    case(
+        "OnnxStreamer.process / two channels",
+        np.zeros((80, 2), np.float32),
+        ["1 input channel(s)", "got 2"],
+    ),
+    case(
+        "OnnxStreamer.process / 4-D",
+        np.zeros((1, 1, 80, 1), np.float32),
+        ["expected input of shape", "(1, 1, 80, 1)"],
+    ),
+    case(
+        "OnnxStreamer.process / wrong batch",
+        np.zeros((3, 80, 1), np.float32),
+        ["holds 3 stream(s)", "state holds 1"],
+    ),
     case("OnnxStreamer.process / string", "abc", ["expected input of shape"]),
-    case("OnnxStreamer.process / array of strings", np.array([["0.1"], ["0.2"]]),
-         ["numeric", "<U3"]),
-    case("OnnxStreamer.process / None values", np.array([[0.1], [None]], dtype=object),
-         ["numeric", "object"]),
+    case(
+        "OnnxStreamer.process / array of strings", np.array([["0.1"], ["0.2"]]), ["numeric", "<U3"]
+    ),
+    case(
+        "OnnxStreamer.process / None values",
+        np.array([[0.1], [None]], dtype=object),
+        ["numeric", "object"],
+    ),
     case("OnnxStreamer.process / booleans", np.ones((8, 1), bool), ["numeric", "bool"]),
     case("OnnxStreamer.process / complex", np.full((8, 1), 0.1 + 1e30j), ["complex"]),
-]  # fmt: skip
+]
 
 
 @pytest.fixture(scope="session")
@@ -745,7 +937,7 @@ def test_onnx_streamer_refuses_and_state_is_kept(F, onnx_reference, chunk, needl
         case("OnnxStreamer() / no d_input", "meta_no_din", ["d_input"]),
         case("OnnxStreamer() / sample_rate not a number", "meta_sr", ["sample_rate"]),
     ],
-)  # fmt: skip
+)
 def test_onnx_streamer_refuses_bad_files(F, key, needles):
     expect_refusal(lambda: OnnxStreamer(getattr(F, key), threads=1), OnnxModelError, needles)
 
@@ -782,29 +974,60 @@ STREAM_BAD = [
     case("StreamingModel / 1e20", _bad_value(1e20), None, ["sample value 1e+20"]),
     case("StreamingModel / T=0", torch.zeros(1, 0, 1), None, ["no time steps"]),
     case("StreamingModel / wrong width", torch.zeros(1, 20, 2), None, ["1 input channel(s)"]),
-    case("StreamingModel / wrong batch", torch.zeros(2, 20, 1), None,
-         ["holds 2 stream(s)", "state holds 1"]),
+    case(
+        "StreamingModel / wrong batch",
+        torch.zeros(2, 20, 1),
+        None,
+        ["holds 2 stream(s)", "state holds 1"],
+    ),
     case("StreamingModel / 2-D input", torch.zeros(20, 1), None, ["expected input of shape"]),
-    case("StreamingModel / float64", torch.zeros(1, 20, 1, dtype=torch.float64), None,
-         ["torch.float32", "torch.float64"]),
-    case("StreamingModel / int64", torch.zeros(1, 20, 1, dtype=torch.int64), None,
-         ["torch.int64"]),
-    case("StreamingModel / numpy input", np.zeros((1, 20, 1), np.float32), None,
-         ["torch.Tensor", "ndarray"]),
+    case(
+        "StreamingModel / float64",
+        torch.zeros(1, 20, 1, dtype=torch.float64),
+        None,
+        ["torch.float32", "torch.float64"],
+    ),
+    case("StreamingModel / int64", torch.zeros(1, 20, 1, dtype=torch.int64), None, ["torch.int64"]),
+    case(
+        "StreamingModel / numpy input",
+        np.zeros((1, 20, 1), np.float32),
+        None,
+        ["torch.Tensor", "ndarray"],
+    ),
     case("StreamingModel / state not a dict", X, lambda: [], ["dict of init_state", "list"]),
-    case("StreamingModel / foreign state, extra key", X,
-         lambda: {**_foreign_state(), "zzz": torch.zeros(1)}, ["does not belong", "zzz"]),
-    case("StreamingModel / foreign state, missing key", X,
-         lambda: {k: v for k, v in _foreign_state().items() if k != "decoder.history"},
-         ["does not belong", "decoder.history"]),
-    case("StreamingModel / foreign state, other window", X,
-         lambda: _foreign_state(decoder_window=16), ["state"]),
-    case("StreamingModel / foreign state, other d_model", X,
-         lambda: _foreign_state(d_model=16), ["state"]),
-    case("StreamingModel / state in float64", X,
-         lambda: {k: v.double() if v.is_floating_point() else v
-                  for k, v in _foreign_state().items()}, ["state"]),
-]  # fmt: skip
+    case(
+        "StreamingModel / foreign state, extra key",
+        X,
+        lambda: {**_foreign_state(), "zzz": torch.zeros(1)},
+        ["does not belong", "zzz"],
+    ),
+    case(
+        "StreamingModel / foreign state, missing key",
+        X,
+        lambda: {k: v for k, v in _foreign_state().items() if k != "decoder.history"},
+        ["does not belong", "decoder.history"],
+    ),
+    case(
+        "StreamingModel / foreign state, other window",
+        X,
+        lambda: _foreign_state(decoder_window=16),
+        ["state"],
+    ),
+    case(
+        "StreamingModel / foreign state, other d_model",
+        X,
+        lambda: _foreign_state(d_model=16),
+        ["state"],
+    ),
+    case(
+        "StreamingModel / state in float64",
+        X,
+        lambda: {
+            k: v.double() if v.is_floating_point() else v for k, v in _foreign_state().items()
+        },
+        ["state"],
+    ),
+]
 
 
 @pytest.mark.parametrize("x, make_state, needles", STREAM_BAD)
@@ -853,27 +1076,44 @@ def test_bidirectional_model_cannot_stream():
         case("LiquidS4Model / d_output=0", {"d_output": 0}, ["d_output"]),
         case("LiquidS4Model / d_state=1", {"d_state": 1}, ["d_state"]),
         case("LiquidS4Model / liquid='xyz'", {"liquid": "xyz"}, ["liquid", "'xyz'"]),
-        case("LiquidS4Model / liquid_order=1", {"liquid": "pb", "liquid_order": 1},
-             ["liquid_order", "1"]),
+        case(
+            "LiquidS4Model / liquid_order=1",
+            {"liquid": "pb", "liquid_order": 1},
+            ["liquid_order", "1"],
+        ),
         case("LiquidS4Model / mode='s4'", {"mode": "s4"}, ["mode", "'s4'"]),
         case("LiquidS4Model / decoder='mean'", {"decoder": "mean"}, ["decoder", "'mean'"]),
-        case("LiquidS4Model / decoder_window=0", {"decoder": "window", "decoder_window": 0},
-             ["decoder_window"]),
-        case("LiquidS4Model / dt_min > dt_max", {"dt_min": 0.5, "dt_max": 0.1},
-             ["dt_min", "0.5"]),
+        case(
+            "LiquidS4Model / decoder_window=0",
+            {"decoder": "window", "decoder_window": 0},
+            ["decoder_window"],
+        ),
+        case("LiquidS4Model / dt_min > dt_max", {"dt_min": 0.5, "dt_max": 0.1}, ["dt_min", "0.5"]),
         case("LiquidS4Model / norm='group'", {"norm": "group"}, ["norm", "'group'"]),
         case("LiquidS4Model / output_scale=0", {"output_scale": 0.0}, ["output_scale"]),
-        case("LiquidS4Model / frontend kind mfcc", {"frontend": {"kind": "mfcc"}},
-             ["frontend.kind", "'mfcc'"]),
-        case("LiquidS4Model / frontend n_mels=-3", {"frontend": {"kind": "logmel", "n_mels": -3}},
-             ["frontend.n_mels", "-3"]),
-        case("LiquidS4Model / frontend unknown field",
-             {"frontend": {"kind": "logmel", "bogus": 1}}, ["frontend", "bogus"]),
+        case(
+            "LiquidS4Model / frontend kind mfcc",
+            {"frontend": {"kind": "mfcc"}},
+            ["frontend.kind", "'mfcc'"],
+        ),
+        case(
+            "LiquidS4Model / frontend n_mels=-3",
+            {"frontend": {"kind": "logmel", "n_mels": -3}},
+            ["frontend.n_mels", "-3"],
+        ),
+        case(
+            "LiquidS4Model / frontend unknown field",
+            {"frontend": {"kind": "logmel", "bogus": 1}},
+            ["frontend", "bogus"],
+        ),
         case("LiquidS4Model / frontend not a dict", {"frontend": "logmel"}, ["frontend"]),
-        case("LiquidS4Model / log-mel front end on 2 inputs",
-             {"d_input": 2, "frontend": {"kind": "logmel"}}, ["log-mel", "d_input"]),
+        case(
+            "LiquidS4Model / log-mel front end on 2 inputs",
+            {"d_input": 2, "frontend": {"kind": "logmel"}},
+            ["log-mel", "d_input"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_model_constructor_refuses(kwargs, needles):
     args = {"d_input": 1, "d_output": 3, "d_model": 8, "n_layers": 1, "d_state": 4, **kwargs}
     expect_refusal(lambda: LiquidS4Model(**args), (ValueError, TypeError), needles)
@@ -898,7 +1138,7 @@ def test_model_constructor_refuses(kwargs, needles):
         case("load_checkpoint / future version", "future_ckpt", ["version 99"]),
         case("load_checkpoint / no weights", "nomodel_ckpt", ["incomplete", "'model'"]),
     ],
-)  # fmt: skip
+)
 def test_load_checkpoint_refuses(F, key, needles):
     expect_refusal(lambda: load_checkpoint(getattr(F, key)), CheckpointError, needles)
     assert not F.marker.exists(), "the malicious pickle ran"
@@ -907,11 +1147,14 @@ def test_load_checkpoint_refuses(F, key, needles):
 @pytest.mark.parametrize(
     "key, needles",
     [
-        case("model_from_checkpoint / weights of another size", "mismatch_ckpt",
-             ["does not match its model config", "size mismatch"]),
+        case(
+            "model_from_checkpoint / weights of another size",
+            "mismatch_ckpt",
+            ["does not match its model config", "size mismatch"],
+        ),
         case("model_from_checkpoint / negative d_model", "negdim_ckpt", ["d_model"]),
     ],
-)  # fmt: skip
+)
 def test_model_from_checkpoint_refuses(F, key, needles):
     expect_refusal(lambda: model_from_checkpoint(getattr(F, key)), CheckpointError, needles)
 
@@ -998,8 +1241,7 @@ def test_vitals_monitor_treats_inf_as_a_short_gap(F, vital_chunks):
     chunks = [c.copy() for c in vital_chunks]
     chunks[8][40:60, 1] = np.inf
     ests = [e for c in chunks for e in mon.push(c)] + mon.flush()
-    assert [e.status["hr"] for e in ests] == ["warmup"] + ["ok"] * 7 + ["bridged"] * 2 + [
-        "ok"] * 10  # fmt: skip
+    assert [e.status["hr"] for e in ests] == ["warmup"] + ["ok"] * 7 + ["bridged"] * 2 + ["ok"] * 10
     assert mon.gap_counts()["hr"]["short_gaps"] == 1
     assert all(np.isfinite(e.values["hr"]) for e in ests)
 
@@ -1010,10 +1252,14 @@ def test_vitals_monitor_treats_inf_as_a_short_gap(F, vital_chunks):
         case("VitalsMonitor.push / wrong width", np.zeros((5, 3)), ValueError, ["(T, 2)"]),
         case("VitalsMonitor.push / 1-D", np.zeros(5), ValueError, ["(T, 2)"]),
         case("VitalsMonitor.push / strings", np.array([["a", "b"]]), ValueError, ["string"]),
-        case("VitalsMonitor.push / dict without II", {"PLETH": np.zeros(5)},
-             (ValueError, KeyError), ["II"]),
+        case(
+            "VitalsMonitor.push / dict without II",
+            {"PLETH": np.zeros(5)},
+            (ValueError, KeyError),
+            ["II"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_vitals_monitor_refuses_malformed_chunks(F, chunk, types, needles):
     from liquid_stream.apps.vitals_monitor import VitalsMonitor
 

@@ -47,18 +47,19 @@ from liquid_stream.meta import MetaError, ModelMeta
 from liquid_stream.models import available, shipped
 from liquid_stream.onnx_streamer import OnnxModelError
 
-TOY_META = {"task": "toy", "labels": ["silence", "440 Hz", "880 Hz"], "sample_rate": 8000,
-            "silence_class": 0, "input_mean": [0.0], "input_std": [1.0], "d_input": 1,
-            "d_output": 3}  # fmt: skip
+TOY_META = {
+    "task": "toy",
+    "labels": ["silence", "440 Hz", "880 Hz"],
+    "sample_rate": 8000,
+    "silence_class": 0,
+    "input_mean": [0.0],
+    "input_std": [1.0],
+    "d_input": 1,
+    "d_output": 3,
+}
 
 
 # ============================================================================ helpers
-
-
-
-
-
-
 
 
 def check_integrity(model: onnx.ModelProto) -> bool:
@@ -106,14 +107,32 @@ def M(tmp_path_factory):
     try:
         info = train_tone_spotter(d / "tone.onnx")
         torch.manual_seed(0)
-        model = LiquidS4Model(d_input=1, d_output=3, d_model=8, n_layers=1, d_state=4,
-                              liquid="pb", liquid_order=2, norm="batch", decoder="window",
-                              decoder_window=8)  # fmt: skip
+        model = LiquidS4Model(
+            d_input=1,
+            d_output=3,
+            d_model=8,
+            n_layers=1,
+            d_state=4,
+            liquid="pb",
+            liquid_order=2,
+            norm="batch",
+            decoder="window",
+            decoder_window=8,
+        )
         save_checkpoint(d / "good.pt", model, TOY_META)
         # the same model with a decoder that overflows float32: verification must fail
-        bad = LiquidS4Model(d_input=1, d_output=3, d_model=8, n_layers=1, d_state=4,
-                            liquid="pb", liquid_order=2, norm="batch", decoder="window",
-                            decoder_window=8)  # fmt: skip
+        bad = LiquidS4Model(
+            d_input=1,
+            d_output=3,
+            d_model=8,
+            n_layers=1,
+            d_state=4,
+            liquid="pb",
+            liquid_order=2,
+            norm="batch",
+            decoder="window",
+            decoder_window=8,
+        )
         bad.load_state_dict(model.state_dict())
         with torch.no_grad():
             bad.head.weight.fill_(3e38)
@@ -123,9 +142,19 @@ def M(tmp_path_factory):
         torch.set_num_threads(threads)
     wav = write_tone_wav(d / "tones.wav")
     labels = write_labels_csv(d / "tones.csv")
-    return type("M", (), dict(dir=d, tone=info["path"], wav=wav, labels=labels,
-                              ckpt=d / "good.pt", overflow=d / "overflow.pt",
-                              hr=d / "hr.onnx"))  # fmt: skip
+    return type(
+        "M",
+        (),
+        dict(
+            dir=d,
+            tone=info["path"],
+            wav=wav,
+            labels=labels,
+            ckpt=d / "good.pt",
+            overflow=d / "overflow.pt",
+            hr=d / "hr.onnx",
+        ),
+    )
 
 
 # ===================================================== C: publish only verified graphs
@@ -136,15 +165,30 @@ def test_export_killed_while_verifying_leaves_no_graph_and_the_next_run_cleans_u
     graph was in a hidden sibling, which the next export into the folder removes."""
     out = tmp_path / "m.onnx"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "liquid_stream.cli", "export", str(M.ckpt), "--onnx",
-           str(out), "--chunk", "8", "--verify", "--verify-length", "400000"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "liquid_stream.cli",
+        "export",
+        str(M.ckpt),
+        "--onnx",
+        str(out),
+        "--chunk",
+        "8",
+        "--verify",
+        "--verify-length",
+        "400000",
+    ]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and p.poll() is None:
             # the graph is written (a file of the target's with content): it is verifying
-            if any(f.name.startswith((".m.onnx", "m.onnx")) and f.stat().st_size > 1000
-                   for f in tmp_path.iterdir() if f.is_file()):  # fmt: skip
+            if any(
+                f.name.startswith((".m.onnx", "m.onnx")) and f.stat().st_size > 1000
+                for f in tmp_path.iterdir()
+                if f.is_file()
+            ):
                 break
             time.sleep(0.05)
         assert p.poll() is None, p.communicate()
@@ -157,8 +201,9 @@ def test_export_killed_while_verifying_leaves_no_graph_and_the_next_run_cleans_u
     assert not out.exists(), "an unverified graph was published where the apps load it"
     left = hidden(tmp_path)
     assert left and all(n.startswith(".m.onnx.") and n.endswith(".tmp") for n in left), left
-    r = invoke(["export", M.ckpt, "--onnx", out, "--chunk", "8", "--verify",
-                "--verify-length", "500"])  # fmt: skip
+    r = invoke(
+        ["export", M.ckpt, "--onnx", out, "--chunk", "8", "--verify", "--verify-length", "500"]
+    )
     assert r.exit_code == 0, r.output
     assert out.is_file() and hidden(tmp_path) == []  # the killed run's temporary removed
     assert check_integrity(onnx.load(str(out)))
@@ -166,12 +211,14 @@ def test_export_killed_while_verifying_leaves_no_graph_and_the_next_run_cleans_u
 
 def test_failed_verify_keeps_the_old_graph(M, tmp_path):
     out = tmp_path / "m.onnx"
-    r = invoke(["export", M.ckpt, "--onnx", out, "--chunk", "8", "--verify",
-                "--verify-length", "500"])  # fmt: skip
+    r = invoke(
+        ["export", M.ckpt, "--onnx", out, "--chunk", "8", "--verify", "--verify-length", "500"]
+    )
     assert r.exit_code == 0, r.output
     good = out.read_bytes()
-    r = invoke(["export", M.overflow, "--onnx", out, "--chunk", "8", "--verify",
-                "--verify-length", "500"])  # fmt: skip
+    r = invoke(
+        ["export", M.overflow, "--onnx", out, "--chunk", "8", "--verify", "--verify-length", "500"]
+    )
     assert_one_line_error(r, [])
     assert out.read_bytes() == good, "re-exporting over a good graph lost it"
     assert hidden(tmp_path) == []
@@ -181,19 +228,50 @@ def test_failed_int8_verify_keeps_the_old_int8_graph(M, tmp_path):
     from liquid_stream.export.pipeline import export_model
 
     out = tmp_path / "q.onnx"
-    r = invoke(["export", M.tone, "--onnx", out, "--quantize", "int8", "--verify",
-                "--verify-length", "1000"])  # fmt: skip
+    r = invoke(
+        [
+            "export",
+            M.tone,
+            "--onnx",
+            out,
+            "--quantize",
+            "int8",
+            "--verify",
+            "--verify-length",
+            "1000",
+        ]
+    )
     assert r.exit_code == 0, r.output
     good = out.read_bytes()
     bad_f32 = tmp_path / "f32" / "overflow.onnx"  # a float graph whose outputs overflow
-    model = LiquidS4Model(d_input=1, d_output=3, d_model=8, n_layers=1, d_state=4,
-                          liquid="pb", liquid_order=2, norm="batch", decoder="window",
-                          decoder_window=8)  # fmt: skip
+    model = LiquidS4Model(
+        d_input=1,
+        d_output=3,
+        d_model=8,
+        n_layers=1,
+        d_state=4,
+        liquid="pb",
+        liquid_order=2,
+        norm="batch",
+        decoder="window",
+        decoder_window=8,
+    )
     with torch.no_grad():
         model.head.weight.fill_(3e38)
     export_model(model, bad_f32, chunk=8, meta=TOY_META)
-    r = invoke(["export", bad_f32, "--onnx", out, "--quantize", "int8", "--verify",
-                "--verify-length", "500"])  # fmt: skip
+    r = invoke(
+        [
+            "export",
+            bad_f32,
+            "--onnx",
+            out,
+            "--quantize",
+            "int8",
+            "--verify",
+            "--verify-length",
+            "500",
+        ]
+    )
     assert_one_line_error(r, [])
     assert out.read_bytes() == good
     assert hidden(tmp_path) == []
@@ -260,8 +338,9 @@ def test_stale_temporaries_are_removed_and_live_ones_kept(tmp_path):
         with atomic_dir(tmp_path / "sy") as d:
             (d / "a").write_text("a")
         left = set(hidden(tmp_path))
-        assert left == {names[k] for k in ("live", "other_host", "recent", "other_file",
-                                            "dir_live")}, left  # fmt: skip
+        assert left == {
+            names[k] for k in ("live", "other_host", "recent", "other_file", "dir_live")
+        }, left
         assert (tmp_path / "kws.onnx").read_bytes() == b"new"
     finally:
         live.kill()
@@ -330,8 +409,9 @@ def test_a_graph_without_the_hash_loads_with_a_one_line_warning(M, tmp_path, cap
 
 
 def test_duplicate_labels_are_refused(M, tmp_path):
-    dup = with_metadata(M.tone, tmp_path / "dup.onnx", integrity=None,
-                 labels='["silence", "440 Hz", "440 Hz"]')  # fmt: skip
+    dup = with_metadata(
+        M.tone, tmp_path / "dup.onnx", integrity=None, labels='["silence", "440 Hz", "440 Hz"]'
+    )
     r = invoke(["kws", dup, "--input", M.wav])
     assert_one_line_error(r, ["dup.onnx", "labels", "distinct"])
     with pytest.raises(MetaError, match="labels must be a list of distinct strings"):

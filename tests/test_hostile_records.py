@@ -126,21 +126,39 @@ def R(tmp_path_factory) -> SimpleNamespace:
     r.hr_tera = d / "hr_tera.onnx"
     export_vital_model(r.hr_tera, "hr", sample_rate=1e12)
     # a checkpoint of a one-step bidmc run on the good records, for `evaluate`
-    res = CliRunner().invoke(main, [
-        "train", "bidmc", "--data", str(r.good_dir), "--out", str(d / "run"), "--preset", "cpu",
-        "--max-steps", "1", "--set", "train.device=cpu", "--set", "train.progress=false",
-        *[a for s in ("model.d_model=4", "model.n_layers=1", "model.d_state=4",
-                      "data.window=250", "data.hop=250") for a in ("--set", s)],
-    ])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        [
+            "train",
+            "bidmc",
+            "--data",
+            str(r.good_dir),
+            "--out",
+            str(d / "run"),
+            "--preset",
+            "cpu",
+            "--max-steps",
+            "1",
+            "--set",
+            "train.device=cpu",
+            "--set",
+            "train.progress=false",
+            *[
+                a
+                for s in (
+                    "model.d_model=4",
+                    "model.n_layers=1",
+                    "model.d_state=4",
+                    "data.window=250",
+                    "data.hop=250",
+                )
+                for a in ("--set", s)
+            ],
+        ],
+    )
     assert res.exit_code == 0, res.output
     r.ckpt = d / "run" / "best.pt"
     return r
-
-
-
-
-
-
 
 
 def case(id_, *values):
@@ -151,19 +169,49 @@ def case(id_, *values):
 
 
 def _vitals(key, model="hr"):
-    return lambda r, w: ["vitals", getattr(r, model), "--record", getattr(r, key), "--speed",
-                         "max", "--no-ui", "--out", w / "vitals"]  # fmt: skip
+    return lambda r, w: [
+        "vitals",
+        getattr(r, model),
+        "--record",
+        getattr(r, key),
+        "--speed",
+        "max",
+        "--no-ui",
+        "--out",
+        w / "vitals",
+    ]
 
 
 def _train(key):
-    return lambda r, w: ["train", "bidmc", "--data", getattr(r, key).parent, "--out", w / "run",
-                         "--preset", "cpu", "--max-steps", "1", "--set", "train.device=cpu",
-                         "--set", "train.progress=false"]  # fmt: skip
+    return lambda r, w: [
+        "train",
+        "bidmc",
+        "--data",
+        getattr(r, key).parent,
+        "--out",
+        w / "run",
+        "--preset",
+        "cpu",
+        "--max-steps",
+        "1",
+        "--set",
+        "train.device=cpu",
+        "--set",
+        "train.progress=false",
+    ]
 
 
 def _evaluate(key):
-    return lambda r, w: ["evaluate", r.ckpt, "--data", getattr(r, key).parent, "--device", "cpu",
-                         "--out", w / "eval"]  # fmt: skip
+    return lambda r, w: [
+        "evaluate",
+        r.ckpt,
+        "--data",
+        getattr(r, key).parent,
+        "--device",
+        "cpu",
+        "--out",
+        w / "eval",
+    ]
 
 
 # (what the error must name, per bad record): the header and the problem
@@ -181,19 +229,39 @@ NEEDLES = {
 }
 CLI_ERRORS = (
     [case(f"vitals / {k}", _vitals(k), v) for k, v in NEEDLES.items()]
-    + [case("vitals / 5 Hz record", _vitals("slow_rate"),
-            ["slow_rate/bidmc01.hea", "5 Hz is below the 10 Hz"])]  # fmt: skip
+    + [
+        case(
+            "vitals / 5 Hz record",
+            _vitals("slow_rate"),
+            ["slow_rate/bidmc01.hea", "5 Hz is below the 10 Hz"],
+        )
+    ]
     + [case(f"train bidmc / {k}", _train(k), v) for k, v in NEEDLES.items()]
     + [case(f"evaluate / {k}", _evaluate(k), v) for k, v in NEEDLES.items()]
     + [
-        case("vitals / model sample_rate 1e12", _vitals("good", "hr_tera"),
-             ["hr_tera.onnx", "sample_rate 1e+12 Hz", "100000 Hz"]),
-        case("train / d_state 100000 on a tiny model",
-             lambda r, w: ["train", "toy", "--preset", "tiny", "--max-steps", "1", "--out",
-                           w / "run", "--set", "model.d_state=100000"],
-             ["model.d_state", "<= 4096", "MAX_D_STATE", "100000"]),
+        case(
+            "vitals / model sample_rate 1e12",
+            _vitals("good", "hr_tera"),
+            ["hr_tera.onnx", "sample_rate 1e+12 Hz", "100000 Hz"],
+        ),
+        case(
+            "train / d_state 100000 on a tiny model",
+            lambda r, w: [
+                "train",
+                "toy",
+                "--preset",
+                "tiny",
+                "--max-steps",
+                "1",
+                "--out",
+                w / "run",
+                "--set",
+                "model.d_state=100000",
+            ],
+            ["model.d_state", "<= 4096", "MAX_D_STATE", "100000"],
+        ),
     ]
-)  # fmt: skip
+)
 
 
 @pytest.mark.parametrize("argv, needles", CLI_ERRORS)
@@ -217,8 +285,7 @@ def test_cli_vitals_reads_a_non_ascii_record_name(R, work):
     s = _summary(work, "réc_ü")
     assert s["record"] == "réc_ü" and s["numerics"] == "réc_ün" and s["seconds"] == 40
     work2 = work / "again"
-    r = invoke(["vitals", R.hr, "--record", R.good, "--speed", "max", "--no-ui",
-                "--out", work2])  # fmt: skip
+    r = invoke(["vitals", R.hr, "--record", R.good, "--speed", "max", "--no-ui", "--out", work2])
     assert r.exit_code == 0, r.output
     same = json.loads((work2 / "bidmc01_summary.json").read_text())
     assert json.dumps(s["metrics"]) == json.dumps(same["metrics"])
@@ -248,8 +315,15 @@ def test_record_source_streams_block_by_block_the_same_numbers(R, monkeypatch, t
 
     x = np.random.default_rng(1).normal(size=(3000, 3))
     x[100:120, 1] = np.nan
-    wfdb.wrsamp("f24", fs=97.3, units=["mV"] * 3, sig_name=["RESP,", "PLETH,", "II,"],
-                p_signal=x, fmt=["24"] * 3, write_dir=str(tmp_path))  # fmt: skip
+    wfdb.wrsamp(
+        "f24",
+        fs=97.3,
+        units=["mV"] * 3,
+        sig_name=["RESP,", "PLETH,", "II,"],
+        p_signal=x,
+        fmt=["24"] * 3,
+        write_dir=str(tmp_path),
+    )
     monkeypatch.setattr(vr, "BLOCK_FRAMES", 37)
     for rec, cols in ((R.good_dir / "bidmc02", [2, 1]), (tmp_path / "f24", [2, 1])):
         src = vr.RecordSource(rec, ["II", "PLETH"])

@@ -102,8 +102,9 @@ def test_wav_source_streams_a_long_file_in_bounded_memory(tmp_path):
     assert peak < 4 * 2**20, f"peak {peak / 2**20:.1f} MB allocated while streaming"
 
 
-@pytest.mark.parametrize("dtype, channels", [("<i2", 1), ("u1", 2), ("<i4", 1), ("<f4", 3),
-                                             ("<f8", 1)])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype, channels", [("<i2", 1), ("u1", 2), ("<i4", 1), ("<f4", 3), ("<f8", 1)]
+)
 def test_wav_source_blocks_are_the_files_samples(tmp_path, dtype, channels):
     """Blocks of any size (17 samples, 10 ms, 1 s; slabs cut across them) concatenate to
     channel 0 of the file, decoded as scipy reads it and scaled to [-1, 1]."""
@@ -155,8 +156,10 @@ def test_a_wav_cut_while_it_streams_is_one_clear_error(tmp_path):
 
 @pytest.fixture(scope="module")
 def srv():
-    hosts = [vitals_host("ppg", [shipped(m) for m in PPG]),
-             vitals_host("ppg-ecg", [shipped(m) for m in PPG_ECG])]  # fmt: skip
+    hosts = [
+        vitals_host("ppg", [shipped(m) for m in PPG]),
+        vitals_host("ppg-ecg", [shipped(m) for m in PPG_ECG]),
+    ]
     with ServerThread(StreamServer(hosts, port=0, max_streams=16)) as s:
         yield s
 
@@ -168,8 +171,9 @@ def bed(seconds: float, channels: list[str], seed: int) -> np.ndarray:
 
 def monitor_events(models, channels, blocks, out_of_range="refuse") -> list[dict]:
     """The bed alone: a VitalsMonitor fed ``blocks``, as the server's events."""
-    mon = VitalsMonitor([shipped(m) for m in models], channels=channels, input_rate=FS,
-                        out_of_range=out_of_range)  # fmt: skip
+    mon = VitalsMonitor(
+        [shipped(m) for m in models], channels=channels, input_rate=FS, out_of_range=out_of_range
+    )
     ests = []
     for b in blocks:
         ests += mon.push(np.asarray(b, np.float64))
@@ -239,13 +243,31 @@ def test_a_block_of_the_wrong_channels_is_refused(srv):
     assert "(T, 2) rows" in errs[2]
     check_vitals(events, monitor_events(PPG_ECG, chans, good), "wrong-ch")
     with ServeClient(srv.url) as c:  # bare rows, asked for
-        c.ws.send(json.dumps({"op": "open", "model": "ppg", "channels": ["PLETH"],
-                              "sample_rate": FS, "framing": "raw"}))  # fmt: skip
+        c.ws.send(
+            json.dumps(
+                {
+                    "op": "open",
+                    "model": "ppg",
+                    "channels": ["PLETH"],
+                    "sample_rate": FS,
+                    "framing": "raw",
+                }
+            )
+        )
         assert c.recv(10)["framing"] == "raw"
         with pytest.raises(ServeClientError, match='framing must be "counted" or "raw"'):
             with ServeClient(srv.url) as d:
-                d.ws.send(json.dumps({"op": "open", "model": "ppg", "channels": ["PLETH"],
-                                      "sample_rate": FS, "framing": "packed"}))  # fmt: skip
+                d.ws.send(
+                    json.dumps(
+                        {
+                            "op": "open",
+                            "model": "ppg",
+                            "channels": ["PLETH"],
+                            "sample_rate": FS,
+                            "framing": "packed",
+                        }
+                    )
+                )
                 raise ServeClientError(d.recv(10)["message"])
 
 
@@ -254,11 +276,15 @@ def test_a_vitals_rate_too_low_for_its_channels_is_refused(srv):
     rate the channel needs; an ECG lead needs 60 Hz (its QRS band); rates that carry the
     channels open."""
     refused = [
-        ("ppg", ["PLETH"], 1, "sample_rate 1 Hz is too low for ppg: its PLETH channel needs "
-                              "at least 16 Hz"),
+        (
+            "ppg",
+            ["PLETH"],
+            1,
+            "sample_rate 1 Hz is too low for ppg: its PLETH channel needs at least 16 Hz",
+        ),
         ("ppg", ["PLETH"], 12.5, "PLETH channel needs at least 16 Hz"),
         ("ppg-ecg", ["PLETH", "II"], 25, "its II channel needs at least 60 Hz"),
-    ]  # fmt: skip
+    ]
     for model, chans, rate, why in refused:
         with ServeClient(srv.url) as c, pytest.raises(ServeClientError, match=why):
             c.open(model, channels=chans, sample_rate=rate)
@@ -276,8 +302,9 @@ def test_a_connection_that_never_opens_is_closed_after_the_timeout(tmp_path):
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
-    server = StreamServer([vitals_host("ppg", [shipped(m) for m in PPG])], port=0,
-                          open_timeout_s=1.0)  # fmt: skip
+    server = StreamServer(
+        [vitals_host("ppg", [shipped(m) for m in PPG])], port=0, open_timeout_s=1.0
+    )
     with ServerThread(server) as s:
         ok = ServeClient(s.url, stream_id="in-time")
         ok.open("ppg", channels=["PLETH"], sample_rate=FS)
@@ -316,9 +343,13 @@ def test_a_connection_that_never_opens_is_closed_after_the_timeout(tmp_path):
 
 def stream_to(url: str, wav: Path) -> subprocess.Popen:
     """``liquid-stream stream-to URL --input WAV`` (real time), started and opened."""
-    proc = subprocess.Popen([str(SCRIPT), "stream-to", url, "--input", str(wav)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(SCRIPT), "stream-to", url, "--input", str(wav)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     ready, _, _ = select.select([proc.stderr], [], [], 60)
     line = proc.stderr.readline() if ready else ""
     if not line.startswith("stream "):

@@ -18,8 +18,10 @@ from liquid_stream.training.data import images as im
 
 def cifar_fixture(root, n_train: int = 7, n_test: int = 6, seed: int = 0):
     rng = np.random.default_rng(seed)
-    train = (rng.integers(0, 256, (n_train, 32, 32, 3), dtype=np.uint8),
-             rng.integers(0, 10, n_train))  # fmt: skip
+    train = (
+        rng.integers(0, 256, (n_train, 32, 32, 3), dtype=np.uint8),
+        rng.integers(0, 10, n_train),
+    )
     test = (rng.integers(0, 256, (n_test, 32, 32, 3), dtype=np.uint8), rng.integers(0, 10, n_test))
     im.write_cifar10(root, train, test)
     return train, test
@@ -100,8 +102,9 @@ def test_gray_formula_and_standardisation_with_train_stats():
     assert gray[0, 2, 0] == pytest.approx((0.299 * 10 + 0.587 * 200 + 0.114 * 30) / 255, abs=1e-6)
     assert gray[0, [0, 1, 3], 0].tolist() == [0, 0, 0]
     one = np.arange(8, dtype=np.uint8).reshape(2, 2, 2) * 30  # single channel: identity
-    np.testing.assert_allclose(im.image_sequences(one, "gray", [0], [1])[0][..., 0],
-                               one.reshape(2, 4) / 255, atol=1e-7)  # fmt: skip
+    np.testing.assert_allclose(
+        im.image_sequences(one, "gray", [0], [1])[0][..., 0], one.reshape(2, 4) / 255, atol=1e-7
+    )
 
     rng = np.random.default_rng(1)
     train = rng.integers(0, 256, (20, 8, 8, 3), dtype=np.uint8)
@@ -146,8 +149,9 @@ def test_dataset_items_equal_image_sequences_rows():
             assert torch.equal(x, torch.from_numpy(seq[i])) and y == labels[i]
     fm = rng.integers(0, 256, (4, 28, 28), dtype=np.uint8)  # Fashion-MNIST shaped
     ds = im.SequenceImageDataset(fm, [1, 2, 3, 4], "gray", mean=[0.3], std=[0.35])
-    torch.testing.assert_close(ds[2][0], torch.from_numpy((fm[2].reshape(784, 1) / 255 - 0.3)
-                                                          / 0.35).float())  # fmt: skip
+    torch.testing.assert_close(
+        ds[2][0], torch.from_numpy((fm[2].reshape(784, 1) / 255 - 0.3) / 0.35).float()
+    )
 
 
 def _corrupt(root: Path, name: str, how: str) -> None:

@@ -206,8 +206,22 @@ def test_kws_stream_labels_match_placed_audio(tmp_path):
     words = ("yes", "no", "up", "marvin")
     root = tiny_root(tmp_path / "sc", words=words)
     out, csv = tmp_path / "stream.wav", tmp_path / "stream.csv"
-    r = run_cli(kws_stream_cmd, [out, "--labels", csv, "--data", root, "--minutes", "0.25",
-                                 "--keywords", "yes,no", "--noise-gain", "0"])  # fmt: skip
+    r = run_cli(
+        kws_stream_cmd,
+        [
+            out,
+            "--labels",
+            csv,
+            "--data",
+            root,
+            "--minutes",
+            "0.25",
+            "--keywords",
+            "yes,no",
+            "--noise-gain",
+            "0",
+        ],
+    )
     assert r.exit_code == 0, r.output
     x, rate, _ = read_wav(out)
     assert rate == 16000 and abs(len(x) - 15 * 16000) <= 1
@@ -225,8 +239,10 @@ def test_kws_stream_labels_match_placed_audio(tmp_path):
         covered[a - a0 : a - a0 + len(clip)] = True
     assert not np.any(x[~covered])  # nothing outside the clips (noise gain 0)
     # with noise (the default), the same placement plus a quiet noise bed
-    r = run_cli(kws_stream_cmd, [out, "--labels", csv, "--data", root, "--minutes", "0.25",
-                                 "--keywords", "yes,no"])  # fmt: skip
+    r = run_cli(
+        kws_stream_cmd,
+        [out, "--labels", csv, "--data", root, "--minutes", "0.25", "--keywords", "yes,no"],
+    )
     assert r.exit_code == 0, r.output
     assert [ln.split(",")[:3] for ln in csv.read_text().splitlines()[1:]] == [r_[:3] for r_ in rows]
     y, _, _ = read_wav(out)
@@ -243,18 +259,24 @@ def test_kws_stream_distinct_uses_every_clip_before_repeating_one(tmp_path):
     words = ("yes", "no", "marvin")
     root = tiny_root(tmp_path / "sc", words=words, per_word=4)
     (root / "testing_list.txt").write_text(
-        "".join(f"{w}/{n:08x}_nohash_0.wav\n" for w in words for n in (1, 2, 3)))
-    clips = {(w, n): read_wav(root / w / f"{n:08x}_nohash_0.wav")[0]
-             for w in words for n in (1, 2, 3)}  # fmt: skip
+        "".join(f"{w}/{n:08x}_nohash_0.wav\n" for w in words for n in (1, 2, 3))
+    )
+    clips = {
+        (w, n): read_wav(root / w / f"{n:08x}_nohash_0.wav")[0] for w in words for n in (1, 2, 3)
+    }
 
     def draws(distinct: bool) -> dict[str, list[int]]:
-        x, rows = build_kws_stream(root, 1.0, ["yes", "no"], seed=5, noise_gain=0,
-                                   distinct=distinct)  # fmt: skip
+        x, rows = build_kws_stream(
+            root, 1.0, ["yes", "no"], seed=5, noise_gain=0, distinct=distinct
+        )
         seq: dict[str, list[int]] = {w: [] for w in words}
         for r in rows:
             a = round(r.start_s * 16000)
-            found = [n for (w, n), c in clips.items() if w == r.word
-                     and np.array_equal(x[a : a + len(c)], c)]  # fmt: skip
+            found = [
+                n
+                for (w, n), c in clips.items()
+                if w == r.word and np.array_equal(x[a : a + len(c)], c)
+            ]
             assert len(found) == 1, r
             seq[r.word] += found
         return seq
@@ -262,7 +284,8 @@ def test_kws_stream_distinct_uses_every_clip_before_repeating_one(tmp_path):
     def rounds_ok(seq: list[int]) -> bool:
         full = len(seq) // 3 * 3
         return all(sorted(seq[i : i + 3]) == [1, 2, 3] for i in range(0, full, 3)) and (
-            len(set(seq[full:])) == len(seq[full:]))
+            len(set(seq[full:])) == len(seq[full:])
+        )
 
     seq = draws(True)
     assert all(len(seq[w]) >= 6 for w in ("yes", "no")), seq  # at least two whole rounds
@@ -272,8 +295,20 @@ def test_kws_stream_distinct_uses_every_clip_before_repeating_one(tmp_path):
 
 def test_kws_eval_on_tone_stream(tone_model, tone_wavs, tmp_path):
     out = tmp_path / "eval" / "eval.json"
-    r = run_cli(kws_eval_cmd, [tone_model, "--stream", tone_wavs["8k"], "--labels",
-                               tone_wavs["csv"], "--tolerance", "1.0", "--out", out])  # fmt: skip
+    r = run_cli(
+        kws_eval_cmd,
+        [
+            tone_model,
+            "--stream",
+            tone_wavs["8k"],
+            "--labels",
+            tone_wavs["csv"],
+            "--tolerance",
+            "1.0",
+            "--out",
+            out,
+        ],
+    )
     assert r.exit_code == 0, r.output
     res = json.loads(out.read_text())
     assert res["detection_rate"] == 1.0 and res["false_accepts"] == 0
@@ -287,8 +322,11 @@ def test_evaluate_detections_counts_false_accepts():
     from liquid_stream.apps.kws import Detection
     from liquid_stream.labels import TrueEvent
 
-    truth = [TrueEvent(1.0, 1.5, "yes", True), TrueEvent(3.0, 3.4, "no", True),
-             TrueEvent(5.0, 5.4, "up", False)]  # fmt: skip
+    truth = [
+        TrueEvent(1.0, 1.5, "yes", True),
+        TrueEvent(3.0, 3.4, "no", True),
+        TrueEvent(5.0, 5.4, "up", False),
+    ]
     dets = [Detection(1.2, "yes", 0.9), Detection(1.3, "yes", 0.9), Detection(5.2, "no", 0.9)]
     res = evaluate_detections(dets, truth, ["yes", "no"], duration_s=3600.0, tolerance=0.5)
     assert res["detected"] == 1 and res["targets"] == 2
@@ -317,11 +355,23 @@ def test_virtual_microphone_end_to_end(tone_model, tmp_path):
     try:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "liquid_stream.cli", "kws", str(tone_model), "--device",
-             device, "--no-ui"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "liquid_stream.cli",
+                "kws",
+                str(tone_model),
+                "--device",
+                device,
+                "--no-ui",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
             preexec_fn=sigint_default,
-        )  # fmt: skip
+        )
         err_lines: list[str] = []
         ready = threading.Event()
 

@@ -124,8 +124,10 @@ def test_finds_a_warped_template_in_a_noisy_stream():
         x = np.concatenate([np.zeros(SR // 2), word]) + 0.01 * rng.normal(size=SR // 2 + len(word))
         return mfcc(x)[50:90]
 
-    templates = [Template("yes", recorded(_word("up", 0.4)), "t0"),
-                 Template("no", recorded(_word("down", 0.4)), "t1")]  # fmt: skip
+    templates = [
+        Template("yes", recorded(_word("up", 0.4)), "t0"),
+        Template("no", recorded(_word("down", 0.4)), "t1"),
+    ]
     matcher = TemplateMatcher(templates, ["yes", "no"])
     x = 0.01 * rng.normal(size=4 * SR)
     x[SR : SR + int(0.5 * SR)] += _word("up", 0.5)  # 1.25x slower than its template

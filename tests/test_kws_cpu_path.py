@@ -156,8 +156,9 @@ def test_kws_command_paths_print_the_same_detections(speech_wav):
     wav, _ = speech_wav
     out = {}
     for extra in ([], ["--chunk-ms", "100"], ["--live-calls"]):
-        r = CliRunner().invoke(kws_cmd, [str(shipped(KWS)), "--input", str(wav), "--fast",
-                                         "--no-ui", *extra])  # fmt: skip
+        r = CliRunner().invoke(
+            kws_cmd, [str(shipped(KWS)), "--input", str(wav), "--fast", "--no-ui", *extra]
+        )
         assert r.exit_code == 0, r.output
         out[" ".join(extra)] = [ln for ln in r.output.splitlines() if DET_LINE.match(ln)]
     assert out[""] and out[""] == out["--chunk-ms 100"], out  # the same calls of the graph
@@ -166,8 +167,13 @@ def test_kws_command_paths_print_the_same_detections(speech_wav):
     live = [ln.split("  ") for ln in out["--live-calls"]]
     ref = [ln.split("  ") for ln in out[""]]
     assert [w for _, w, _ in live] == [w for _, w, _ in ref], out
-    ms = [[int(t[-3:]) + 1000 * (int(t[:2]) * 3600 + int(t[3:5]) * 60 + int(t[6:8])) for t, _, _
-           in lines] for lines in (live, ref)]  # fmt: skip
+    ms = [
+        [
+            int(t[-3:]) + 1000 * (int(t[:2]) * 3600 + int(t[3:5]) * 60 + int(t[6:8]))
+            for t, _, _ in lines
+        ]
+        for lines in (live, ref)
+    ]
     assert max(abs(a - b) for a, b in zip(*ms, strict=True)) <= 1, out
     r = CliRunner().invoke(kws_cmd, ["--live-calls", "--no-ui"])
     assert r.exit_code != 0 and "--live-calls needs --input" in r.output
@@ -258,7 +264,7 @@ def test_quiet_samples_is_a_true_bound(seed):
                 {
                     key: (v.copy() if isinstance(v, np.ndarray) else v)
                     for key, v in tr.__dict__.items()
-                }  # fmt: skip
+                }
             )
             worst = np.full((q + w + 5, k + 1), -30.0, np.float32)
             worst[:, target] = 30.0  # posterior 1 for this keyword from now on

@@ -123,10 +123,12 @@ def test_checked_allocate_steps_down_until_the_keywords_together_keep_the_budget
 
 
 def test_best_at_reads_the_curve_at_a_matched_false_accept_rate():
-    pts = [{"detection_rate": 0.5, "false_accepts_per_hour": 0.0},
-           {"detection_rate": 0.8, "false_accepts_per_hour": 6.0},
-           {"detection_rate": 0.8, "false_accepts_per_hour": 3.0},
-           {"detection_rate": 0.9, "false_accepts_per_hour": 12.0}]  # fmt: skip
+    pts = [
+        {"detection_rate": 0.5, "false_accepts_per_hour": 0.0},
+        {"detection_rate": 0.8, "false_accepts_per_hour": 6.0},
+        {"detection_rate": 0.8, "false_accepts_per_hour": 3.0},
+        {"detection_rate": 0.9, "false_accepts_per_hour": 12.0},
+    ]
     assert kp.best_at(pts, 5.0) is pts[2]
     assert kp.best_at(pts, 6.0) is pts[2]  # same detection, fewer false accepts
     assert kp.best_at(pts, 12.0) is pts[3]
@@ -142,20 +144,36 @@ def test_refractory_keeps_the_first_of_detections_within_a_second():
 
 
 def test_cognate_hits_are_counted_apart():
-    s = kp.Stream("non-English: es", np.zeros(SR * 20, np.int16), [], prompts=[
-        {"start_s": 1.0, "end_s": 3.0, "name": "a", "words": ["gracias", "no"]},
-        {"start_s": 6.0, "end_s": 8.0, "name": "b", "words": ["hola"]},
-        {"start_s": 12.0, "end_s": 14.0, "name": "c", "words": ["non", "possible"]},
-    ])  # fmt: skip
-    dets = [Detection(t, k, 0.0) for t, k in [
-        (2.0, "no"), (3.9, "no"), (4.5, "no"),  # in a (and its 1 s tolerance), then after it
-        (2.5, "yes"), (7.0, "no"), (13.0, "no"), (0.5, "no")]]  # fmt: skip
+    s = kp.Stream(
+        "non-English: es",
+        np.zeros(SR * 20, np.int16),
+        [],
+        prompts=[
+            {"start_s": 1.0, "end_s": 3.0, "name": "a", "words": ["gracias", "no"]},
+            {"start_s": 6.0, "end_s": 8.0, "name": "b", "words": ["hola"]},
+            {"start_s": 12.0, "end_s": 14.0, "name": "c", "words": ["non", "possible"]},
+        ],
+    )
+    dets = [
+        Detection(t, k, 0.0)
+        for t, k in [
+            (2.0, "no"),
+            (3.9, "no"),
+            (4.5, "no"),  # in a (and its 1 s tolerance), then after it
+            (2.5, "yes"),
+            (7.0, "no"),
+            (13.0, "no"),
+            (0.5, "no"),
+        ]
+    ]
     assert kp.cognate_split(dets, s) == (7, 3)
     assert kp.words_of("¿No, señor? Non-stop 24 h") == {"no", "señor", "non", "stop", "h"}
 
 
-@pytest.mark.skipif(not Path("/usr/share/asterisk/sounds/es").is_dir(),
-                    reason="asterisk-core-sounds-es-wav not installed")  # fmt: skip
+@pytest.mark.skipif(
+    not Path("/usr/share/asterisk/sounds/es").is_dir(),
+    reason="asterisk-core-sounds-es-wav not installed",
+)
 def test_foreign_stream_lays_transcribed_prompts_end_to_end():
     s = kp.foreign_stream(Path("/usr/share/asterisk/sounds"), "es", 0.5, None, seed=3)
     assert s is not None and s.seconds == pytest.approx(30.0)
@@ -176,14 +194,31 @@ def _say(word: str) -> np.ndarray:
 
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "w.wav"
-        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(p), word],
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(p), word],
+            check=True,
+            capture_output=True,
+        )
         x, rate, _ = read_wav(p)
     return resample_poly(x, SR, rate) if rate != SR else x
 
 
-WORDS = ("yes", "house", "stop", "left", "marvin", "go", "right", "down", "seven", "no",
-         "off", "up", "on", "bird")  # fmt: skip
+WORDS = (
+    "yes",
+    "house",
+    "stop",
+    "left",
+    "marvin",
+    "go",
+    "right",
+    "down",
+    "seven",
+    "no",
+    "off",
+    "up",
+    "on",
+    "bird",
+)
 
 
 @pytest.fixture(scope="module")

@@ -65,8 +65,15 @@ def test_phone_distance_weights_similar_phones_less():
     assert d(["M"], ["N"]) < d(["M"], ["S"])  # two nasals
     assert d(("R", "AY", "T"), ("L", "AY", "T")) < d(("R", "AY", "T"), ("S", "AY", "T"))
     # symmetric (the costs depend on context, so it is not a metric: no triangle test)
-    words = [("D", "AW", "N"), ("T", "AW", "N"), ("P", "AW", "N", "D"), ("D", "AO", "N"),
-             ("S", "T", "AA", "P"), ("N", "OW", "Z"), ()]  # fmt: skip
+    words = [
+        ("D", "AW", "N"),
+        ("T", "AW", "N"),
+        ("P", "AW", "N", "D"),
+        ("D", "AO", "N"),
+        ("S", "T", "AA", "P"),
+        ("N", "OW", "Z"),
+        (),
+    ]
     for a in words:
         for b in words:
             assert d(a, b) == pytest.approx(d(b, a))
@@ -93,8 +100,9 @@ def test_known_neighbours_come_out_near(word):
 def test_pound_is_a_neighbour_of_down_and_far_words_are_far():
     near = dict(phonetic.neighbours("down", k=50))
     assert "pound" in near and near["town"] < near["pound"]
-    far = phonetic.phone_distance(phonetic.pronunciations("down")[0],
-                                  phonetic.pronunciations("cheese")[0])  # fmt: skip
+    far = phonetic.phone_distance(
+        phonetic.pronunciations("down")[0], phonetic.pronunciations("cheese")[0]
+    )
     assert far > max(near.values())
 
 
@@ -164,8 +172,9 @@ def _espeak_alone(plan, text):
     """``text`` as espeak-ng says it alone with the plan's voice, trimmed (the reference)."""
     from liquid_stream.training.data.speech_synth import ClipJob, _resample, _tts, trim_silence
 
-    job = ClipJob("ref", text, plan.voice, plan.speed_jitter, plan.pitch_jitter, 1.0, 0.0,
-                  -120.0, 0)  # fmt: skip
+    job = ClipJob(
+        "ref", text, plan.voice, plan.speed_jitter, plan.pitch_jitter, 1.0, 0.0, -120.0, 0
+    )
     return trim_silence(_resample(*_tts(job, 1.0)))
 
 
@@ -175,8 +184,15 @@ def sentences():
         pytest.skip("espeak-ng not installed (apt-get install espeak-ng)")
     if not phonetic.dict_available():
         pytest.skip("pocketsphinx's CMU dictionary not installed (pip install pocketsphinx)")
-    return sentence_stream(0.4, ["yes", "no", "stop", "down"], seed=3, near_miss_prob=0.5,
-                           noise_gain=0.0, engines=["espeak-ng"], n_voices=6)  # fmt: skip
+    return sentence_stream(
+        0.4,
+        ["yes", "no", "stop", "down"],
+        seed=3,
+        near_miss_prob=0.5,
+        noise_gain=0.0,
+        engines=["espeak-ng"],
+        n_voices=6,
+    )
 
 
 @needs_espeak
@@ -260,8 +276,9 @@ def test_kws_stream_sentences_cli_writes_the_stream_format(tmp_path, sentences):
     assert {r.word for r in rows if r.is_keyword} <= {"yes", "no", "stop", "down"}
     assert any(r.is_keyword for r in rows) and any(not r.is_keyword for r in rows)
     # the same as the API with the same arguments (24 voices: the CLI default)
-    s = sentence_stream(0.4, ["yes", "no", "stop", "down"], seed=3, noise_gain=0.0,
-                        engines=["espeak-ng"])  # fmt: skip
+    s = sentence_stream(
+        0.4, ["yes", "no", "stop", "down"], seed=3, noise_gain=0.0, engines=["espeak-ng"]
+    )
     assert [(r.word, r.is_keyword) for r in rows] == [(r.word, r.is_keyword) for r in s.rows]
     assert [round(r.start_s, 6) for r in rows] == [round(r.start_s, 6) for r in s.rows]
     # with a noise bed: the same labels, sound between the sentences
@@ -278,11 +295,15 @@ def test_kws_stream_sentences_cli_writes_the_stream_format(tmp_path, sentences):
 
 def test_sentence_only_options_need_sentence_mode(tmp_path):
     for extra in (["--engines", "espeak-ng"], ["--near-miss", "0.3"], ["--near-k", "5"]):
-        r = run_cli(kws_stream_cmd, [tmp_path / "s.wav", "--labels", tmp_path / "s.csv",
-                                     "--data", tmp_path, *extra])  # fmt: skip
+        r = run_cli(
+            kws_stream_cmd,
+            [tmp_path / "s.wav", "--labels", tmp_path / "s.csv", "--data", tmp_path, *extra],
+        )
         assert r.exit_code == 2 and "needs --mode sentences" in r.output, r.output
-    r = run_cli(kws_stream_cmd, [tmp_path / "s.wav", "--labels", tmp_path / "s.csv",
-                                 "--mode", "sentences", "--distinct"])  # fmt: skip
+    r = run_cli(
+        kws_stream_cmd,
+        [tmp_path / "s.wav", "--labels", tmp_path / "s.csv", "--mode", "sentences", "--distinct"],
+    )
     assert r.exit_code == 2 and "--distinct" in r.output
     assert not (tmp_path / "s.wav").exists()
 
@@ -294,8 +315,19 @@ def test_sentences_without_the_dictionary(tmp_path, monkeypatch):
     monkeypatch.delenv("LIQUID_STREAM_CMUDICT", raising=False)
     monkeypatch.setattr(phonetic, "_package_dir", lambda: None)
     out, csv = tmp_path / "s.wav", tmp_path / "s.csv"
-    base = [out, "--labels", csv, "--mode", "sentences", "--minutes", "0.1",
-            "--keywords", "yes,go", "--engines", "espeak-ng"]  # fmt: skip
+    base = [
+        out,
+        "--labels",
+        csv,
+        "--mode",
+        "sentences",
+        "--minutes",
+        "0.1",
+        "--keywords",
+        "yes,go",
+        "--engines",
+        "espeak-ng",
+    ]
     r = run_cli(kws_stream_cmd, base)
     assert r.exit_code == 1 and "pip install" in r.output and not out.exists()
     r = run_cli(kws_stream_cmd, base + ["--near-miss", "0"])
@@ -315,8 +347,23 @@ def test_clip_mode_unchanged_by_the_sentence_options(tmp_path):
     outs = []
     for extra in ([], ["--mode", "clips"]):
         out, csv = tmp_path / f"s{len(outs)}.wav", tmp_path / f"s{len(outs)}.csv"
-        r = run_cli(kws_stream_cmd, [out, "--labels", csv, "--data", root, "--minutes", "0.2",
-                                     "--keywords", "yes,no", "--seed", "4", *extra])  # fmt: skip
+        r = run_cli(
+            kws_stream_cmd,
+            [
+                out,
+                "--labels",
+                csv,
+                "--data",
+                root,
+                "--minutes",
+                "0.2",
+                "--keywords",
+                "yes,no",
+                "--seed",
+                "4",
+                *extra,
+            ],
+        )
         assert r.exit_code == 0, r.output
         outs.append((out.read_bytes(), csv.read_bytes()))
     x, rows = build_kws_stream(root, 0.2, ["yes", "no"], 4)

@@ -54,8 +54,13 @@ def test_detect_events_equals_the_literal_rule_in_any_split(seed):
 @pytest.fixture()
 def val_stream(tmp_path):
     # a "validation" stream: other times and noise than the test stream of test_kws
-    events = [(1.0, 0.4, "440 Hz"), (2.6, 0.5, "880 Hz"), (4.3, 0.3, "880 Hz"),
-              (5.8, 0.5, "440 Hz"), (7.5, 0.4, "440 Hz")]  # fmt: skip
+    events = [
+        (1.0, 0.4, "440 Hz"),
+        (2.6, 0.5, "880 Hz"),
+        (4.3, 0.3, "880 Hz"),
+        (5.8, 0.5, "440 Hz"),
+        (7.5, 0.4, "440 Hz"),
+    ]
     wav = write_tone_wav(tmp_path / "val.wav", 8000, events=events, seed=5)
     return wav, write_labels_csv(tmp_path / "val.csv", events=events)
 
@@ -65,13 +70,13 @@ def test_tuning_replays_the_app(tone_model, val_stream):  # noqa: F811
     from liquid_stream.apps.audio import read_wav
 
     audio, rate, _ = read_wav(wav)
-    res = tune_thresholds(tone_model, audio, read_label_csv(csv), max_fa_per_hour=0.0,
-                          sample_rate=rate)  # fmt: skip
+    res = tune_thresholds(
+        tone_model, audio, read_label_csv(csv), max_fa_per_hour=0.0, sample_rate=rate
+    )
     assert res.detection_rate == 1.0 and res.false_accepts_per_hour == 0.0
     # the replayed grid point agrees with the live spotter at that threshold and window
     for row in res.table[:: max(1, len(res.table) // 12)]:
-        spotter = KeywordSpotter(tone_model, threshold=row["threshold"],
-                                 smooth_ms=row["smooth_ms"])  # fmt: skip
+        spotter = KeywordSpotter(tone_model, threshold=row["threshold"], smooth_ms=row["smooth_ms"])
         dets = spotter.run(audio)
         from liquid_stream.apps.kws import evaluate_detections
 
@@ -111,12 +116,14 @@ def test_kws_tune_writes_metadata_used_by_default(tone_model, val_stream, tmp_pa
     assert spotter.smooth_ms == float(spotter.streamer.meta_json("kws_smooth_ms"))
     assert KeywordSpotter(tone_model).thresholds[0] == 0.8  # untuned: the old default
     out = tmp_path / "eval.json"
-    r = CliRunner().invoke(kws_eval_cmd, [str(model), "--stream", str(wav), "--labels", str(csv),
-                                          "--out", str(out)])  # fmt: skip
+    r = CliRunner().invoke(
+        kws_eval_cmd, [str(model), "--stream", str(wav), "--labels", str(csv), "--out", str(out)]
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(out.read_text())["threshold"] == spotter.thresholds[0]
-    bad = CliRunner().invoke(kws_tune_cmd, [str(model), "--stream", str(tmp_path / "nope.wav"),
-                                            "--labels", str(csv)])  # fmt: skip
+    bad = CliRunner().invoke(
+        kws_tune_cmd, [str(model), "--stream", str(tmp_path / "nope.wav"), "--labels", str(csv)]
+    )
     assert bad.exit_code != 0 and "Traceback" not in bad.output
 
 
@@ -127,9 +134,21 @@ def test_kws_tune_grid_does_not_depend_on_the_call_length(tone_model, val_stream
     grids = []
     for chunk_ms in ("10", "100", "37.5"):
         out = tmp_path / f"grid-{chunk_ms}.json"
-        r = CliRunner().invoke(kws_tune_cmd, [str(tone_model), "--stream", str(wav), "--labels",
-                                              str(csv), "--chunk-ms", chunk_ms, "--no-write",
-                                              "--out", str(out)])  # fmt: skip
+        r = CliRunner().invoke(
+            kws_tune_cmd,
+            [
+                str(tone_model),
+                "--stream",
+                str(wav),
+                "--labels",
+                str(csv),
+                "--chunk-ms",
+                chunk_ms,
+                "--no-write",
+                "--out",
+                str(out),
+            ],
+        )
         assert r.exit_code == 0, r.output
         assert "wrote" not in r.output
         grids.append(json.loads(out.read_text()))

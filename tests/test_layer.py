@@ -256,11 +256,20 @@ def test_bad_input_and_arguments():
 
 
 FLAT_CONFIGS = [
-    dict(d_state=8, mode="diag", liquid="pb", liquid_order=3, liquid_len=2, init="lin",
-         disc="zoh", dt_min=0.01, dt_max=0.2),
+    dict(
+        d_state=8,
+        mode="diag",
+        liquid="pb",
+        liquid_order=3,
+        liquid_len=2,
+        init="lin",
+        disc="zoh",
+        dt_min=0.01,
+        dt_max=0.2,
+    ),
     dict(d_state=6, mode="dplr", liquid="kb", liquid_order=2, bidirectional=True),
     dict(d_state=4, mode="diag", liquid="ltc"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("flat", FLAT_CONFIGS)
@@ -272,8 +281,12 @@ def test_config_object_is_the_flat_keywords(flat):
     torch.manual_seed(0)
     b = LiquidS4(5, config=SSMConfig(**flat))
     torch.manual_seed(0)
-    c = LiquidS4(5, config=SSMConfig(**{**flat, "d_state": 2, "dt_max": 0.5}),
-                 d_state=flat["d_state"], dt_max=flat.get("dt_max", 0.1))  # fmt: skip
+    c = LiquidS4(
+        5,
+        config=SSMConfig(**{**flat, "d_state": 2, "dt_max": 0.5}),
+        d_state=flat["d_state"],
+        dt_max=flat.get("dt_max", 0.1),
+    )
     u = torch.randn(2, 40, 5)
     for other in (b, c):
         assert other.config == a.config == SSMConfig(**flat)

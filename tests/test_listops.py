@@ -23,9 +23,11 @@ def evaluate(source: str) -> int:
             op, *args = stack.pop()
             s = sorted(args)
             result = {
-                "[MAX": s[-1], "[MIN": s[0], "[SM": sum(args) % 10,
+                "[MAX": s[-1],
+                "[MIN": s[0],
+                "[SM": sum(args) % 10,
                 "[MED": (s[(len(s) - 1) // 2] + s[len(s) // 2]) // 2,
-            }[op]  # fmt: skip
+            }[op]
             if not stack:
                 return result
             stack[-1].append(result)
@@ -121,14 +123,30 @@ def test_data_cli_writes_a_readable_set(tmp_path):
 
     from liquid_stream.cli import main
 
-    res = CliRunner().invoke(main, ["data", "listops", str(tmp_path), "--train", "20", "--val",
-                                    "5", "--test", "5", "--min-length", "10", "--max-length",
-                                    "80"])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        [
+            "data",
+            "listops",
+            str(tmp_path),
+            "--train",
+            "20",
+            "--val",
+            "5",
+            "--test",
+            "5",
+            "--min-length",
+            "10",
+            "--max-length",
+            "80",
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = lo.read_dataset(tmp_path, max_length=80)
     assert [len(data[s][1]) for s in lo.SPLITS] == [20, 5, 5]
-    bad = CliRunner().invoke(main, ["data", "listops", str(tmp_path), "--min-length", "90",
-                                    "--max-length", "80"])  # fmt: skip
+    bad = CliRunner().invoke(
+        main, ["data", "listops", str(tmp_path), "--min-length", "90", "--max-length", "80"]
+    )
     assert bad.exit_code != 0 and "min-length" in bad.output
 
 

@@ -58,8 +58,15 @@ def cifar_root(tmp_path):
 @pytest.mark.parametrize("task,channels", [("scifar", 3), ("lra-cifar", 1)])
 def test_cifar_tasks_read_the_python_batches(cifar_root, task, channels):
     root, (images, labels) = cifar_root
-    cfg = load_config(task, "cpu", [f"data.root={root}", "data.source=cifar10",
-                                    f"data.mode={'rgb' if channels == 3 else 'gray'}"])  # fmt: skip
+    cfg = load_config(
+        task,
+        "cpu",
+        [
+            f"data.root={root}",
+            "data.source=cifar10",
+            f"data.mode={'rgb' if channels == 3 else 'gray'}",
+        ],
+    )
     train, val, test, meta, loss = build_task(cfg)
     assert (len(train), len(val), len(test), loss) == (36, 4, 10, "ce")
     assert meta["d_input"] == channels and meta["length"] == 1024 and meta["d_output"] == 10
@@ -120,8 +127,13 @@ def test_imdb_task_reads_aclimdb(tmp_path):
     from liquid_stream.training.data.lra_text import VOCAB_SIZE, write_imdb
 
     rng = np.random.default_rng(0)
-    write_imdb(tmp_path, {"train": reviews(rng, 6, 1) + reviews(rng, 6, 0),
-                          "test": reviews(rng, 3, 1) + reviews(rng, 3, 0)})  # fmt: skip
+    write_imdb(
+        tmp_path,
+        {
+            "train": reviews(rng, 6, 1) + reviews(rng, 6, 0),
+            "test": reviews(rng, 3, 1) + reviews(rng, 3, 0),
+        },
+    )
     cfg = load_config("imdb", "cpu", [f"data.root={tmp_path}", "data.max_length=256"])
     train, val, test, meta, _ = build_task(cfg)
     assert (len(train), len(val), len(test)) == (12, 6, 6) and meta["val_split"] == "test"
@@ -171,8 +183,9 @@ def test_pathfinder_tasks_read_generated_lra_folders(tmp_path, task, resolution)
 
     pf.write_dataset(tmp_path, 20, resolution=resolution, seed=3, per_batch=10)
     images, labels = pf.read_dataset(tmp_path, resolution=resolution)
-    over = [f"data.root={tmp_path}"] + (["model.n_layers=1", "model.d_model=8"] if
-                                         task == "pathx" else [])  # fmt: skip
+    over = [f"data.root={tmp_path}"] + (
+        ["model.n_layers=1", "model.d_model=8"] if task == "pathx" else []
+    )
     cfg = load_config(task, "cpu", over + ["data.difficulty=curv_contour_length_14"])
     train, val, test, meta, _ = build_task(cfg)
     assert (len(train), len(val), len(test)) == (16, 2, 2)
@@ -206,14 +219,34 @@ def test_train_cli_runs_the_pair_and_checkpointed_tasks(tmp_path):
     pf.write_dataset(tmp_path / "pathx", 10, resolution=128, seed=1, per_batch=10)
     runs = {
         "aan": [f"--data={tmp_path / 'aan'}", "--set", "data.max_length=64"],
-        "pathx": [f"--data={tmp_path / 'pathx'}", "--set", "data.difficulty=curv_contour_length_14",
-                  "--set", "model.n_layers=1", "--set", "model.d_model=8"],
-    }  # fmt: skip
+        "pathx": [
+            f"--data={tmp_path / 'pathx'}",
+            "--set",
+            "data.difficulty=curv_contour_length_14",
+            "--set",
+            "model.n_layers=1",
+            "--set",
+            "model.d_model=8",
+        ],
+    }
     for task, extra in runs.items():
         out = tmp_path / f"run-{task}"
-        res = CliRunner().invoke(main, ["train", task, "--preset", "cpu", "--out", str(out),
-                                        "--max-steps", "2", "--set", "train.progress=false",
-                                        *extra])  # fmt: skip
+        res = CliRunner().invoke(
+            main,
+            [
+                "train",
+                task,
+                "--preset",
+                "cpu",
+                "--out",
+                str(out),
+                "--max-steps",
+                "2",
+                "--set",
+                "train.progress=false",
+                *extra,
+            ],
+        )
         assert res.exit_code == 0, res.output
         model, meta = model_from_checkpoint(out / "best.pt")
         assert meta["task"] == task
@@ -243,8 +276,19 @@ def test_paper_presets_are_the_papers_table(task):
     assert task in available_tasks()
     cfg = load_config(task, "paper")
     m, o = cfg["model"], cfg["optim"]
-    got = (m["n_layers"], m["d_model"], m["d_state"], m["norm"], m["prenorm"], m["dropout"],
-           o["lr"], o["batch_size"], o["epochs"], o["weight_decay"], m["liquid_order"])  # fmt: skip
+    got = (
+        m["n_layers"],
+        m["d_model"],
+        m["d_state"],
+        m["norm"],
+        m["prenorm"],
+        m["dropout"],
+        o["lr"],
+        o["batch_size"],
+        o["epochs"],
+        o["weight_decay"],
+        m["liquid_order"],
+    )
     assert got == PAPER[task]
     assert m["liquid"] == "pb" and m["bidirectional"] and m["dt_max"] == 0.2
     L = {"listops": 2000, "imdb": 4096, "aan": 4000, "pathx": 16384}.get(task, 1024)

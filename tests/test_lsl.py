@@ -69,7 +69,7 @@ def records(tmp_path_factory):
         ),
         "250": write_record(d, "bidmc04", seconds=30, fs=250),
         "short": write_record(d, "bidmc06", seconds=4),
-    }  # fmt: skip
+    }
 
 
 class Replay:
@@ -185,12 +185,27 @@ def test_vitals_cli_lsl_equals_vitals_record(models, records, tmp_path):
     src, out = unique("cli"), unique("cli-out")
     runner = CliRunner()
     base = [*map(str, models), "--no-ui", "--alarm", "hr>80"]
-    ref = runner.invoke(main, ["vitals", *base, "--record", str(rec), "--speed", "max",
-                               "--out", str(tmp_path / "rec")])  # fmt: skip
+    ref = runner.invoke(
+        main,
+        ["vitals", *base, "--record", str(rec), "--speed", "max", "--out", str(tmp_path / "rec")],
+    )
     assert ref.exit_code == 0, ref.output
     replay = Replay(rec, src, rename={"PLETH": "PPG", "II": "ECG"})
-    res = runner.invoke(main, ["vitals", *base, "--lsl", src, "--lsl-out", out, "--lsl-timeout",
-                               str(TIMEOUT), "--out", str(tmp_path / "lsl")])  # fmt: skip
+    res = runner.invoke(
+        main,
+        [
+            "vitals",
+            *base,
+            "--lsl",
+            src,
+            "--lsl-out",
+            out,
+            "--lsl-timeout",
+            str(TIMEOUT),
+            "--out",
+            str(tmp_path / "lsl"),
+        ],
+    )
     replay.stop()
     assert res.exit_code == 0, res.output
     assert "Traceback" not in res.output
@@ -220,8 +235,10 @@ def test_vitals_cli_lsl_equals_vitals_record(models, records, tmp_path):
 def test_vitals_cli_lsl_without_model_uses_the_shipped_models_for_the_channels(records, tmp_path):
     src = unique("shipped")
     replay = Replay(records["short"], src, rename={"PLETH": "pleth", "II": "Fp1"})
-    res = CliRunner().invoke(main, ["vitals", "--lsl", src, "--lsl-timeout", str(TIMEOUT),
-                                    "--no-ui", "--out", str(tmp_path)])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        ["vitals", "--lsl", src, "--lsl-timeout", str(TIMEOUT), "--no-ui", "--out", str(tmp_path)],
+    )
     replay.stop()
     assert res.exit_code == 0, res.output
     # (the record's RESP gives the RR)
@@ -238,14 +255,27 @@ def test_vitals_cli_lsl_adds_the_spo2_model_for_an_oximeter_stream(tmp_path):
     rec = simulate_randomised(np.random.default_rng([22, 0]), 0.6, force={"sensor_off": []})
     write_sim(tmp_path, "bidmc01", rec)
     src = unique("oximeter")
-    replay = Replay(tmp_path / "bidmc01", src,
-                    rename={"IR": "SpO2 IR", "RED": "spo2_red", "II": "Fp1"})  # fmt: skip
-    res = CliRunner().invoke(main, ["vitals", "--lsl", src, "--lsl-timeout", str(TIMEOUT),
-                                    "--no-ui", "--out", str(tmp_path / "out")])  # fmt: skip
+    replay = Replay(
+        tmp_path / "bidmc01", src, rename={"IR": "SpO2 IR", "RED": "spo2_red", "II": "Fp1"}
+    )
+    res = CliRunner().invoke(
+        main,
+        [
+            "vitals",
+            "--lsl",
+            src,
+            "--lsl-timeout",
+            str(TIMEOUT),
+            "--no-ui",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     replay.stop()
     assert res.exit_code == 0, res.output
-    assert ("no MODEL given: the shipped models vitals-ppg-hr, vitals-resp-rr, "
-            "vitals-oximeter-spo2") in res.output  # fmt: skip
+    assert (
+        "no MODEL given: the shipped models vitals-ppg-hr, vitals-resp-rr, vitals-oximeter-spo2"
+    ) in res.output
     got = [float(v) for v in re.findall(r"spo2 ([0-9.]+) % \(ok\)", res.output)]
     truth = rec["truth"]["spo2"][-32 * 125 :].mean()  # the last estimate's 32 s window
     assert len(got) >= 3 and abs(got[-1] - truth) <= 2.0, (got[-3:], truth)
@@ -255,11 +285,25 @@ def test_vitals_cli_lsl_adds_the_spo2_model_for_an_oximeter_stream(tmp_path):
 
 
 def test_label_mapping():
-    for label, ch in [("PPG", "PLETH"), ("pleth", "PLETH"), ("PLETH,", "PLETH"), ("BVP", "PLETH"),
-                      ("ECG", "II"), ("ECG II", "II"), ("ecg_ii", "II"), ("II", "II"),
-                      ("Lead II", "II"), ("resp", "RESP"), ("RESP", "RESP"),
-                      ("Respiration", "RESP"), ("Fp1", None), ("V", None), ("AVR", None),
-                      ("ECG I", None), ("", None)]:  # fmt: skip
+    for label, ch in [
+        ("PPG", "PLETH"),
+        ("pleth", "PLETH"),
+        ("PLETH,", "PLETH"),
+        ("BVP", "PLETH"),
+        ("ECG", "II"),
+        ("ECG II", "II"),
+        ("ecg_ii", "II"),
+        ("II", "II"),
+        ("Lead II", "II"),
+        ("resp", "RESP"),
+        ("RESP", "RESP"),
+        ("Respiration", "RESP"),
+        ("Fp1", None),
+        ("V", None),
+        ("AVR", None),
+        ("ECG I", None),
+        ("", None),
+    ]:
         assert signal_channel(label) == ch, label
     assert lsl.map_labels(["EEG", "PPG", "ECG", "x"]) == {1: "PLETH", 2: "II"}
     # a channel named twice: the label spelled like the channel wins, else the first
@@ -281,13 +325,18 @@ def _outlet(name, labels=None, rate=125.0, fmt=None, n=2):
 @pytest.mark.parametrize(
     "labels, rate, fmt, message",
     [
-        (["Fp1", "Fp2"], 125.0, None, "has no channel the vital-sign models read (PLETH / II "
-         "/ RESP / IR / RED, or PPG, ECG, Resp ...): its 2 channel(s) are labelled 'Fp1', 'Fp2'"),
+        (
+            ["Fp1", "Fp2"],
+            125.0,
+            None,
+            "has no channel the vital-sign models read (PLETH / II "
+            "/ RESP / IR / RED, or PPG, ECG, Resp ...): its 2 channel(s) are labelled 'Fp1', 'Fp2'",
+        ),
         (None, 125.0, None, "its 2 channel(s) have no labels in its description"),
         (["PPG", "ECG"], 0.0, None, "has an irregular rate (nominal rate 0)"),
         (["PPG", "ECG"], 125.0, "string", "carries strings (a marker stream)"),
     ],
-)  # fmt: skip
+)
 def test_unusable_stream_is_a_one_line_error(labels, rate, fmt, message):
     name = unique("bad")
     outlet = _outlet(name, labels, rate, pylsl.cf_string if fmt else None)
@@ -311,8 +360,9 @@ def test_labels_given_for_a_stream_without_them_and_cli_errors(models):
     with pytest.raises(lsl.LslError, match="3 label"):
         lsl.LslReader(name, timeout=TIMEOUT, labels=["PPG", "ECG", "RESP"])
     # the models need PLETH and II; the stream maps only PLETH: named, with its labels
-    res = CliRunner().invoke(main, ["vitals", *map(str, models), "--lsl", name,
-                                    "--lsl-labels", "PPG,EEG"])  # fmt: skip
+    res = CliRunner().invoke(
+        main, ["vitals", *map(str, models), "--lsl", name, "--lsl-labels", "PPG,EEG"]
+    )
     assert res.exit_code == 1 and "Traceback" not in res.output
     assert f"LSL stream '{name}': channel 'II' needed by hr.onnx" in res.output
     assert "its channels: 'PPG', 'EEG'; mapped: PLETH" in res.output
@@ -352,7 +402,10 @@ def test_replay_publishes_the_record_exactly_and_loops(records):
     with lsl.LslReader(name, timeout=TIMEOUT) as r:
         assert r.total_samples is None  # a loop announces no length
         assert r.channels == ["RESP", "PLETH", "II"] and r.units == {
-            "RESP": "NU", "PLETH": "NU", "II": "mV"}  # fmt: skip
+            "RESP": "NU",
+            "PLETH": "NU",
+            "II": "mV",
+        }
         got, deadline = [], time.monotonic() + TIMEOUT
         while sum(map(len, got)) < 2 * len(signal) + 50 and time.monotonic() < deadline:
             got.append(r.pull())
@@ -374,11 +427,27 @@ def test_data_lsl_replay_command(records):
     rec = records["short"]
     name = unique("cmd")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "liquid_stream.cli", "data", "lsl-replay", str(rec), "--name",
-         name, "--speed", "50", "--rename", "II=ECG II", "--linger", "5"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "liquid_stream.cli",
+            "data",
+            "lsl-replay",
+            str(rec),
+            "--name",
+            name,
+            "--speed",
+            "50",
+            "--rename",
+            "II=ECG II",
+            "--linger",
+            "5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     try:
         with lsl.LslReader(name, timeout=30.0) as r:
             assert r.labels == ["RESP", "PLETH", "ECG II"] and r.total_samples == 500
@@ -405,8 +474,9 @@ def _config_in_subprocess(env):
         "import os; from liquid_stream import lsl; p = lsl.ensure_config(); "
         "print(p); print(os.environ['LSLAPICFG'])"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.split("\n")  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     return out[0], out[1]
 
 
@@ -467,9 +537,12 @@ def test_liblsl_reads_the_config(tmp_path):
     for which, content in configs.items():
         cfg = lsl.write_config(tmp_path / which / "lsl_api.cfg", content)
         proc = subprocess.Popen(
-            [sys.executable, "-c", code, unique("cfg")], stdout=subprocess.PIPE, text=True,
-            env={**os.environ, lsl.CONFIG_ENV: str(cfg)}, cwd=tmp_path,
-        )  # fmt: skip
+            [sys.executable, "-c", code, unique("cfg")],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, lsl.CONFIG_ENV: str(cfg)},
+            cwd=tmp_path,
+        )
         try:
             assert proc.stdout.readline().strip() == "ready"
             socks[which] = _sockets(proc.pid)

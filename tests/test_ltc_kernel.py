@@ -70,8 +70,14 @@ def coefs(system):
 
 # (B, H, M, L): L < K, L = K, L not a multiple of K, several segments; B·H = 1; B·H not a
 # multiple of the lane count; more than one lane group.
-SHAPES = [(1, 1, 3, 50), (2, 3, 4, K), (2, 3, 4, 3 * K + 17), (1, 1, 5, 2 * K + 1),
-          (3, 7, 2, 300), (2, 11, 3, 140)]  # fmt: skip
+SHAPES = [
+    (1, 1, 3, 50),
+    (2, 3, 4, K),
+    (2, 3, 4, 3 * K + 17),
+    (1, 1, 5, 2 * K + 1),
+    (3, 7, 2, 300),
+    (2, 11, 3, 140),
+]
 
 
 @pytest.mark.parametrize("with_x0", [False, True])
@@ -272,8 +278,14 @@ def test_a_failed_build_warns_once_and_runs_the_torch_scan(tmp_path):
         "print(path, len(w), str(w[0].message))\n"
     )
     env = {**os.environ, "CXX": "false", lk.KERNEL_ENV: "fused", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     path, n_warnings, message = done.stdout.strip().split(" ", 2)
     assert (path, n_warnings) == ("torch", "1")

@@ -19,9 +19,19 @@ from liquid_stream.export.pipeline import export_model
 def ltc_model(seed=0) -> LiquidS4Model:
     torch.manual_seed(seed)
     m = LiquidS4Model(
-        2, 3, d_model=8, n_layers=2, d_state=8, mode="diag", liquid="ltc", norm="layer",
-        decoder="window", decoder_window=20, dt_min=0.005, dt_max=0.3,
-    )  # fmt: skip
+        2,
+        3,
+        d_model=8,
+        n_layers=2,
+        d_state=8,
+        mode="diag",
+        liquid="ltc",
+        norm="layer",
+        decoder="window",
+        decoder_window=20,
+        dt_min=0.005,
+        dt_max=0.3,
+    )
     for block in m.blocks:
         randomize(block.ssm, seed)
     return m.eval()

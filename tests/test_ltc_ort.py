@@ -68,8 +68,9 @@ def op_session(dtype, threads: int) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     ltc_ort.register(options)
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])  # fmt: skip
+    return ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
 
 
 @pytest.mark.parametrize("B, T, H, M", [(1, 1, 16, 1), (2, 7, 20, 3), (3, 300, 37, 4)])
@@ -178,8 +179,19 @@ def test_cli_export_ltc_op_fused_verifies(tmp_path):
     ckpt = tmp_path / "m.pt"
     save_checkpoint(ckpt, ltc_model(), meta={"task": "test", "sample_rate": 125})
     out = tmp_path / "m.onnx"
-    args = ["export", str(ckpt), "--onnx", str(out), "--chunk", "32", "--ltc-op", "fused",
-            "--verify", "--verify-length", "3000"]  # fmt: skip
+    args = [
+        "export",
+        str(ckpt),
+        "--onnx",
+        str(out),
+        "--chunk",
+        "32",
+        "--ltc-op",
+        "fused",
+        "--verify",
+        "--verify-length",
+        "3000",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     assert "OK" in r.output and '"ltc_op": "fused"' in r.output
@@ -223,8 +235,15 @@ def test_an_ensemble_of_ltc_models_exports_with_the_op(tmp_path):
         paths.append(tmp_path / f"m{seed}.pt")
         meta = {"task": "test", "sample_rate": 125, "labels": ["a", "b", "c"]}  # a classifier
         save_checkpoint(paths[-1], ltc_model(seed), meta=meta)
-    info, reports = export_ensemble(paths, tmp_path / "e.onnx", chunk=32, verify=True,
-                                    verify_length=2000, weights=[1, 3], ltc_op="fused")  # fmt: skip
+    info, reports = export_ensemble(
+        paths,
+        tmp_path / "e.onnx",
+        chunk=32,
+        verify=True,
+        verify_length=2000,
+        weights=[1, 3],
+        ltc_op="fused",
+    )
     assert info["members"] == 2 and all(r.ok for r in reports) and len(reports) == 3
     ops = [n.op_type for n in onnx.load(str(tmp_path / "e.onnx")).graph.node]
     assert ops.count(ltc_ort.OP) == 4

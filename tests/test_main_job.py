@@ -33,8 +33,10 @@ def test_main_job_smoke(tmp_path, capsys):
         assert cfg["optim"]["lr"] == main_job.AGAIN_LR / 2 ** (main_job.PASSES[t] - 1)
         passes = sorted((out / "vitals").glob(f"train-{t}-pass*"))
         assert len(passes) == main_job.PASSES[t] - 1
-        inits = [yaml.safe_load((d / "config.yaml").read_text())["train"]["init"]
-                 for d in (*passes, out / "vitals" / f"train-{t}")]  # fmt: skip
+        inits = [
+            yaml.safe_load((d / "config.yaml").read_text())["train"]["init"]
+            for d in (*passes, out / "vitals" / f"train-{t}")
+        ]
         assert inits[0].endswith(f"train-{t}-stream/best.pt")
         assert [i.rsplit("/", 2)[-2] for i in inits[1:]] == [d.name for d in passes]
     spo2 = ("spo2",) if main_job.shipped_spo2() else ()  # the shipped oximeter model

@@ -138,8 +138,17 @@ def test_mixed_precision_autocast_runs_ssm_in_float32():
 def test_output_affine_in_forward_streaming_and_checkpoint(decoder, tmp_path):
     """y = scale · head(·) + shift: the same in forward, the step form (folded into the
     head) and a model rebuilt from a checkpoint; the affine is config, not a parameter."""
-    m = model(decoder=decoder, decoder_window=6, d_output=2, output_scale=[15.0, 2.0],
-              output_shift=[75.0, -3.0]).double().eval()  # fmt: skip
+    m = (
+        model(
+            decoder=decoder,
+            decoder_window=6,
+            d_output=2,
+            output_scale=[15.0, 2.0],
+            output_shift=[75.0, -3.0],
+        )
+        .double()
+        .eval()
+    )
     plain = model(decoder=decoder, decoder_window=6, d_output=2).double().eval()
     x = torch.randn(2, 40, 3, dtype=torch.float64)
     scale = torch.tensor([15.0, 2.0], dtype=torch.float64)

@@ -25,9 +25,21 @@ from liquid_stream.quantized import stamp_integrity
 def model(mode, liquid, P, norm, decoder="window", d_state=7, seed=0, **kw):
     torch.manual_seed(seed)
     m = LiquidS4Model(
-        2, 4, d_model=16, n_layers=2, d_state=d_state, mode=mode, liquid=liquid, liquid_order=P,
-        norm=norm, decoder=decoder, decoder_window=50, dt_min=0.005, dt_max=0.1, **kw,
-    )  # fmt: skip
+        2,
+        4,
+        d_model=16,
+        n_layers=2,
+        d_state=d_state,
+        mode=mode,
+        liquid=liquid,
+        liquid_order=P,
+        norm=norm,
+        decoder=decoder,
+        decoder_window=50,
+        dt_min=0.005,
+        dt_max=0.1,
+        **kw,
+    )
     for block in m.blocks:
         randomize(block.ssm, seed)
     m.train()
@@ -76,9 +88,17 @@ def test_onnx_matches_conv_forward(tmp_path, mode, liquid, P, norm, sizes):
 def test_decoders_and_dense_transition(tmp_path, decoder):
     torch.manual_seed(0)  # HiPPO-LegS init at N = 16: eigenvectors too ill-conditioned → dense
     m = LiquidS4Model(
-        2, 4, d_model=16, n_layers=2, d_state=16, mode="dplr", liquid="kb", liquid_order=2,
-        norm="layer", decoder=decoder,
-    ).eval()  # fmt: skip
+        2,
+        4,
+        d_model=16,
+        n_layers=2,
+        d_state=16,
+        mode="dplr",
+        liquid="kb",
+        liquid_order=2,
+        norm="layer",
+        decoder=decoder,
+    ).eval()
     assert {b.ssm.transition for b in m.streaming().blocks} == {"dense"}
     path = tmp_path / "m.onnx"
     info = export_model(m, path, chunk=64)
@@ -92,14 +112,28 @@ def test_decoders_and_dense_transition(tmp_path, decoder):
 def test_state_carry_reset_and_metadata(tmp_path):
     m = model("dplr", "pb", 2, "batch")
     path = tmp_path / "m.onnx"
-    meta = {"task": "speech", "sample_rate": 16000, "labels": ["a", "b", "c", "d"],
-            "input_mean": 0.5, "input_std": 3.0}  # fmt: skip
+    meta = {
+        "task": "speech",
+        "sample_rate": 16000,
+        "labels": ["a", "b", "c", "d"],
+        "input_mean": 0.5,
+        "input_std": 3.0,
+    }
     export_model(m, path, chunk=160, meta=meta)
     proto = onnx.load(path)
     onnx.checker.check_model(proto)
     props = {p.key: p.value for p in proto.metadata_props}
-    for key in ("model_config", "state_spec", "chunk", "sample_rate", "labels",
-                "liquid_stream_version", "input_mean", "input_std", "sub_block"):  # fmt: skip
+    for key in (
+        "model_config",
+        "state_spec",
+        "chunk",
+        "sample_rate",
+        "labels",
+        "liquid_stream_version",
+        "input_mean",
+        "input_std",
+        "sub_block",
+    ):
         assert key in props, key
     assert json.loads(props["labels"]) == ["a", "b", "c", "d"]
     real = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.INT64)
@@ -147,10 +181,11 @@ def test_bad_inputs_and_files(tmp_path):
         OnnxStreamer(junk)
     plain = tmp_path / "plain.onnx"  # a valid ONNX file that is not a streaming model
     g = onnx.helper.make_graph(
-        [onnx.helper.make_node("Identity", ["x"], ["y"])], "g",
+        [onnx.helper.make_node("Identity", ["x"], ["y"])],
+        "g",
         [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
-    )  # fmt: skip
+    )
     onnx.save(onnx.helper.make_model(g), plain)
     with pytest.raises(OnnxModelError, match="not a liquid-stream"):
         OnnxStreamer(plain)
@@ -167,8 +202,20 @@ def test_cli_export_verify_and_errors(tmp_path):
     ckpt = tmp_path / "m.pt"
     save_checkpoint(ckpt, m, meta={"task": "test", "sample_rate": 125})
     out = tmp_path / "m.onnx"
-    r = CliRunner().invoke(main, ["export", str(ckpt), "--onnx", str(out), "--chunk", "32",
-                                  "--verify", "--verify-length", "3000"])  # fmt: skip
+    r = CliRunner().invoke(
+        main,
+        [
+            "export",
+            str(ckpt),
+            "--onnx",
+            str(out),
+            "--chunk",
+            "32",
+            "--verify",
+            "--verify-length",
+            "3000",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "OK" in r.output and out.is_file()
     bad = tmp_path / "bad.pt"
@@ -207,14 +254,33 @@ def _mapped_model(kind: str) -> LiquidS4Model:
     if kind.startswith("logmel"):  # frontend.buffer / phase / held, decoder.history
         fe = {"kind": "logmel", **({"cmn_s": 0.3} if kind == "logmel-cmn" else {})}
         return LiquidS4Model(  # logmel-cmn: frontend.cmn / cmn_weight too
-            1, 5, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb", liquid_order=2,
-            norm="layer", decoder="window", decoder_window=7, frontend=fe,
-        ).eval()  # fmt: skip
+            1,
+            5,
+            d_model=16,
+            n_layers=2,
+            d_state=8,
+            mode="diag",
+            liquid="pb",
+            liquid_order=2,
+            norm="layer",
+            decoder="window",
+            decoder_window=7,
+            frontend=fe,
+        ).eval()
     hop = 10 if kind == "scalenorm-10" else 5  # 10: the main job's 12.5 Hz stack
     return LiquidS4Model(  # scalenorm: frontend.origin / mean / var / weight / acc / ...
-        2, 3, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb", liquid_order=2,
-        norm="layer", decoder="pool", frontend={"kind": "scalenorm", "tau_s": 0.5, "hop": hop},
-    ).eval()  # fmt: skip
+        2,
+        3,
+        d_model=16,
+        n_layers=2,
+        d_state=8,
+        mode="diag",
+        liquid="pb",
+        liquid_order=2,
+        norm="layer",
+        decoder="pool",
+        frontend={"kind": "scalenorm", "tau_s": 0.5, "hop": hop},
+    ).eval()
 
 
 @pytest.mark.parametrize(

@@ -186,9 +186,11 @@ def _break(base, what: str):
     elif what == "missing image":
         png.unlink()
     elif what in ("label", "fields", "index"):
-        bad = {"label": "imgs/1 sample_1.png 1 2 14 2 2",
-               "fields": "imgs/1 sample_1.png 1",
-               "index": "imgs/1 sample_1.png x 1 14 2 2"}[what]  # fmt: skip
+        bad = {
+            "label": "imgs/1 sample_1.png 1 2 14 2 2",
+            "fields": "imgs/1 sample_1.png 1",
+            "index": "imgs/1 sample_1.png x 1 14 2 2",
+        }[what]
         first = meta.read_text().splitlines()[0]
         meta.write_text(f"{first}\n{bad}\n")
         return f"{meta}:2"
@@ -265,8 +267,20 @@ def test_data_cli_writes_a_readable_set(tmp_path):
 
     from liquid_stream.cli import main
 
-    res = CliRunner().invoke(main, ["data", "pathfinder", str(tmp_path), "--images", "6",
-                                    "--difficulty", "curv_baseline", "--seed", "2"])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        [
+            "data",
+            "pathfinder",
+            str(tmp_path),
+            "--images",
+            "6",
+            "--difficulty",
+            "curv_baseline",
+            "--seed",
+            "2",
+        ],
+    )
     assert res.exit_code == 0, res.output
     images, labels = pf.read_dataset(tmp_path, "curv_baseline", resolution=32)
     assert images.shape == (6, 32, 32) and sorted(labels.tolist()) == [0, 0, 0, 1, 1, 1]

@@ -198,9 +198,14 @@ def test_pitch_shift_piper_word() -> None:
     y, r = piper_voice.shift_voice(x, model.sample_rate, 0.0, 2.0)  # formants only
     assert _f0(y, r) / f0 == pytest.approx(1.0, rel=0.03)
     y2, _ = piper_voice.render(
-        "nine", length_scale=1.0, noise_scale=0.667, noise_w=0.8, pitch_st=0.0,
-        formant_st=2.0, seed=0,
-    )  # fmt: skip
+        "nine",
+        length_scale=1.0,
+        noise_scale=0.667,
+        noise_w=0.8,
+        pitch_st=0.0,
+        formant_st=2.0,
+        seed=0,
+    )
     assert np.array_equal(y, y2)
 
 
@@ -217,9 +222,14 @@ def test_missing_piper_is_skipped(monkeypatch, tmp_path: Path, capsys) -> None:
     assert speech_synth.available_engines() == ("espeak-ng", "flite", "festival")
     capsys.readouterr()
     generate_speech_synth(
-        tmp_path / "x", 3, words=("yes",), n_speakers=12, workers=1, noise_seconds=1.0,
+        tmp_path / "x",
+        3,
+        words=("yes",),
+        n_speakers=12,
+        workers=1,
+        noise_seconds=1.0,
         progress=False,
-    )  # fmt: skip
+    )
     err = capsys.readouterr().err
     assert err.count("note: TTS engine piper skipped") == 1 and "piper-tts" in err
     stamp = json.loads((tmp_path / "x" / STAMP_NAME).read_text())

@@ -51,9 +51,11 @@ def test_slope_skewness_is_odd_and_reads_an_upright_pulse():
 
 @pytest.mark.parametrize(
     "models, channels",
-    [(["vitals-ppg-hr", "vitals-ppg-rr"], ["PLETH"]),
-     (["vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr"], ["PLETH", "II"])],
-)  # fmt: skip
+    [
+        (["vitals-ppg-hr", "vitals-ppg-rr"], ["PLETH"]),
+        (["vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr"], ["PLETH", "II"]),
+    ],
+)
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_estimates_do_not_depend_on_the_ppg_polarity(models, channels, seed):
     """Every second of HR and RR is the same for the PPG and for the PPG upside down:
@@ -91,8 +93,11 @@ def test_the_server_path_turns_the_ppg_like_the_monitor():
     got += bank.close("bed")
     got = [e for e in got if e["type"] == "estimate"]
     mon = VitalsMonitor(models, channels=["PLETH"])
-    want = [estimate_event(e, mon.units) for i in range(0, len(x), 250)
-            for e in mon.push(x[i : i + 250])]  # fmt: skip
+    want = [
+        estimate_event(e, mon.units)
+        for i in range(0, len(x), 250)
+        for e in mon.push(x[i : i + 250])
+    ]
     want += [estimate_event(e, mon.units) for e in mon.flush()]
     assert [(e["t"], e["status"], e["technical"]) for e in got] == [
         (e["t"], e["status"], e["technical"]) for e in want

@@ -90,8 +90,16 @@ def test_crops_reshaped_per_seed_and_epoch_with_labels_and_channel_off_draws_unc
     tmp_path,
 ):
     write_record(tmp_path, "bidmc03", seconds=150, seed=5)
-    crops = load_wfdb_crops(tmp_path, "hr", ["bidmc03"], ["PLETH", "II"], crop=100 * int(FS),
-                            hop=25 * int(FS), window=W, sample_rate=FS)  # fmt: skip
+    crops = load_wfdb_crops(
+        tmp_path,
+        "hr",
+        ["bidmc03"],
+        ["PLETH", "II"],
+        crop=100 * int(FS),
+        hop=25 * int(FS),
+        window=W,
+        sample_rate=FS,
+    )
     mean, std = [0.5, -0.2], [2.0, 0.5]
     plain = CropDataset(crops, mean, std)
     eq = CropDataset(crops, mean, std, seed=7, sample_rate=FS, pulse_eq=1.0)

@@ -180,8 +180,9 @@ def test_verify_enforces_the_tolerance(tmp_path, vitals_int8):
     # and the quantization itself, refused past the tolerance: its SSM tables quantized too
     # (vitals-ppg-rr: 0.14–0.32 of max|y| over 16 000 steps; their error grows with time)
     with pytest.raises(RuntimeError, match="outside its tolerance; removed"):
-        quantize_file(shipped("vitals-ppg-rr"), tmp_path / "t.onnx", verify=True,
-                      roles=("linear", "ssm"))  # fmt: skip
+        quantize_file(
+            shipped("vitals-ppg-rr"), tmp_path / "t.onnx", verify=True, roles=("linear", "ssm")
+        )
     assert not (tmp_path / "t.onnx").exists()
 
 
@@ -224,8 +225,19 @@ def test_cli_export_int8_from_a_checkpoint_and_from_onnx(tmp_path):
     ckpt = tmp_path / "m.pt"
     save_checkpoint(ckpt, m, meta={"task": "test", "sample_rate": 125})
     out = tmp_path / "m-int8.onnx"
-    args = ["export", str(ckpt), "--onnx", str(out), "--chunk", "32", "--quantize", "int8",
-            "--verify", "--verify-length", "3000"]  # fmt: skip
+    args = [
+        "export",
+        str(ckpt),
+        "--onnx",
+        str(out),
+        "--chunk",
+        "32",
+        "--quantize",
+        "int8",
+        "--verify",
+        "--verify-length",
+        "3000",
+    ]
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     assert "verify: 3000 steps" in r.output and "contract ≤ 0.0001) OK" in r.output
@@ -239,11 +251,24 @@ def test_cli_export_int8_from_a_checkpoint_and_from_onnx(tmp_path):
     f32 = tmp_path / "m.onnx"
     assert CliRunner().invoke(main, ["export", str(ckpt), "--onnx", str(f32)]).exit_code == 0
     again = tmp_path / "again.onnx"
-    r = CliRunner().invoke(main, ["export", str(f32), "--onnx", str(again), "--quantize", "int8",
-                                  "--verify", "--verify-length", "2000"])  # fmt: skip
+    r = CliRunner().invoke(
+        main,
+        [
+            "export",
+            str(f32),
+            "--onnx",
+            str(again),
+            "--quantize",
+            "int8",
+            "--verify",
+            "--verify-length",
+            "2000",
+        ],
+    )
     assert r.exit_code == 0 and "verify int8:" in r.output and "OK" in r.output, r.output
-    r = CliRunner().invoke(main, ["export", str(again), "--onnx", str(tmp_path / "x.onnx"),
-                                  "--quantize", "int8"])  # fmt: skip
+    r = CliRunner().invoke(
+        main, ["export", str(again), "--onnx", str(tmp_path / "x.onnx"), "--quantize", "int8"]
+    )
     assert r.exit_code != 0 and "already quantized" in r.output
     r = CliRunner().invoke(main, ["export", str(f32), "--onnx", str(tmp_path / "y.onnx")])
     assert r.exit_code != 0 and "needs --quantize" in r.output

@@ -57,8 +57,15 @@ def _recording(channels=("II", "PLETH", "RESP"), seed: int = 0) -> tuple[rs.Raw,
     ppg += 0.01 * rng.standard_normal(n)
     resp += 0.02 * rng.standard_normal(n)
     sig = {"II": ecg, "PLETH": ppg, "RESP": resp}
-    raw = rs.Raw("fixture", "dev", FS, {c: sig[c] for c in channels}, {c: "NU" for c in channels},
-                 "generated", {"package": "none"})  # fmt: skip
+    raw = rs.Raw(
+        "fixture",
+        "dev",
+        FS,
+        {c: sig[c] for c in channels},
+        {c: "NU" for c in channels},
+        "generated",
+        {"package": "none"},
+    )
     return raw, {"beats": beats, "breaths": breaths}
 
 
@@ -86,8 +93,11 @@ def test_conversion_writes_bidmc_records_with_true_references(tmp_path):
     assert np.isnan(num["SpO2"]).all()
 
     # references: the simulator's rate of the known events, rounded, where kept (most seconds)
-    for key, events, window in (("HR", truth["beats"], 8.0), ("PULSE", truth["beats"], 8.0),
-                                ("RESP", truth["breaths"], 16.0)):  # fmt: skip
+    for key, events, window in (
+        ("HR", truth["beats"], 8.0),
+        ("PULSE", truth["beats"], 8.0),
+        ("RESP", truth["breaths"], 16.0),
+    ):
         v = num[key]
         kept = np.isfinite(v)
         assert kept.mean() > 0.8, key
@@ -173,14 +183,20 @@ def test_reading_a_source_out_of_its_distribution(tmp_path):
     last column the ECG; the licence from PKG-INFO and the licence file."""
     x = (500 + 100 * np.sin(np.arange(3000) / 50)).astype(int)
     body = "".join(f"{i}\t1\t1\t0\t0\t{v}\t\n" for i, v in enumerate(x))
-    text = ('# OpenSignals Text File Format\n# {"dev": {"sampling rate": 500, "label": ["A2"]}}\n'
-            "# EndOfHeader\n" + body)  # fmt: skip
-    pkg = _sdist(tmp_path / "pyhrv-0.5.0.tar.gz", {
-        "PKG-INFO": b"Metadata-Version: 2.1\nName: pyhrv\nVersion: 0.5.0\nLicense: BSD-3-Clause\n"
-                    b"Classifier: License :: OSI Approved :: BSD License\n\n",
-        "LICENSE.txt": b"BSD 3-Clause License\n\nCopyright ...\n",
-        "pyhrv/files/SampleECG.txt": text.encode(),
-    })  # fmt: skip
+    text = (
+        '# OpenSignals Text File Format\n# {"dev": {"sampling rate": 500, "label": ["A2"]}}\n'
+        "# EndOfHeader\n" + body
+    )
+    pkg = _sdist(
+        tmp_path / "pyhrv-0.5.0.tar.gz",
+        {
+            "PKG-INFO": b"Metadata-Version: 2.1\nName: pyhrv\nVersion: 0.5.0\n"
+            b"License: BSD-3-Clause\n"
+            b"Classifier: License :: OSI Approved :: BSD License\n\n",
+            "LICENSE.txt": b"BSD 3-Clause License\n\nCopyright ...\n",
+            "pyhrv/files/SampleECG.txt": text.encode(),
+        },
+    )
     raw = rs.load("pyhrv_ecg", pkg)
     assert raw.fs == 500.0 and raw.split == "dev"
     np.testing.assert_array_equal(raw.signals["II"], x)
@@ -199,8 +215,9 @@ def test_real_download_of_one_small_source(tmp_path):
     """pyhrv's sample ECG from the registry (3 MB sdist), built and published; skipped when
     the registry cannot be reached."""
     try:
-        rep = rs.write_real_samples(tmp_path / "real", cache_root=tmp_path / "cache",
-                                    names=["pyhrv_ecg"], pip_timeout_s=10)  # fmt: skip
+        rep = rs.write_real_samples(
+            tmp_path / "real", cache_root=tmp_path / "cache", names=["pyhrv_ecg"], pip_timeout_s=10
+        )
     except rs.RegistryError as e:
         pytest.skip(f"package registry unreachable, real download not tested: {e}")
     out = tmp_path / "real"
@@ -217,8 +234,7 @@ def test_real_download_of_one_small_source(tmp_path):
     # a second build takes the cached file (no network) and replaces only with force
     with pytest.raises(FileExistsError):
         rs.write_real_samples(out, cache_root=tmp_path / "cache", names=["pyhrv_ecg"])
-    rs.write_real_samples(out, cache_root=tmp_path / "cache", names=["pyhrv_ecg"],
-                          overwrite=True)  # fmt: skip
+    rs.write_real_samples(out, cache_root=tmp_path / "cache", names=["pyhrv_ecg"], overwrite=True)
     assert not list(tmp_path.glob(".real.tmp-*"))
 
 

@@ -36,8 +36,9 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """``liquid-stream ARGS`` through the console script of this interpreter's venv."""
     exe = Path(sys.executable).with_name("liquid-stream")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=env)  # fmt: skip
+    return subprocess.run(
+        [str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 def write_wfdb(folder: Path, name: str, signals: dict[str, np.ndarray], fs: int = FS) -> Path:
@@ -81,8 +82,17 @@ def test_vitals_reads_a_ppg_record_and_gives_no_number_for_a_flat_line(tmp_path)
     write_wfdb(tmp_path, "pulse", {"PLETH": ppg(90, 72.0)})
     write_wfdb(tmp_path, "flat", {"PLETH": np.zeros(90 * FS)})
     for name in ("pulse", "flat"):
-        r = cli("vitals", "--record", str(tmp_path / name), "--speed", "max", "--no-ui",
-                "--out", str(tmp_path / "out"), cwd=tmp_path)  # fmt: skip
+        r = cli(
+            "vitals",
+            "--record",
+            str(tmp_path / name),
+            "--speed",
+            "max",
+            "--no-ui",
+            "--out",
+            str(tmp_path / "out"),
+            cwd=tmp_path,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
     pulse = read_vitals_csv(tmp_path / "out" / "pulse_vitals.csv")
     valid = [float(row["hr"]) for row in pulse if row["hr_valid"] == "1"]
@@ -115,8 +125,16 @@ def test_kws_hears_spoken_keywords_alike_in_10_and_100_ms_calls(tmp_path):
         f.writeframes(x.tobytes())
     outs = []
     for ms in ("10", "100"):
-        r = cli("kws", "--input", str(tmp_path / "words.wav"), "--fast", "--no-ui",
-                "--chunk-ms", ms, cwd=tmp_path)  # fmt: skip
+        r = cli(
+            "kws",
+            "--input",
+            str(tmp_path / "words.wav"),
+            "--fast",
+            "--no-ui",
+            "--chunk-ms",
+            ms,
+            cwd=tmp_path,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         outs.append([ln for ln in r.stdout.splitlines() if ln[:2].isdigit()])
     assert [ln.split()[1] for ln in outs[0]] == words, outs[0]

@@ -117,8 +117,9 @@ def test_flat_stretch_and_return_stay_bounded_and_finite():
     x = signal(L=3000, C=1)
     x[:, 500:2000] = 0.0  # sensor off (flat zeros), then back at 100× the gain
     x[:, 2000:] *= 100
-    y = run_steps(ScaleNormStep(ScaleNorm(ScaleNormConfig(channels=1)), torch.float32),
-                  x.float(), [125] * 24)  # fmt: skip
+    y = run_steps(
+        ScaleNormStep(ScaleNorm(ScaleNormConfig(channels=1)), torch.float32), x.float(), [125] * 24
+    )
     assert torch.isfinite(y).all()
     assert y.abs().max().item() <= 8.0
     # on the flat stretch d and σ decay together: |z| small and falling, no blow-up
@@ -145,9 +146,15 @@ def test_gradient_reaches_the_input_and_is_finite():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("hop", 0), ("channels", 1.5), ("tau_s", -1.0), ("eps", float("nan")), ("log", 1),
-     ("shared_scale", "yes")],
-)  # fmt: skip
+    [
+        ("hop", 0),
+        ("channels", 1.5),
+        ("tau_s", -1.0),
+        ("eps", float("nan")),
+        ("log", 1),
+        ("shared_scale", "yes"),
+    ],
+)
 def test_bad_config_is_refused_with_the_field_named(field, value):
     with pytest.raises(ValueError, match=f"frontend.{field}"):
         ScaleNormConfig(**{field: value})
@@ -294,10 +301,19 @@ def sn_model(dtype=torch.float32, decoder: str = "window", **opts) -> torch.nn.M
 
     torch.manual_seed(0)
     m = LiquidS4Model(
-        d_input=2, d_output=1, d_model=16, n_layers=2, d_state=8, mode="diag", liquid="pb",
-        liquid_order=2, norm="layer", decoder=decoder, decoder_window=10,
+        d_input=2,
+        d_output=1,
+        d_model=16,
+        n_layers=2,
+        d_state=8,
+        mode="diag",
+        liquid="pb",
+        liquid_order=2,
+        norm="layer",
+        decoder=decoder,
+        decoder_window=10,
         frontend={"kind": "scalenorm", "tau_s": 0.5, "hop": 5, **opts},
-    )  # fmt: skip
+    )
     return m.to(dtype).eval()
 
 
@@ -348,8 +364,9 @@ def test_onnx_graph_equals_the_forward_in_any_chunking_and_units(tmp_path, chunk
 
     y = onnx_stream(path, x, sizes)
     assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
-    y_units = onnx_stream(path, ((x.astype(np.float64) - 3e4) * 0.01 - 700).astype(np.float32),
-                          sizes)  # fmt: skip
+    y_units = onnx_stream(
+        path, ((x.astype(np.float64) - 3e4) * 0.01 - 700).astype(np.float32), sizes
+    )
     assert np.abs(y_units - ref).max() <= 1e-4 * np.abs(ref).max()
 
 

@@ -150,8 +150,9 @@ class KwsRef:
 
 def vitals_ref(models, channels, rate, alarms, blocks) -> list[dict]:
     """The bed alone: a VitalsMonitor fed the client's blocks, as events."""
-    mon = VitalsMonitor([shipped(m) for m in models], alarms=alarms, channels=channels,
-                        input_rate=rate)  # fmt: skip
+    mon = VitalsMonitor(
+        [shipped(m) for m in models], alarms=alarms, channels=channels, input_rate=rate
+    )
     ests = []
     for b in blocks:
         ests += mon.push(np.asarray(b, np.float64))
@@ -249,8 +250,16 @@ def test_streams_through_the_server_equal_each_stream_alone(srv, tone):
     def client(sid, model, rate, channels, alarms, blocks, as_json, delay):
         try:
             time.sleep(delay)
-            r = stream_blocks(srv.url, blocks, model=model, sample_rate=rate, channels=channels,
-                              alarms=alarms, stream_id=sid, json_blocks=as_json)  # fmt: skip
+            r = stream_blocks(
+                srv.url,
+                blocks,
+                model=model,
+                sample_rate=rate,
+                channels=channels,
+                alarms=alarms,
+                stream_id=sid,
+                json_blocks=as_json,
+            )
             got[sid] = r
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append((sid, repr(e)))
@@ -302,8 +311,13 @@ def test_killed_client_is_reclaimed_and_the_others_go_on(srv, tone, tmp_path):
         "    time.sleep(0.05)\n"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, str(script), srv.url], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(script), srv.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     x = tone_signal(SR, seed=7).astype(np.float32)
     blocks = cut(x, 800)
     try:
@@ -472,8 +486,9 @@ def test_a_client_sending_too_fast_loses_blocks_and_is_told(tone):
     batcher waits up to 1 s while another stream is idle) keeps 4, drops the rest, is
     told how many, and keeps the bed's time: the dropped seconds are a gap, the
     estimates run to second 40."""
-    server = StreamServer([vitals_host("ppg", [shipped(m) for m in PPG])], port=0,
-                          budget_ms=1000, queue_blocks=4)  # fmt: skip
+    server = StreamServer(
+        [vitals_host("ppg", [shipped(m) for m in PPG])], port=0, budget_ms=1000, queue_blocks=4
+    )
     with ServerThread(server) as s:
         with ServeClient(s.url) as idle, ServeClient(s.url, stream_id="fast") as c:
             idle.open("ppg", channels=["PLETH"], sample_rate=125)
@@ -494,8 +509,15 @@ def test_a_client_that_does_not_read_does_not_stall_the_others(tone):
     """A client that never reads (its socket buffer full): its scores wait in a bounded
     outbox, the oldest dropped and counted, never its detections; a stream beside it is
     served all along. Once it reads, it gets every detection of its stream."""
-    server = StreamServer([kws_host(tone, "tone")], port=0, budget_ms=0, out_queue=8,
-                          queue_blocks=1, send_buffer=4096, write_limit=1024)  # fmt: skip
+    server = StreamServer(
+        [kws_host(tone, "tone")],
+        port=0,
+        budget_ms=0,
+        out_queue=8,
+        queue_blocks=1,
+        send_buffer=4096,
+        write_limit=1024,
+    )
     x = tone_signal(SR, seed=11).astype(np.float32)
     blocks = cut(x, 80)  # 10 ms blocks, one a step: a scores event every 10 ms
     with ServerThread(server) as s:
@@ -505,8 +527,17 @@ def test_a_client_that_does_not_read_does_not_stall_the_others(tone):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect(("127.0.0.1", s.server.port))
         stalled = connect(s.url + "?id=stalled", sock=sock, max_queue=1, legacy=True)
-        stalled.send(json.dumps({"op": "open", "model": "tone", "sample_rate": SR,
-                                 "id": "stalled", "overflow": "wait"}))  # fmt: skip
+        stalled.send(
+            json.dumps(
+                {
+                    "op": "open",
+                    "model": "tone",
+                    "sample_rate": SR,
+                    "id": "stalled",
+                    "overflow": "wait",
+                }
+            )
+        )
         for b in blocks:
             stalled.send(b.astype("<f4").tobytes())
 
@@ -514,10 +545,13 @@ def test_a_client_that_does_not_read_does_not_stall_the_others(tone):
             v = next(v for v in state(s)["streams"] if v["id"] == "stalled")
             return v if key is None or key(v) else None
 
-        wait_for(lambda: stalled_view(lambda v: v["health"]["received_s"] >= len(x) / SR - 1e-9),
-                 what="all the stalled stream's input")  # fmt: skip
-        view = wait_for(lambda: stalled_view(lambda v: v["health"]["dropped_events"] > 0),
-                        what="dropped scores")  # fmt: skip
+        wait_for(
+            lambda: stalled_view(lambda v: v["health"]["received_s"] >= len(x) / SR - 1e-9),
+            what="all the stalled stream's input",
+        )
+        view = wait_for(
+            lambda: stalled_view(lambda v: v["health"]["dropped_events"] > 0), what="dropped scores"
+        )
         outbox = s.call(lambda: len(s.server.streams["stalled"].outbox))
         assert outbox <= 8
         # a stream beside it is served meanwhile, exactly
@@ -617,8 +651,13 @@ def test_http_dashboard_files_and_state(srv):
         assert ids == {"bed-9", k.stream_id}
         assert view["task"] == "vitals" and view["model"] == "ppg" and view["connected"]
         assert view["health"]["received_s"] == 36.0 and view["health"]["dropped_blocks"] == 0
-        assert set(view["health"]) >= {"received_s", "lag_ms", "dropped_blocks", "errors",
-                                       "last_seen_s"}  # fmt: skip
+        assert set(view["health"]) >= {
+            "received_s",
+            "lag_ms",
+            "dropped_blocks",
+            "errors",
+            "last_seen_s",
+        }
         hr = view["vitals"]["HR"]
         assert hr["units"] == "bpm" and hr["valid"] and hr["value"] > 0
         assert len(hr["history"]) == 36 and hr["history"][-1] == [36.0, hr["value"]]
@@ -639,8 +678,13 @@ def test_http_dashboard_files_and_state(srv):
     for name in sorted(p.name for p in (ROOT / "apps" / "web").glob("*.js")):
         status, kind, body = raw_get(srv, f"/web/{name}")
         assert status == 200 and kind.startswith("text/javascript")
-    for path in ("/web/../pyproject.toml", "/web/%2e%2e/pyproject.toml", "/web/..%2fserve.py",
-                 "/web//etc/passwd", "/web/./index.html"):  # fmt: skip
+    for path in (
+        "/web/../pyproject.toml",
+        "/web/%2e%2e/pyproject.toml",
+        "/web/..%2fserve.py",
+        "/web//etc/passwd",
+        "/web/./index.html",
+    ):
         status, _, body = raw_get(srv, path)
         assert status == 403 and b"project" not in body, path
     assert raw_get(srv, "/../pyproject.toml")[0] == 404
@@ -657,8 +701,11 @@ def start_server(args: list[str]) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "liquid_stream.cli", "serve", "--port", "0", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     ready, _, _ = select.select([proc.stdout], [], [], 60)
     line = proc.stdout.readline() if ready else ""
     if not line.startswith("serving "):
@@ -688,17 +735,21 @@ def test_two_server_processes_behind_a_client_side_shard(tone):
         assert set(where.values()) == set(urls)  # both servers get streams
         got, errors = {}, []
         data = {sid: bed(20, 125, ["PLETH"], 20 + i) for i, sid in enumerate(ids[:4])}
-        data |= {sid: tone_signal(SR, seed=30 + i).astype(np.float32)
-                 for i, sid in enumerate(ids[4:])}  # fmt: skip
+        data |= {
+            sid: tone_signal(SR, seed=30 + i).astype(np.float32) for i, sid in enumerate(ids[4:])
+        }
 
         def client(sid):
             try:
                 vit = sid.startswith("bed")
                 got[sid] = stream_blocks(
-                    where[sid], cut(data[sid], 125 if vit else 800),
-                    model="ppg" if vit else "tone", sample_rate=125 if vit else SR,
-                    channels=["PLETH"] if vit else None, stream_id=sid,
-                )  # fmt: skip
+                    where[sid],
+                    cut(data[sid], 125 if vit else 800),
+                    model="ppg" if vit else "tone",
+                    sample_rate=125 if vit else SR,
+                    channels=["PLETH"] if vit else None,
+                    stream_id=sid,
+                )
             except Exception as e:  # noqa: BLE001
                 errors.append((sid, repr(e)))
 
@@ -738,20 +789,26 @@ def test_two_server_processes_behind_a_client_side_shard(tone):
 
 def test_stream_to_prints_the_events(srv, tone, tmp_path):
     wav = write_tone_wav(tmp_path / "tones.wav")
-    r = CliRunner().invoke(stream_to_cmd, [srv.url, "--input", str(wav), "--fast",
-                                           "--model", "tone", "--id", "cli-1"])  # fmt: skip
+    r = CliRunner().invoke(
+        stream_to_cmd, [srv.url, "--input", str(wav), "--fast", "--model", "tone", "--id", "cli-1"]
+    )
     assert r.exit_code == 0, r.output
     ref = KwsRef(tone, SR)
     ref.push(tone_signal(SR).astype(np.float32))
-    lines = [ln.split() for ln in r.output.splitlines() if ln.endswith(tuple("0123456789"))
-             and " s  " in ln]  # fmt: skip
+    lines = [
+        ln.split()
+        for ln in r.output.splitlines()
+        if ln.endswith(tuple("0123456789")) and " s  " in ln
+    ]
     assert [(float(ln[0]), " ".join(ln[2:-1])) for ln in lines] == [
         (round(t, 3), k) for t, k, _ in ref.detections
     ]
     assert "server dropped 0 block(s), 0 error(s)" in r.output
     rec = write_record(tmp_path / "rec", "bidmc07", seconds=40)
-    r = CliRunner().invoke(stream_to_cmd, [srv.url, "--record", str(rec), "--fast", "--json",
-                                           "--alarm", "hr>80:hold=2"])  # fmt: skip
+    r = CliRunner().invoke(
+        stream_to_cmd,
+        [srv.url, "--record", str(rec), "--fast", "--json", "--alarm", "hr>80:hold=2"],
+    )
     assert r.exit_code == 0, r.output
     events = [json.loads(ln) for ln in r.output.splitlines() if ln.startswith("{")]
     from liquid_stream.apps.vitals_record import RecordSource
@@ -844,14 +901,27 @@ def test_serve_cli_lsl_flag_opens_a_bed_fed_by_the_stream(tmp_path):
     rec = write_record(tmp_path, "bidmc06", seconds=30)
     name = f"lstest-cli-{uuid.uuid4().hex[:8]}"
     thread, stop, failed = replay_in_background(rec, name, speed=10, wait_s=30)
-    proc, url = start_server(["--vitals", "ppg-ecg=" + ",".join(PPG_ECG), "--lsl", name,
-                              "--lsl-timeout", "20", "--lsl-alarm", "hr>80:hold=2"])  # fmt: skip
+    proc, url = start_server(
+        [
+            "--vitals",
+            "ppg-ecg=" + ",".join(PPG_ECG),
+            "--lsl",
+            name,
+            "--lsl-timeout",
+            "20",
+            "--lsl-alarm",
+            "hr>80:hold=2",
+        ]
+    )
     try:
         http = url.replace("ws://", "http://").removesuffix("/stream")
 
         def ended():
-            views = [v for v in json.loads(get(http + "/api/state")[2])["streams"]
-                     if v["id"] == f"lsl-{name}"]  # fmt: skip
+            views = [
+                v
+                for v in json.loads(get(http + "/api/state")[2])["streams"]
+                if v["id"] == f"lsl-{name}"
+            ]
             return views[0] if views and not views[0]["connected"] else None
 
         view = wait_for(ended, timeout=60, what="the --lsl bed to end with its stream")
@@ -868,10 +938,25 @@ def test_serve_cli_lsl_flag_opens_a_bed_fed_by_the_stream(tmp_path):
     assert f"LSL stream {name!r} -> bed lsl-{name}" in proc.stderr.read()
     assert view["model"] == "ppg-ecg" and view["health"]["received_s"] == 30.0
     missing = subprocess.run(
-        [sys.executable, "-m", "liquid_stream.cli", "serve", "--port", "0", "--vitals",
-         "ppg=" + ",".join(PPG), "--lsl", "no-such-stream-x1", "--lsl-timeout", "0.5"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "liquid_stream.cli",
+            "serve",
+            "--port",
+            "0",
+            "--vitals",
+            "ppg=" + ",".join(PPG),
+            "--lsl",
+            "no-such-stream-x1",
+            "--lsl-timeout",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert missing.returncode == 1
     errors = [ln for ln in missing.stderr.splitlines() if ln.strip()]
     assert len(errors) == 1 and errors[0].startswith("Error: --lsl no-such-stream-x1: "), errors
@@ -894,12 +979,26 @@ def test_stream_to_device_streams_a_microphone(srv, tmp_path):
     proc, err_lines = None, []
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "liquid_stream.cli", "stream-to", srv.url, "--device",
-             device, "--model", "tone", "--id", "mic-1"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "liquid_stream.cli",
+                "stream-to",
+                srv.url,
+                "--device",
+                device,
+                "--model",
+                "tone",
+                "--id",
+                "mic-1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
             preexec_fn=sigint_default,
-        )  # fmt: skip
+        )
         opened = threading.Event()
 
         def read_err():
@@ -924,8 +1023,9 @@ def test_stream_to_device_streams_a_microphone(srv, tmp_path):
     summary = "".join(err_lines)
     assert proc.returncode == 0, out + summary
     assert "server dropped 0 block(s), 0 error(s)" in summary, summary
-    lines = [ln.split() for ln in out.splitlines() if ln.endswith(tuple("0123456789"))
-             and " s  " in ln]  # fmt: skip
+    lines = [
+        ln.split() for ln in out.splitlines() if ln.endswith(tuple("0123456789")) and " s  " in ln
+    ]
     dets = [(float(ln[0]), " ".join(ln[2:-1])) for ln in lines]
     assert [k for _, k in dets] == [w for _, _, w in EVENTS], out
     gaps = np.diff([t for t, _ in dets]) - np.diff([s for s, _, _ in EVENTS])

@@ -62,8 +62,9 @@ class BulkClient(threading.Thread):
     "wait"), reading its events as it goes, until :meth:`finish`; then it closes. Keeps
     every block sent and every event, with the time each event was read."""
 
-    def __init__(self, url, sid, blocks, *, model, sample_rate, channels=None, minimum=0,
-                 maximum=None):  # fmt: skip
+    def __init__(
+        self, url, sid, blocks, *, model, sample_rate, channels=None, minimum=0, maximum=None
+    ):
         super().__init__(daemon=True)
         self.url, self.sid, self.blocks = url, sid, blocks
         self.model, self.rate, self.channels = model, sample_rate, channels
@@ -140,8 +141,15 @@ def test_a_live_keyword_stream_beside_a_bulk_one_on_the_same_bank(tone):
     bulk_blocks = [b.astype(np.float32) for b in cut(tone_signal(SR, seed=21), 800)]
     live_x = tone_signal(SR, seed=22).astype(np.float32)
     with ServerThread(server) as srv:
-        bulk = BulkClient(srv.url, "bulk-kws", bulk_blocks, model="tone", sample_rate=SR,
-                          minimum=3 * len(bulk_blocks), maximum=20 * len(bulk_blocks))  # fmt: skip
+        bulk = BulkClient(
+            srv.url,
+            "bulk-kws",
+            bulk_blocks,
+            model="tone",
+            sample_rate=SR,
+            minimum=3 * len(bulk_blocks),
+            maximum=20 * len(bulk_blocks),
+        )
         bulk.start()
         assert bulk.started_sending.wait(30) and bulk.error is None
         wait_for(lambda: bank_stats(srv, "tone")["bulk"]["steps"] >= 3, what="bulk steps")
@@ -182,8 +190,15 @@ def test_live_and_bulk_beds_equal_each_bed_alone():
     live_x = bed(30, 125, ["PLETH"], 32)
     with ServerThread(server) as srv, ServeClient(srv.url, stream_id="idle") as idle:
         idle.open("ppg", sample_rate=125, channels=["PLETH"])
-        bulk = BulkClient(srv.url, "bulk-bed", cut(bulk_x, 125), model="ppg", sample_rate=125,
-                          channels=["PLETH"], maximum=2000)  # fmt: skip
+        bulk = BulkClient(
+            srv.url,
+            "bulk-bed",
+            cut(bulk_x, 125),
+            model="ppg",
+            sample_rate=125,
+            channels=["PLETH"],
+            maximum=2000,
+        )
         bulk.start()
         assert bulk.started_sending.wait(30) and bulk.error is None
         wait_for(lambda: bank_stats(srv, "ppg")["bulk"]["steps"] >= 3, what="bulk steps")

@@ -71,8 +71,7 @@ def test_a_frozen_stream_is_no_data_in_the_state_and_recovers(srv):
         ServeClient(srv.url, stream_id="call-f") as call,
         ServeClient(srv.url, stream_id="bed-mute") as mute,
     ):
-        bed.open("ppg", channels=["PLETH"], sample_rate=FS, alarms="hr>40:hold=1",
-                 overflow="wait")  # fmt: skip
+        bed.open("ppg", channels=["PLETH"], sample_rate=FS, alarms="hr>40:hold=1", overflow="wait")
         live.open("ppg", channels=["PLETH"], sample_rate=FS, overflow="wait")
         call.open("kws", sample_rate=KWS_SR, scores=False)
         sent = {}  # the time each stream's last block started on its way

@@ -42,11 +42,19 @@ def unseen_voices_stream(tmp_path_factory):
     from liquid_stream.training.data.speech_synth import generate_speech_synth
 
     root = tmp_path_factory.mktemp("voices") / "sc"
-    generate_speech_synth(root, 8, words=SC10, seed=12345, workers=2, n_speakers=16,
-                          engines=("espeak-ng", "flite", "festival"))  # fmt: skip
+    generate_speech_synth(
+        root,
+        8,
+        words=SC10,
+        seed=12345,
+        workers=2,
+        n_speakers=16,
+        engines=("espeak-ng", "flite", "festival"),
+    )
     # every speaker of this seed is new to the shipped model: stream all of their clips
-    clips = sorted(str(p.relative_to(root)) for p in root.glob("*/*.wav")
-                   if not p.parent.name.startswith("_"))  # fmt: skip
+    clips = sorted(
+        str(p.relative_to(root)) for p in root.glob("*/*.wav") if not p.parent.name.startswith("_")
+    )
     (root / "testing_list.txt").write_text("\n".join(clips) + "\n")
     x, rows = build_kws_stream(root, 1.5, SC10, seed=3, keyword_prob=1.0, noise_gain=0.005)
     wav, csv = root.parent / "stream.wav", root.parent / "stream.csv"
@@ -62,8 +70,9 @@ def test_kws_without_model_uses_the_shipped_spotter_and_detects(unseen_voices_st
     r = CliRunner().invoke(kws_cmd, ["--input", str(wav), "--fast", "--no-ui"])
     assert r.exit_code == 0, r.output
     assert f"the shipped {KWS} spotter" in r.output
-    r = CliRunner().invoke(kws_eval_cmd, [str(shipped(KWS)), "--stream", str(wav),
-                                          "--labels", str(csv)])  # fmt: skip
+    r = CliRunner().invoke(
+        kws_eval_cmd, [str(shipped(KWS)), "--stream", str(wav), "--labels", str(csv)]
+    )
     assert r.exit_code == 0, r.output
     line = next(ln for ln in r.output.splitlines() if ln.startswith("detection rate"))
     rate, n_fa = float(line.split()[2]), int(line.split("false accepts ")[1].split()[0])

@@ -28,19 +28,27 @@ from liquid_stream.training.data.vitals_sim import simulate_randomised
 FS = 125
 SECONDS = 60
 CLEAN = {  # a record with no artefact of its own, so only the case decides
-    "ectopic_prob": 0.0, "af_episodes": [], "motion_bursts": [], "sensor_off": [],
+    "ectopic_prob": 0.0,
+    "af_episodes": [],
+    "motion_bursts": [],
+    "sensor_off": [],
     "perfusion": 1.0,
-}  # fmt: skip
+}
 KEEP = ("PLETH,", "II,")  # the record's channels: PPG + ECG (a RESP would give the RR)
 PPG_ECG = ["vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr"]
 
 
 def good_record(seed: int = 3, minutes: float = SECONDS / 60) -> dict:
-    rec = simulate_randomised(np.random.default_rng([seed, 11]), minutes, family="param",
-                              force=CLEAN)  # fmt: skip
+    rec = simulate_randomised(
+        np.random.default_rng([seed, 11]), minutes, family="param", force=CLEAN
+    )
     cols = [rec["sig_names"].index(c) for c in KEEP]
-    return {**rec, "signals": rec["signals"][:, cols], "sig_names": list(KEEP),
-            "sig_units": [rec["sig_units"][c] for c in cols]}  # fmt: skip
+    return {
+        **rec,
+        "signals": rec["signals"][:, cols],
+        "sig_names": list(KEEP),
+        "sig_units": [rec["sig_units"][c] for c in cols],
+    }
 
 
 def bad(case: str, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -85,8 +93,7 @@ def test_each_no_signal_case_is_judged_with_its_reason(case, kind):
     assert reason == want, (case, kind.name, sq.features(x, FS, kind))
 
 
-@pytest.mark.parametrize("channel, kind", [("PLETH,", sq.PPG), ("II,", sq.ECG),
-                                           ("RESP,", sq.RESP)])  # fmt: skip
+@pytest.mark.parametrize("channel, kind", [("PLETH,", sq.PPG), ("II,", sq.ECG), ("RESP,", sq.RESP)])
 def test_a_good_signal_passes_whatever_its_units(channel, kind):
     """Every 8-s window of a clean simulated channel passes, and the verdicts do not
     change with the signal's gain and offset (the models do not depend on them either)."""
@@ -125,9 +132,20 @@ def table(tmp_path_factory):
         name = f"case{i:02d}"
         write_record(root, name, rec)
         res = CliRunner().invoke(
-            main, ["vitals", "--record", str(root / name), "--speed", "max", "--no-ui",
-                   "--alarm", "hr>20", "--out", str(root / "out" / name)],
-        )  # fmt: skip
+            main,
+            [
+                "vitals",
+                "--record",
+                str(root / name),
+                "--speed",
+                "max",
+                "--no-ui",
+                "--alarm",
+                "hr>20",
+                "--out",
+                str(root / "out" / name),
+            ],
+        )
         assert res.exit_code == 0, (case, res.output)
         with open(root / "out" / name / f"{name}_vitals.csv") as f:
             rows = list(csv.DictReader(f))
@@ -244,12 +262,12 @@ def test_no_signal_through_the_server_and_its_state(tmp_path):
     blocks = [x[i : i + FS] for i in range(0, len(x), FS)]
     host = vitals_host("ppg", [shipped("vitals-ppg-hr"), shipped("vitals-ppg-rr")])
     with ServerThread(StreamServer([host], port=0)) as srv:
-        got = stream_blocks(srv.url, blocks, model="ppg", sample_rate=FS, channels=["PLETH"],
-                            stream_id="bed-flat")  # fmt: skip
+        got = stream_blocks(
+            srv.url, blocks, model="ppg", sample_rate=FS, channels=["PLETH"], stream_id="bed-flat"
+        )
         with urllib.request.urlopen(srv.http + "/api/state", timeout=5) as r:
             state = json.load(r)
-    mon = VitalsMonitor([shipped("vitals-ppg-hr"), shipped("vitals-ppg-rr")],
-                        channels=["PLETH"])  # fmt: skip
+    mon = VitalsMonitor([shipped("vitals-ppg-hr"), shipped("vitals-ppg-rr")], channels=["PLETH"])
     want = [estimate_event(e, mon.units) for b in blocks for e in mon.push(b)]
     want += [estimate_event(e, mon.units) for e in mon.flush()]
     events = got.of("estimate")

@@ -64,8 +64,7 @@ def test_warp_reads_the_envelope_at_f_over_alpha():
 
 
 def test_masks_zero_whole_bands_and_frames_within_their_widths():
-    cfg = SpecAugmentConfig(warp=(1.0, 1.0), freq_masks=2, freq_width=4, time_masks=3,
-                            time_width=5)  # fmt: skip
+    cfg = SpecAugmentConfig(warp=(1.0, 1.0), freq_masks=2, freq_width=4, time_masks=3, time_width=5)
     aug = SpecAugment(cfg, FE.n_mels, FE.fmin, FE.fmax)
     z = torch.randn(64, 200, FE.n_mels).abs() + 1.0  # no zero of its own
     torch.manual_seed(0)
@@ -98,9 +97,17 @@ def test_config_checks():
 
 def _logmel_model() -> LiquidS4Model:
     torch.manual_seed(1)
-    return LiquidS4Model(1, 3, d_model=8, n_layers=1, d_state=4, mode="diag",
-                         frontend={"kind": "logmel"}, decoder="window",
-                         decoder_window=5)  # fmt: skip
+    return LiquidS4Model(
+        1,
+        3,
+        d_model=8,
+        n_layers=1,
+        d_state=4,
+        mode="diag",
+        frontend={"kind": "logmel"},
+        decoder="window",
+        decoder_window=5,
+    )
 
 
 def test_hook_acts_in_training_only_and_passes_gradients():
@@ -128,9 +135,18 @@ def test_cli_run_records_it_changes_training_and_exports(tmp_path):
 
     root = tiny_root(tmp_path / "sc")
     base = ["speech-stream", "--preset", "cpu", "--max-steps", "2", "--data", str(root)]
-    small = ["data.subset=sc10", "data.length=6000", "data.n_train=8", "data.n_val=4",
-             "data.n_test=4", "model.d_model=8", "model.n_layers=1", "model.decoder_window=5",
-             "optim.batch_size=4", "train.progress=false"]  # fmt: skip
+    small = [
+        "data.subset=sc10",
+        "data.length=6000",
+        "data.n_train=8",
+        "data.n_val=4",
+        "data.n_test=4",
+        "model.d_model=8",
+        "model.n_layers=1",
+        "model.decoder_window=5",
+        "optim.batch_size=4",
+        "train.progress=false",
+    ]
     sets = [a for s in small for a in ("--set", s)]
     runs = {}
     for name, extra in (("off", []), ("on", ["--set", "data.spec_augment={}"])):
@@ -147,7 +163,9 @@ def test_cli_run_records_it_changes_training_and_exports(tmp_path):
     export_model(model, path, chunk=160, meta=meta)
     report = verify_onnx(model, path, length=3200, meta=meta)
     assert report.ok and math.isfinite(report.rel), str(report)
-    bad = CliRunner().invoke(train_cmd, [*base, "--out", str(tmp_path / "bad"), *sets,
-                                         "--set", "data.spec_augment.freq_width=-2"])  # fmt: skip
+    bad = CliRunner().invoke(
+        train_cmd,
+        [*base, "--out", str(tmp_path / "bad"), *sets, "--set", "data.spec_augment.freq_width=-2"],
+    )
     assert bad.exit_code != 0 and "spec_augment" in bad.output
     assert "Traceback" not in bad.output and not (tmp_path / "bad").exists()

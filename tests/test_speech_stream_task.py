@@ -13,9 +13,18 @@ from liquid_stream.training.config import load_config
 from liquid_stream.training.data.speech import SC10_WORDS
 from liquid_stream.training.tasks import TASKS, build_task
 
-SMALL = ["data.subset=sc10", "data.length=6000", "data.n_train=8", "data.n_val=4",
-         "data.n_test=4", "model.d_model=8", "model.n_layers=1", "model.decoder_window=800",
-         "optim.batch_size=4", "train.progress=false"]  # fmt: skip
+SMALL = [
+    "data.subset=sc10",
+    "data.length=6000",
+    "data.n_train=8",
+    "data.n_val=4",
+    "data.n_test=4",
+    "model.d_model=8",
+    "model.n_layers=1",
+    "model.decoder_window=800",
+    "optim.batch_size=4",
+    "train.progress=false",
+]
 
 
 def test_config_presets():
@@ -35,7 +44,12 @@ def test_config_presets():
     assert "frontend" not in paper["model"]  # the paper's setting: raw samples
     m = paper["model"]
     assert (m["n_layers"], m["d_model"], m["d_state"], m["liquid"], m["liquid_order"]) == (
-        6, 128, 7, "pb", 2)  # fmt: skip
+        6,
+        128,
+        7,
+        "pb",
+        2,
+    )
     assert m["decoder"] == "window" and m["bidirectional"] is False
 
 
@@ -69,8 +83,14 @@ def test_builder_shapes_labels_and_fixed_eval_sets(tmp_path):
     assert meta8["input_mean"] == meta["input_mean"]
 
 
-LOGMEL_SMALL = [*SMALL[:5], "model.d_model=8", "model.n_layers=1", "model.decoder_window=5",
-                "optim.batch_size=4", "train.progress=false"]  # fmt: skip
+LOGMEL_SMALL = [
+    *SMALL[:5],
+    "model.d_model=8",
+    "model.n_layers=1",
+    "model.decoder_window=5",
+    "optim.batch_size=4",
+    "train.progress=false",
+]
 
 
 def test_logmel_builder_frame_labels_raw_input_and_augmentation(tmp_path):
@@ -92,10 +112,12 @@ def test_logmel_builder_frame_labels_raw_input_and_augmentation(tmp_path):
     train.set_epoch(4)
     assert not torch.equal(a, train[1][0])
     # the augmentation changes the audio, not the composition (speed off: same labels)
-    cfg_off = load_config("speech-stream", "cpu", [f"data.root={root}", *LOGMEL_SMALL,
-                                                   "data.augment=null"])  # fmt: skip
-    cfg_on = load_config("speech-stream", "cpu", [f"data.root={root}", *LOGMEL_SMALL,
-                                                  "data.augment.speed=false"])  # fmt: skip
+    cfg_off = load_config(
+        "speech-stream", "cpu", [f"data.root={root}", *LOGMEL_SMALL, "data.augment=null"]
+    )
+    cfg_on = load_config(
+        "speech-stream", "cpu", [f"data.root={root}", *LOGMEL_SMALL, "data.augment.speed=false"]
+    )
     off, on = build_task(cfg_off)[0], build_task(cfg_on)[0]
     off.set_epoch(1)
     on.set_epoch(1)
@@ -110,8 +132,17 @@ def test_logmel_cli_train_then_export_onnx(tmp_path):
 
     root = tiny_root(tmp_path / "sc")
     out = tmp_path / "run"
-    args = ["speech-stream", "--preset", "cpu", "--max-steps", "2", "--data", str(root),
-            "--out", str(out)]  # fmt: skip
+    args = [
+        "speech-stream",
+        "--preset",
+        "cpu",
+        "--max-steps",
+        "2",
+        "--data",
+        str(root),
+        "--out",
+        str(out),
+    ]
     for item in LOGMEL_SMALL:
         args += ["--set", item]
     r = CliRunner().invoke(train_cmd, args)
@@ -122,8 +153,10 @@ def test_logmel_cli_train_then_export_onnx(tmp_path):
     export_model(model, path, chunk=160, meta=meta)
     report = verify_onnx(model, path, length=4000, meta=meta)
     assert report.ok, str(report)
-    bad = CliRunner().invoke(train_cmd, [*args[:-2], "--out", str(tmp_path / "bad"), "--set",
-                                         "data.augment.gain_db=[10, -10]"])  # fmt: skip
+    bad = CliRunner().invoke(
+        train_cmd,
+        [*args[:-2], "--out", str(tmp_path / "bad"), "--set", "data.augment.gain_db=[10, -10]"],
+    )
     assert bad.exit_code != 0 and "data.augment" in bad.output
     assert "Traceback" not in bad.output and not (tmp_path / "bad").exists()
 
@@ -133,8 +166,19 @@ def test_cli_train_then_export_onnx(tmp_path):
 
     root = tiny_root(tmp_path / "sc")
     out = tmp_path / "run"
-    args = ["speech-stream", "--preset", "paper", "--max-steps", "2", "--data", str(root),
-            "--out", str(out), "--set", "train.device=cpu"]  # fmt: skip
+    args = [
+        "speech-stream",
+        "--preset",
+        "paper",
+        "--max-steps",
+        "2",
+        "--data",
+        str(root),
+        "--out",
+        str(out),
+        "--set",
+        "train.device=cpu",
+    ]
     for item in SMALL:
         args += ["--set", item]
     r = CliRunner().invoke(train_cmd, args)

@@ -34,9 +34,17 @@ SPIKE_S = 5.5  # the 1e30 sample of the spike WAVs: after three tone keywords (â
 def small_model(liquid_order: int = 2, seed: int = 0) -> LiquidS4Model:
     torch.manual_seed(seed)
     m = LiquidS4Model(
-        1, 3, d_model=8, n_layers=1, d_state=4, liquid="pb", liquid_order=liquid_order,
-        norm="batch", decoder="window", decoder_window=8,
-    )  # fmt: skip
+        1,
+        3,
+        d_model=8,
+        n_layers=1,
+        d_state=4,
+        liquid="pb",
+        liquid_order=liquid_order,
+        norm="batch",
+        decoder="window",
+        decoder_window=8,
+    )
     return m.eval()
 
 
@@ -239,8 +247,6 @@ def spike_signal(rate: int = SR) -> np.ndarray:
     x = tone_signal(rate).astype(np.float32)
     x[int(round(SPIKE_S * rate))] = 1e30
     return x
-
-
 
 
 def before_spike():

@@ -70,10 +70,22 @@ def test_rate_streaming_matches_rate_forward():
 def small_model(mode="dplr", norm="batch", decoder="window", liquid="pb", prenorm=True, seed=0):
     torch.manual_seed(seed)
     m = LiquidS4Model(
-        2, 5, d_model=8, n_layers=2, d_state=7, mode=mode, liquid=liquid, liquid_order=3,
-        liquid_len=2, norm=norm, prenorm=prenorm, decoder=decoder, decoder_window=25,
-        dt_min=0.01, dt_max=0.2,
-    )  # fmt: skip
+        2,
+        5,
+        d_model=8,
+        n_layers=2,
+        d_state=7,
+        mode=mode,
+        liquid=liquid,
+        liquid_order=3,
+        liquid_len=2,
+        norm=norm,
+        prenorm=prenorm,
+        decoder=decoder,
+        decoder_window=25,
+        dt_min=0.01,
+        dt_max=0.2,
+    )
     for block in m.blocks:
         randomize(block.ssm, seed)
     m.train()

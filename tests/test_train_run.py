@@ -53,9 +53,21 @@ def test_init_of_another_shape_is_a_one_line_error(tmp_path):
     train(load_config("toy", "tiny", [*TINY, "train.max_steps=1"]), src.parent)
     out = tmp_path / "wide"
     r = CliRunner().invoke(
-        train_cmd, ["toy", "--preset", "tiny", "--device", "cpu", "--out", str(out),
-                    "--set", "model.d_model=12", "--set", f"train.init={src}"],
-    )  # fmt: skip
+        train_cmd,
+        [
+            "toy",
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "--set",
+            "model.d_model=12",
+            "--set",
+            f"train.init={src}",
+        ],
+    )
     assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"Error: train.init {src}: "), lines

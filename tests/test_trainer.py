@@ -18,10 +18,18 @@ from liquid_stream.training.tasks import build_task
 from liquid_stream.training.trainer import NonFiniteLossError, Trainer
 
 SMALL = [
-    "data.n_train=16", "data.n_val=8", "data.n_test=8", "data.length=192",
-    "optim.batch_size=4", "optim.epochs=3", "optim.warmup_steps=2",
-    "model.d_model=8", "model.dropout=0.1", "train.device=cpu", "train.progress=false",
-]  # fmt: skip
+    "data.n_train=16",
+    "data.n_val=8",
+    "data.n_test=8",
+    "data.length=192",
+    "optim.batch_size=4",
+    "optim.epochs=3",
+    "optim.warmup_steps=2",
+    "model.d_model=8",
+    "model.dropout=0.1",
+    "train.device=cpu",
+    "train.progress=false",
+]
 
 
 def make(tmp, overrides=(), seed=None):
@@ -34,8 +42,17 @@ def make(tmp, overrides=(), seed=None):
 
 
 def test_training_reduces_loss(tmp_path):
-    tr = make(tmp_path, ["optim.epochs=3", "model.d_model=16", "optim.lr=0.02",
-                         "data.n_train=32", "data.length=512", "model.dropout=0"])  # fmt: skip
+    tr = make(
+        tmp_path,
+        [
+            "optim.epochs=3",
+            "model.d_model=16",
+            "optim.lr=0.02",
+            "data.n_train=32",
+            "data.length=512",
+            "model.dropout=0",
+        ],
+    )
     summary = tr.fit()
     losses = tr.step_losses
     assert len(losses) == 24 and summary["step"] == 24
@@ -60,15 +77,17 @@ def test_resume_is_bit_exact(tmp_path, accum, k, ema, amp):
     assert second.step == k
     second.fit()
     assert first.step_losses + second.step_losses == full.step_losses
-    for (name, a), b in zip(full.model.state_dict().items(), second.model.state_dict().values(),
-                            strict=True):  # fmt: skip
+    for (name, a), b in zip(
+        full.model.state_dict().items(), second.model.state_dict().values(), strict=True
+    ):
         assert torch.equal(a, b), name
     if ema:  # the weight average resumes too, and so do best.pt (the average) and its metrics
         assert all(torch.equal(v, second.ema[n]) for n, v in full.ema.items())
         b_full, b_cut = (load_checkpoint(tmp_path / d / "best.pt") for d in ("full", "cut"))
         drop = ("time_s",)
-        assert ({k: v for k, v in b_full["metrics"].items() if k not in drop}
-                == {k: v for k, v in b_cut["metrics"].items() if k not in drop})  # fmt: skip
+        assert {k: v for k, v in b_full["metrics"].items() if k not in drop} == {
+            k: v for k, v in b_cut["metrics"].items() if k not in drop
+        }
         assert all(torch.equal(v, b_cut["model"][n]) for n, v in b_full["model"].items())
     with open(tmp_path / "full" / "steps.csv") as f1, open(tmp_path / "cut" / "steps.csv") as f2:
         assert [r["loss"] for r in csv.DictReader(f1)] == [r["loss"] for r in csv.DictReader(f2)]
@@ -78,9 +97,18 @@ def test_cpu_amp_autocasts_to_bf16_and_refuses_fp16(tmp_path):
     """train.amp on the CPU: the forward's matmuls run in bf16 (the encoder's output is bf16
     inside the trainer's autocast, float32 outside), training still lowers the loss; fp16
     on the CPU is a clear error."""
-    tr = make(tmp_path / "bf", ["train.amp=true", "optim.epochs=3", "model.d_model=16",
-                                "optim.lr=0.02", "data.n_train=32", "data.length=512",
-                                "model.dropout=0"])  # fmt: skip
+    tr = make(
+        tmp_path / "bf",
+        [
+            "train.amp=true",
+            "optim.epochs=3",
+            "model.d_model=16",
+            "optim.lr=0.02",
+            "data.n_train=32",
+            "data.length=512",
+            "model.dropout=0",
+        ],
+    )
     assert tr.amp_dtype == torch.bfloat16 and tr.scaler is None
     seen = []
     hook = tr.model.encoder.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
@@ -120,8 +148,9 @@ def test_weight_average_is_the_literal_recurrence(tmp_path):
         avgs.append({k: dt * avgs[-1][k] + (1 - dt) * raw[t][k] for k in raw[t]})
     avg = avgs[-1]
     floating = [k for k, v in tr.ema.items() if v.is_floating_point()]
-    assert floating and max((tr.ema[k].double() - avg[k]).abs().max().item()
-                            for k in floating) < 1e-6  # fmt: skip
+    assert (
+        floating and max((tr.ema[k].double() - avg[k]).abs().max().item() for k in floating) < 1e-6
+    )
     # the average is not the weights (else this test could not tell them apart)
     assert max((avg[k] - raw[-1][k]).abs().max().item() for k in floating) > 1e-3
     last = load_checkpoint(tmp_path / "last.pt")
@@ -212,9 +241,21 @@ def test_speech_without_loader_is_a_clear_error(monkeypatch):
 def test_cli_train_and_evaluate(tmp_path):
     out = tmp_path / "run"
     r = CliRunner().invoke(
-        train_cmd, ["toy", "--preset", "tiny", "--max-steps", "5", "--out", str(out),
-                    "--device", "cpu", "--set", "model.d_model=8"],
-    )  # fmt: skip
+        train_cmd,
+        [
+            "toy",
+            "--preset",
+            "tiny",
+            "--max-steps",
+            "5",
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--set",
+            "model.d_model=8",
+        ],
+    )
     assert r.exit_code == 0, r.output + repr(r.exception)
     assert "final:" in r.output and "test (best.pt)" in r.output
     for name in ("metrics.csv", "curves.png", "best.pt", "last.pt", "steps.csv", "config.yaml"):
@@ -240,10 +281,27 @@ def test_cli_speech_cpu_preset_end_to_end(tmp_path):
     root = tiny_root(tmp_path / "sc")
     out = tmp_path / "run"
     r = CliRunner().invoke(
-        train_cmd, ["speech", "--preset", "cpu", "--data", str(root), "--max-steps", "2",
-                    "--out", str(out), "--set", "data.subset=sc10", "--set", "model.d_model=8",
-                    "--set", "model.n_layers=1", "--set", "optim.batch_size=4"],
-    )  # fmt: skip
+        train_cmd,
+        [
+            "speech",
+            "--preset",
+            "cpu",
+            "--data",
+            str(root),
+            "--max-steps",
+            "2",
+            "--out",
+            str(out),
+            "--set",
+            "data.subset=sc10",
+            "--set",
+            "model.d_model=8",
+            "--set",
+            "model.n_layers=1",
+            "--set",
+            "optim.batch_size=4",
+        ],
+    )
     assert r.exit_code == 0, r.output + repr(r.exception)
     ckpt = load_checkpoint(out / "best.pt")
     meta = ckpt["meta"]
@@ -300,7 +358,8 @@ def test_class_weights_and_balanced_accuracy():
             return out
 
     yy = torch.tensor([[0] * 8 + [1] * 1 + [2] * 1])
-    res = evaluate_model(Constant(), TensorDataset(torch.zeros(1, 10, 1), yy), "ce_per_step",
-                         n_classes=3)  # fmt: skip
+    res = evaluate_model(
+        Constant(), TensorDataset(torch.zeros(1, 10, 1), yy), "ce_per_step", n_classes=3
+    )
     assert res["acc"] == pytest.approx(0.8) and res["bacc"] == pytest.approx(1 / 3)
     assert np.isclose(res["per_class_acc"], [1.0, 0.0, 0.0]).all()

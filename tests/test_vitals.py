@@ -109,13 +109,24 @@ def test_alarm_parsing():
 def test_alarm_hysteresis():
     a = Alarm(AlarmRule("hr", ">", 120, hold_s=3, margin=5))
     seq = [
-        (121, True), (122, True), (100, True),  # 2 s above, then below: no alarm
-        (121, True), (125, True), (130, False),  # invalid second restarts the count
-        (121, True), (121, True), (121, True),  # 3 valid seconds above: ON at the 3rd
-        (118, True), (115, True), (math.nan, False), (119, True),  # 115..120 holds it
+        (121, True),
+        (122, True),
+        (100, True),  # 2 s above, then below: no alarm
+        (121, True),
+        (125, True),
+        (130, False),  # invalid second restarts the count
+        (121, True),
+        (121, True),
+        (121, True),  # 3 valid seconds above: ON at the 3rd
+        (118, True),
+        (115, True),
+        (math.nan, False),
+        (119, True),  # 115..120 holds it
         (114.9, True),  # below 120 - 5: cleared
-        (121, True), (121, True), (121, True),  # again
-    ]  # fmt: skip
+        (121, True),
+        (121, True),
+        (121, True),  # again
+    ]
     states, events = [], []
     for i, (v, ok) in enumerate(seq):
         ev = a.update(v, ok, i + 1)
@@ -180,8 +191,12 @@ def test_cli_speed_max_csv_rmse_png(models, records, tmp_path):
         # independent recomputation of the references and of RMSE/MAE from the CSV
         est = np.array([_f(r[t]) for r in rows])
         ok = np.array([r[f"{t}_valid"] == "1" for r in rows])
-        ref = np.array([np.nanmean(num[ch][k - 2 : k]) if np.isfinite(num[ch][k - 2 : k]).any()
-                        else np.nan for k in range(1, 61)])  # fmt: skip
+        ref = np.array(
+            [
+                np.nanmean(num[ch][k - 2 : k]) if np.isfinite(num[ch][k - 2 : k]).any() else np.nan
+                for k in range(1, 61)
+            ]
+        )
         ref[0] = num[ch][0]
         np.testing.assert_allclose([_f(r[f"{t}_ref"]) for r in rows], ref, atol=1e-4)
         np.testing.assert_allclose([_f(r[f"{t}_ref_1hz"]) for r in rows], num[ch][:60], atol=1e-4)
@@ -234,8 +249,16 @@ def test_streaming_matches_torch_forward_steps(models, records):
 
 def test_gaps_bridged_and_reset(models, records, tmp_path):
     """PLETH NaN 20-21 s (short: interpolated), II NaN 40-45 s (long: reset, re-warm)."""
-    res = invoke(models["hr"][0], models["rr"][0], "--record", records["gaps"], "--speed",
-                 "max", "--out", tmp_path)  # fmt: skip
+    res = invoke(
+        models["hr"][0],
+        models["rr"][0],
+        "--record",
+        records["gaps"],
+        "--speed",
+        "max",
+        "--out",
+        tmp_path,
+    )
     assert res.exit_code == 0, res.output
     rows = read_csv(tmp_path / "bidmc02_vitals.csv")
     assert len(rows) == 60
@@ -284,8 +307,18 @@ def test_gap_at_chunk_end_held_then_long(models, tmp_path):
     status = [e.status["hr"] for e in out]
     assert [e.time_s for e in out] == list(range(1, 11))
     # fed from sample 62; the bridged samples 365..424 stay in the 2-s window up to 5 s
-    assert status == ["warmup", "warmup", "bridged", "bridged", "bridged", "gap", "gap",
-                      "warmup", "warmup", "ok"]  # fmt: skip
+    assert status == [
+        "warmup",
+        "warmup",
+        "bridged",
+        "bridged",
+        "bridged",
+        "gap",
+        "gap",
+        "warmup",
+        "warmup",
+        "ok",
+    ]
     g = monitor.gap_counts()["hr"]
     assert (g["short_gaps"], g["long_gaps"]) == (1, 2)
     # an open gap at the end of the stream is skipped at flush
@@ -302,8 +335,19 @@ def test_alarm_end_to_end(models, records, tmp_path):
     vals = [e.values["hr"] for e in run_record(monitor, source).estimates if e.valid["hr"]]
     thr = min(vals) - 0.5  # always above: triggers after the hold
     alarm = f"hr>{thr:.3f}:hold=3"
-    res = invoke(models["hr"][0], models["rr"][0], "--record", records["clean"], "--speed",
-                 "max", "--no-ui", "--alarm", alarm, "--out", tmp_path)  # fmt: skip
+    res = invoke(
+        models["hr"][0],
+        models["rr"][0],
+        "--record",
+        records["clean"],
+        "--speed",
+        "max",
+        "--no-ui",
+        "--alarm",
+        alarm,
+        "--out",
+        tmp_path,
+    )
     assert res.exit_code == 0, res.output
     name = f"hr>{float(f'{thr:.3f}'):g}"
     rows = read_csv(tmp_path / "bidmc01_vitals.csv")
@@ -322,14 +366,16 @@ def test_bad_inputs(models, records, tmp_path):
     hr = models["hr"][0]
     cases = [
         ((hr, "--record", tmp_path / "nothere"), "record not found"),
-        ((hr, "--record", records["no_ii"]),
-         "no channel 'II' needed by hr.onnx (it has: RESP, PLETH, V)"),
+        (
+            (hr, "--record", records["no_ii"]),
+            "no channel 'II' needed by hr.onnx (it has: RESP, PLETH, V)",
+        ),
         ((hr, "--record", records["clean"], "--alarm", "bp>3"), "unknown vital 'bp'"),
         ((hr, "--record", records["clean"], "--alarm", "spo2<90"), "needs a spo2 model"),
         ((hr, hr, "--record", records["clean"]), "two models estimate hr"),
         ((hr, "--record", records["clean"], "--speed", "fast"), "is not a speed"),
         ((tmp_path / "missing.onnx", "--record", records["clean"]), "ONNX model not found"),
-    ]  # fmt: skip
+    ]
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"not an onnx file")
     cases.append(((junk, "--record", records["clean"]), "not a valid ONNX model"))
@@ -352,8 +398,9 @@ def test_bad_inputs(models, records, tmp_path):
 def test_truncated_record_streams_what_is_there(models, tmp_path):
     rec = write_record(tmp_path, "bidmc08", seconds=20)
     truncate_record(rec, 0.5)  # 3 channels x 2 bytes: 7500 + 1 bytes -> 1250 samples
-    res = invoke(models["hr"][0], "--record", str(rec) + ".hea", "--speed", "max",
-                 "--out", tmp_path / "o")  # fmt: skip
+    res = invoke(
+        models["hr"][0], "--record", str(rec) + ".hea", "--speed", "max", "--out", tmp_path / "o"
+    )
     assert res.exit_code == 0, res.output
     assert "truncated: the header says 2500 samples (20.0 s), the signal file holds 1250" in (
         res.output
@@ -364,8 +411,7 @@ def test_truncated_record_streams_what_is_there(models, tmp_path):
 
 
 def test_resampled_record_and_no_numerics(models, records, tmp_path):
-    res = invoke(models["hr"][0], "--record", records["fs250"], "--speed", "max",
-                 "--out", tmp_path)  # fmt: skip
+    res = invoke(models["hr"][0], "--record", records["fs250"], "--speed", "max", "--out", tmp_path)
     assert res.exit_code == 0, res.output
     assert "resampling x1/2" in res.output
     rows = read_csv(tmp_path / "bidmc04_vitals.csv")
@@ -375,8 +421,9 @@ def test_resampled_record_and_no_numerics(models, records, tmp_path):
     ref = [e.values["hr"] for e in run_record(monitor, source).estimates]
     np.testing.assert_allclose([_f(r["hr"]) for r in rows][2:], ref[2:], atol=0.05)
 
-    res = invoke(models["hr"][0], "--record", records["no_num"], "--speed", "max",
-                 "--out", tmp_path)  # fmt: skip
+    res = invoke(
+        models["hr"][0], "--record", records["no_num"], "--speed", "max", "--out", tmp_path
+    )
     assert res.exit_code == 0, res.output
     assert "numerics: none" in res.output and "no RMSE/MAE" in res.output
     rows = read_csv(tmp_path / "bidmc05_vitals.csv")
@@ -385,8 +432,9 @@ def test_resampled_record_and_no_numerics(models, records, tmp_path):
 
 def test_speed_10_paces(models, records, tmp_path):
     t0 = time.perf_counter()
-    res = invoke(models["hr"][0], "--record", records["short"], "--speed", "10", "--no-ui",
-                 "--out", tmp_path)  # fmt: skip
+    res = invoke(
+        models["hr"][0], "--record", records["short"], "--speed", "10", "--no-ui", "--out", tmp_path
+    )
     wall = time.perf_counter() - t0
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "bidmc06_summary.json").read_text())
@@ -398,8 +446,9 @@ def test_dashboard_renders(models, records):
 
     from liquid_stream.apps.vitals_cli import Dashboard, sparkline
 
-    monitor, source = open_record([models["hr"][0], models["spo2"][0]], records["short"],
-                                  alarms="hr>10:hold=1")  # fmt: skip
+    monitor, source = open_record(
+        [models["hr"][0], models["spo2"][0]], records["short"], alarms="hr>10:hold=1"
+    )
     board = Dashboard(monitor, source, 10.0)
     console = Console(file=__import__("io").StringIO(), width=140, force_terminal=False)
     console.print(board)
@@ -450,10 +499,23 @@ def test_sigterm_stops_like_ctrl_c_and_writes_what_was_streamed(models, records,
     from fixtures_kws import sigint_default
 
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "liquid_stream.cli", "vitals", str(models["hr"][0]),
-           "--record", str(records["clean"]), "--speed", "1", "--no-ui", "--out", str(out)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         preexec_fn=sigint_default)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "liquid_stream.cli",
+        "vitals",
+        str(models["hr"][0]),
+        "--record",
+        str(records["clean"]),
+        "--speed",
+        "1",
+        "--no-ui",
+        "--out",
+        str(out),
+    ]
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_default
+    )
     t0 = time.monotonic()
     while p.poll() is None and time.monotonic() - t0 < 8:  # start-up, then a few seconds
         time.sleep(0.1)

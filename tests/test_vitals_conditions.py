@@ -15,24 +15,49 @@ FS, WIN = 125, 32 * 125
 
 
 def _record(**kw) -> dict:
-    base = {"family": "param", "af_episodes": [], "motion_bursts": [], "sensor_off": [],
-            "ectopic_prob": 0.0, "perfusion": 1.0}  # fmt: skip
+    base = {
+        "family": "param",
+        "af_episodes": [],
+        "motion_bursts": [],
+        "sensor_off": [],
+        "ectopic_prob": 0.0,
+        "perfusion": 1.0,
+    }
     return {**base, **kw}
 
 
 def test_masks_follow_the_definitions(tmp_path):
     per = {
         "bidmc01": _record(af_episodes=[[40.0, 50.0]]),
-        "bidmc02": _record(motion_bursts=[{"start_s": 100.0, "dur_s": 5.0, "groups": ["ppg"]},
-                                          {"start_s": 10.0, "dur_s": 2.0, "groups": ["ecg"]}]),
-        "bidmc03": _record(sensor_off=[{"group": "ppg", "start_s": 64.0, "dur_s": 3.0},
-                                       {"group": "resp", "start_s": 0.0, "dur_s": 99.0}]),
+        "bidmc02": _record(
+            motion_bursts=[
+                {"start_s": 100.0, "dur_s": 5.0, "groups": ["ppg"]},
+                {"start_s": 10.0, "dur_s": 2.0, "groups": ["ecg"]},
+            ]
+        ),
+        "bidmc03": _record(
+            sensor_off=[
+                {"group": "ppg", "start_s": 64.0, "dur_s": 3.0},
+                {"group": "resp", "start_s": 0.0, "dur_s": 99.0},
+            ]
+        ),
         "bidmc04": _record(family="nk2", perfusion=0.1, ectopic_prob=0.05),
-    }  # fmt: skip
+    }
     (tmp_path / PARAMS_NAME).write_text(json.dumps({"per_record": per}))
     # windows [t0, t0 + 32) s
-    rec = np.array(["bidmc01", "bidmc01", "bidmc01", "bidmc02", "bidmc02", "bidmc02",
-                    "bidmc03", "bidmc03", "bidmc04"])  # fmt: skip
+    rec = np.array(
+        [
+            "bidmc01",
+            "bidmc01",
+            "bidmc01",
+            "bidmc02",
+            "bidmc02",
+            "bidmc02",
+            "bidmc03",
+            "bidmc03",
+            "bidmc04",
+        ]
+    )
     t0 = np.array([8.0, 18.0, 50.0, 80.0, 105.0, 0.0, 40.0, 67.0, 0.0])
     y = np.array([60, 60, 60, 150, 150, 150, 90, 90, 141.0])
     m = window_conditions(tmp_path, rec, (t0 * FS).astype(int), WIN, FS, y, "hr")
@@ -46,11 +71,26 @@ def test_masks_follow_the_definitions(tmp_path):
     assert m["family nk2"].tolist() == [False] * 8 + [True]
     assert (m["family param"] == ~m["family nk2"]).all()
     assert m["HR > 140"].tolist() == [False] * 3 + [True] * 3 + [False] * 2 + [True]
-    hard = ["AF", "ectopic beats", "motion (PPG)", "motion (ECG)", "sensor-off (PPG)",
-            "low perfusion"]  # fmt: skip
+    hard = [
+        "AF",
+        "ectopic beats",
+        "motion (PPG)",
+        "motion (ECG)",
+        "sensor-off (PPG)",
+        "low perfusion",
+    ]
     assert (m["none of these"] == ~np.any([m[k] for k in hard], axis=0)).all()
-    assert m["none of these"].tolist() == [True, False, True, False, True, False, False, True,
-                                           False]  # fmt: skip
+    assert m["none of these"].tolist() == [
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]
     assert "HR > 140" not in window_conditions(tmp_path, rec, t0.astype(int), WIN, FS, y, "rr")
 
 

@@ -163,8 +163,11 @@ def models(tmp_path_factory):
     """Tiny exported models: hr with a 32-s window (as BIDMC's) and a 2-s one, rr 4 s."""
     d = tmp_path_factory.mktemp("gap_models")
     out = {}
-    for name, target, window in (("hr32", "hr", 32 * FS), ("hr2", "hr", 2 * FS),
-                                 ("rr4", "rr", 4 * FS)):  # fmt: skip
+    for name, target, window in (
+        ("hr32", "hr", 32 * FS),
+        ("hr2", "hr", 2 * FS),
+        ("rr4", "rr", 4 * FS),
+    ):
         (d / name).mkdir()
         export_vital_model(d / name / f"{target}.onnx", target, window=window, seed=1)
         out[name] = d / name / f"{target}.onnx"
@@ -198,11 +201,26 @@ def write_gap_record(sim, root: Path, name: str, spans) -> tuple[Path, dict[str,
         ch, a, b = span if len(span) == 3 else ("PLETH", *span)
         x[a:b, SIG.index(f"{ch},")] = np.nan
     root.mkdir(parents=True, exist_ok=True)
-    wfdb.wrsamp(name, fs=FS, units=list(sig.units), sig_name=list(SIG), p_signal=x,
-                fmt=["16"] * len(SIG), write_dir=str(root))  # fmt: skip
-    wfdb.wrsamp(f"{name}n", fs=1, units=list(num.units), sig_name=list(num.sig_name),
-                d_signal=num.d_signal, fmt=["16"] * len(num.sig_name), adc_gain=num.adc_gain,
-                baseline=num.baseline, write_dir=str(root))  # fmt: skip
+    wfdb.wrsamp(
+        name,
+        fs=FS,
+        units=list(sig.units),
+        sig_name=list(SIG),
+        p_signal=x,
+        fmt=["16"] * len(SIG),
+        write_dir=str(root),
+    )
+    wfdb.wrsamp(
+        f"{name}n",
+        fs=1,
+        units=list(num.units),
+        sig_name=list(num.sig_name),
+        d_signal=num.d_signal,
+        fmt=["16"] * len(num.sig_name),
+        adc_gain=num.adc_gain,
+        baseline=num.baseline,
+        write_dir=str(root),
+    )
     path = root / name
     # the NaNs come back from the format-16 file exactly where they were put
     back = RecordSource(path).signal
@@ -271,9 +289,11 @@ def test_model_reset_at_each_long_gap(models, sim, tmp_path):
         fresh = VitalsMonitor([models[name]], channels=source.channels)
         tail = fresh.push(source.signal[s(73) :]) + fresh.flush()
         np.testing.assert_allclose(
-            [e.values["hr"] for e in ests[73:]], [e.values["hr"] for e in tail],
-            rtol=1e-5, atol=1e-5,
-        )  # fmt: skip
+            [e.values["hr"] for e in ests[73:]],
+            [e.values["hr"] for e in tail],
+            rtol=1e-5,
+            atol=1e-5,
+        )
 
 
 @pytest.mark.parametrize("pattern", list(PATTERNS))
@@ -282,8 +302,20 @@ def test_gap_patterns_cli_csv(models, sim, tmp_path, pattern):
     and valid columns, the gap seconds' NaNs and the summary's gap counts (32-s window)."""
     path, _ = write_gap_record(sim, tmp_path / "rec", "bidmc01", PATTERNS[pattern])
     out = tmp_path / "out"
-    res = CliRunner().invoke(main, ["vitals", str(models["hr32"]), "--record", str(path),
-                                    "--speed", "max", "--no-ui", "--out", str(out)])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        [
+            "vitals",
+            str(models["hr32"]),
+            "--record",
+            str(path),
+            "--speed",
+            "max",
+            "--no-ui",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
     rows = read_csv(out / "bidmc01_vitals.csv")
     want = HAND_32S[pattern]
@@ -307,17 +339,40 @@ def test_gap_pattern_cli_subprocess(models, sim, tmp_path):
     cmd = [str(exe)] if exe.is_file() else [sys.executable, "-m", "liquid_stream.cli"]
     out = tmp_path / "out"
     proc = subprocess.run(
-        [*cmd, "vitals", str(models["hr32"]), "--record", str(path), "--speed", "max",
-         "--no-ui", "--out", str(out)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"},
-    )  # fmt: skip
+        [
+            *cmd,
+            "vitals",
+            str(models["hr32"]),
+            "--record",
+            str(path),
+            "--speed",
+            "max",
+            "--no-ui",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = read_csv(out / "bidmc01_vitals.csv")
     status = {int(r["time_s"]): r["hr_status"] for r in rows}
     # the transitions of the repro: warm-up lasts a full window after each long gap
     assert [status[k] for k in (40, 41, 43, 44, 70, 71, 73, 74, 75, 104, 105)] == [
-        "ok", "gap", "gap", "warmup", "warmup", "gap", "gap", "warmup", "warmup", "warmup", "ok"
-    ]  # fmt: skip
+        "ok",
+        "gap",
+        "gap",
+        "warmup",
+        "warmup",
+        "gap",
+        "gap",
+        "warmup",
+        "warmup",
+        "warmup",
+        "ok",
+    ]
     assert [r["hr_status"] for r in rows] == HAND_32S["a_boundary"]
     gaps = json.loads((out / "bidmc01_summary.json").read_text())["gaps"]["hr"]
     assert (gaps["long_gaps"], gaps["long_gap_s"], gaps["short_gaps"]) == (2, 6.0, 0)
@@ -398,7 +453,11 @@ def test_chunking_does_not_change_anything(models, sim, tmp_path):
             want = [e.status[t] for e in ref.estimates]
             assert got == want, (name, t, _first_diff(got, want))
             np.testing.assert_allclose(
-                [e.values[t] for e in ests], [e.values[t] for e in ref.estimates],
-                rtol=1e-5, atol=1e-5, equal_nan=True, err_msg=f"{name} {t}",
-            )  # fmt: skip
+                [e.values[t] for e in ests],
+                [e.values[t] for e in ref.estimates],
+                rtol=1e-5,
+                atol=1e-5,
+                equal_nan=True,
+                err_msg=f"{name} {t}",
+            )
         assert m.gap_counts() == ref.gaps, name

@@ -21,9 +21,14 @@ PLETH = SIG_NAMES.index("PLETH,")
 II = SIG_NAMES.index("II,")
 RESP = SIG_NAMES.index("RESP,")
 CLEAN = {  # a record without rhythm or artefact surprises, so the truth is unambiguous
-    "ectopic_prob": 0.0, "af_episodes": [], "motion_bursts": [], "sensor_off": [],
-    "perfusion": 1.0, "hr_sd": 0.0, "hr_changes": [],
-}  # fmt: skip
+    "ectopic_prob": 0.0,
+    "af_episodes": [],
+    "motion_bursts": [],
+    "sensor_off": [],
+    "perfusion": 1.0,
+    "hr_sd": 0.0,
+    "hr_changes": [],
+}
 
 
 def record(seed: int, minutes: float = 2.0, **force) -> dict:
@@ -47,12 +52,17 @@ def window_truth(x: np.ndarray, n: int) -> np.ndarray:
     return np.array([x[max(0, e - 32 * FS + 1) : e + 1].mean() for e in ends])
 
 
-@pytest.mark.parametrize("name, cols", [("vitals-ppg-hr", [PLETH]),
-                                        ("vitals-ppg-ecg-hr", [PLETH, II]),
-                                        ("vitals-ppg-rr", [PLETH]),
-                                        ("vitals-ppg-ecg-rr", [PLETH, II]),
-                                        ("vitals-ppg-ecg-rr-lite", [PLETH, II]),
-                                        ("vitals-resp-rr", [RESP])])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, cols",
+    [
+        ("vitals-ppg-hr", [PLETH]),
+        ("vitals-ppg-ecg-hr", [PLETH, II]),
+        ("vitals-ppg-rr", [PLETH]),
+        ("vitals-ppg-ecg-rr", [PLETH, II]),
+        ("vitals-ppg-ecg-rr-lite", [PLETH, II]),
+        ("vitals-resp-rr", [RESP]),
+    ],
+)
 def test_estimate_does_not_depend_on_the_signal_units(name, cols):
     """Gain 0.01-100 and offsets of +-1000 units change no estimate by 1 bpm / breath per
     minute (measured: at most 0.07, the RR model of PLETH alone)."""
@@ -118,9 +128,20 @@ def test_vitals_app_picks_the_shipped_models_matching_the_record(tmp_path):
     rec = record(3, minutes=1.0, hr0=75.0)
     write_record(tmp_path, "bidmc01", rec)
     result = CliRunner().invoke(
-        main, ["vitals", "--record", str(tmp_path / "bidmc01"), "--speed", "max", "--no-ui",
-               "--alarm", "hr>60,hr>120", "--out", str(tmp_path / "out")],
-    )  # fmt: skip
+        main,
+        [
+            "vitals",
+            "--record",
+            str(tmp_path / "bidmc01"),
+            "--speed",
+            "max",
+            "--no-ui",
+            "--alarm",
+            "hr>60,hr>120",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     # HR from PLETH + II; RR from the record's respiration channel
     assert "vitals-ppg-ecg-hr" in result.output and "vitals-resp-rr" in result.output
@@ -154,11 +175,26 @@ def test_an_ecg_and_belt_record_gets_its_rr_from_the_belt(tmp_path):
         pytest.skip("an ECG-only HR model is shipped: tests/test_ecg_only.py covers the pick")
     rec = record(5, minutes=1.0, rr0=14.0, rr_sd=0.5, rr_changes=[])
     keep = [SIG_NAMES.index("II,"), RESP]
-    rec = {**rec, "signals": rec["signals"][:, keep], "sig_names": ["II,", "RESP,"],
-           "sig_units": ["mV", "NU"]}  # fmt: skip
+    rec = {
+        **rec,
+        "signals": rec["signals"][:, keep],
+        "sig_names": ["II,", "RESP,"],
+        "sig_units": ["mV", "NU"],
+    }
     write_record(tmp_path, "bidmc01", rec)
-    res = CliRunner().invoke(main, ["vitals", "--record", str(tmp_path / "bidmc01"), "--speed",
-                                    "max", "--no-ui", "--out", str(tmp_path / "out")])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        [
+            "vitals",
+            "--record",
+            str(tmp_path / "bidmc01"),
+            "--speed",
+            "max",
+            "--no-ui",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "the shipped models vitals-resp-rr" in res.output and "no HR" in res.output
     summary = json.loads((tmp_path / "out" / "bidmc01_summary.json").read_text())
@@ -172,21 +208,26 @@ def test_picker_prefers_the_richest_sensor_set_and_names_what_is_missing():
         "vitals-resp-rr"
     )
     assert [p.stem for p in vitals_for(["PLETH,", "V,", "II,"])] == [
-        "vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr",
-    ]  # fmt: skip
+        "vitals-ppg-ecg-hr",
+        "vitals-ppg-ecg-rr",
+    ]
     assert [p.stem for p in vitals_for(["pleth", "resp"])] == [
-        "vitals-ppg-hr", "vitals-resp-rr",
-    ]  # fmt: skip
+        "vitals-ppg-hr",
+        "vitals-resp-rr",
+    ]
     assert [p.stem for p in vitals_for(["pleth"])] == [
-        "vitals-ppg-hr", "vitals-ppg-rr",
-    ]  # fmt: skip
+        "vitals-ppg-hr",
+        "vitals-ppg-rr",
+    ]
     assert [p.stem for p in vitals_for(["RESP"])] == ["vitals-resp-rr"]
     with pytest.raises(ShippedModelMissing, match="no shipped vital-sign models for channels"):
         vitals_for(["V,", "AVR,"])
     # the oximeter's raw intensities add the SpO2 model, with or without a PLETH set
     assert [p.stem for p in vitals_for(["PLETH,", "II,", "IR,", "RED,"])] == [
-        "vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr", "vitals-oximeter-spo2",
-    ]  # fmt: skip
+        "vitals-ppg-ecg-hr",
+        "vitals-ppg-ecg-rr",
+        "vitals-oximeter-spo2",
+    ]
     assert [p.stem for p in vitals_for(["ir", "red"])] == ["vitals-oximeter-spo2"]
 
 
@@ -231,8 +272,9 @@ def test_every_shipped_vitals_model_has_a_card_with_its_command(name):
     assert "liquid-stream train bidmc" in text and baseline in text
 
 
-@pytest.mark.parametrize("name, cols, tol", [("vitals-oximeter-spo2", [IR, RED], 0.5),
-                                             ("vitals-ppg-hr", [PLETH], 2.0)])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, cols, tol", [("vitals-oximeter-spo2", [IR, RED], 0.5), ("vitals-ppg-hr", [PLETH], 2.0)]
+)
 def test_a_record_at_another_rate_reads_like_the_125_hz_record(name, cols, tol):
     """The same record at 250 Hz and 100 Hz (what many oximeters and monitors write),
     resampled by the monitor: once the window has filled, every estimate within 0.5 % SpO2 /

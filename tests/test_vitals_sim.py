@@ -42,9 +42,10 @@ def sim(seed: int, index: int = 0, family: str | None = None, **kw) -> dict:
 def naive_rate(events: np.ndarray, q: float, window: float) -> float:
     """60 / mean of the intervals whose midpoints lie in [q - w/2, q + w/2) (a plain loop)."""
     sel = [
-        b - a for a, b in zip(events[:-1], events[1:], strict=True)
+        b - a
+        for a, b in zip(events[:-1], events[1:], strict=True)
         if q - window / 2 <= (a + b) / 2 < q + window / 2
-    ]  # fmt: skip
+    ]
     assert sel, "the label window holds no interval"
     return 60.0 / float(np.mean(sel))
 
@@ -118,8 +119,14 @@ def test_beats_are_the_r_peaks_of_the_clean_ecg(family: str) -> None:
 def test_pulses_follow_the_beats_after_the_transit_time(family: str) -> None:
     """Clean PLETH: param family, one systolic peak per beat at t_j + PTT + mu IBI_j; nk2
     family, the pulse foot (template minimum) at t_j + PTT."""
-    force = {**QUIET, "ppg_am": 0.0, "ppg_bw": 0.0, "perfusion": 1.0, "af_episodes": [],
-             "ectopic_prob": 0.05}  # fmt: skip
+    force = {
+        **QUIET,
+        "ppg_am": 0.0,
+        "ppg_bw": 0.0,
+        "perfusion": 1.0,
+        "af_episodes": [],
+        "ectopic_prob": 0.05,
+    }
     if family == "param":
         force.update(ppg_refl_ratio=0.0, ppg_late_ratio=0.0, ppg_shape="gauss")
     rec = sim(21, family=family, scaling=False, force=force)
@@ -141,8 +148,17 @@ def test_pulses_follow_the_beats_after_the_transit_time(family: str) -> None:
 @pytest.mark.parametrize("family", vs.FAMILIES)
 def test_breathing_rate_is_in_the_pleth(family: str) -> None:
     """Respiratory baseline/amplitude modulation: the beat-averaged PLETH oscillates at RR."""
-    force = {**QUIET, "rr0": 18.0, "rr_sd": 0.0, "rr_changes": [], "breath_cv": 0.02,
-             "ppg_am": 0.2, "ppg_bw": 0.2, "hr0": 75.0, "hr_changes": []}  # fmt: skip
+    force = {
+        **QUIET,
+        "rr0": 18.0,
+        "rr_sd": 0.0,
+        "rr_changes": [],
+        "breath_cv": 0.02,
+        "ppg_am": 0.2,
+        "ppg_bw": 0.2,
+        "hr0": 75.0,
+        "hr_changes": [],
+    }
     rec = vs.simulate_randomised(np.random.default_rng([22, 0]), 2.0, family=family, force=force)
     x = rec["signals"][:, 1]
     x = np.convolve(x - x.mean(), np.ones(FS) / FS, mode="same")  # 1 s mean: the pulses go
@@ -236,8 +252,7 @@ def test_gains_span_four_decades() -> None:
 
 # ---------------------------------------------------------------------------- oximeter
 
-OXI_QUIET = {**QUIET, "oxi_noise_ir": 0.0, "oxi_noise_red": 0.0, "oxi_wander": 0.0,
-             "ppg_bw": 0.0}  # fmt: skip
+OXI_QUIET = {**QUIET, "oxi_noise_ir": 0.0, "oxi_noise_red": 0.0, "oxi_wander": 0.0, "ppg_bw": 0.0}
 
 
 @pytest.mark.parametrize("family", vs.FAMILIES)
@@ -297,8 +312,16 @@ def test_ratio_baseline_reads_the_calibration_on_clean_records() -> None:
         for a in range(0, N - 4000, 2000):
             est = ratio_spo2(ir[a : a + 4000], red[a : a + 4000], FS)
             assert abs(est - min(sp[a : a + 4000].mean(), 100.0)) < 0.5, (i, a, est)
-    bursts = [{"kind": "motion", "start_s": 5.0, "dur_s": 40.0, "amp": 3.0, "smooth_s": 0.05,
-               "groups": ["ppg"]}]  # fmt: skip
+    bursts = [
+        {
+            "kind": "motion",
+            "start_s": 5.0,
+            "dur_s": 40.0,
+            "amp": 3.0,
+            "smooth_s": 0.05,
+            "groups": ["ppg"],
+        }
+    ]
     rec = sim(34, 0, force={**quiet, "motion_bursts": bursts, "oxi_motion_ratio": 1.0})
     ir, red, sp = rec["signals"][:, vs.IR], rec["signals"][:, vs.RED], rec["truth"]["spo2"]
     assert ratio_spo2(ir[625:4625], red[625:4625], FS) < sp[625:4625].mean() - 3
@@ -386,8 +409,14 @@ def test_af_episode_is_irregular() -> None:
 
 
 def test_motion_bursts_follow_their_list() -> None:
-    burst = {"kind": "motion", "start_s": 20.0, "dur_s": 4.0, "amp": 2.0, "smooth_s": 0.05,
-             "groups": ["ppg"]}  # fmt: skip
+    burst = {
+        "kind": "motion",
+        "start_s": 20.0,
+        "dur_s": 4.0,
+        "amp": 2.0,
+        "smooth_s": 0.05,
+        "groups": ["ppg"],
+    }
     clean = sim(14, scaling=False, force={**QUIET})["signals"]
     moved = sim(14, scaling=False, force={**QUIET, "motion_bursts": [burst]})["signals"]
     diff = moved - clean
@@ -400,25 +429,59 @@ def test_motion_bursts_follow_their_list() -> None:
 # ---------------------------------------------------------------------------- morphology
 
 COMMON = {
-    "hr0": (45, 170), "hr_sd": (1, 8), "rr0": (8, 35), "rr_sd": (0.5, 3), "spo2_0": (86, 100),
-    "spo2_sd": (0.2, 1.5), "breath_cv": (0.02, 0.2), "breath_depth_cv": (0.05, 0.3),
-    "hrv_lf_amp": (0, 0.05), "hrv_lf_hz": (0.04, 0.15), "hrv_rsa": (0.005, 0.05),
-    "hrv_white": (0.005, 0.03), "ectopic_prob": (0, 0.1), "af_cv": (0.1, 0.25),
-    "ptt_s": (0.15, 0.35), "pulse_fill_exp": (0.5, 1.5), "perfusion": (0.05, 1.0),
-    "ppg_am": (0.05, 0.3), "ppg_bw": (0.05, 0.4), "ecg_am": (0.02, 0.2), "ecg_bw_mv": (0, 0.15),
-    "ppg_wander": (0, 0.3), "ppg_noise": (0.002, 0.03), "ecg_wander_mv": (0, 0.3),
-    "ecg_noise_mv": (0.005, 0.05), "powerline_mv": (0, 0.1), "emg_mv": (0, 0.05),
-    "resp_noise": (0.002, 0.02), "resp_wander": (0, 0.2), "motion_per_min": (0, 2),
-    "af_f_hz": (4, 9), "af_f_mv": (0.02, 0.1), "lead_v_delay_s": (0, 0.02),
-}  # fmt: skip
+    "hr0": (45, 170),
+    "hr_sd": (1, 8),
+    "rr0": (8, 35),
+    "rr_sd": (0.5, 3),
+    "spo2_0": (86, 100),
+    "spo2_sd": (0.2, 1.5),
+    "breath_cv": (0.02, 0.2),
+    "breath_depth_cv": (0.05, 0.3),
+    "hrv_lf_amp": (0, 0.05),
+    "hrv_lf_hz": (0.04, 0.15),
+    "hrv_rsa": (0.005, 0.05),
+    "hrv_white": (0.005, 0.03),
+    "ectopic_prob": (0, 0.1),
+    "af_cv": (0.1, 0.25),
+    "ptt_s": (0.15, 0.35),
+    "pulse_fill_exp": (0.5, 1.5),
+    "perfusion": (0.05, 1.0),
+    "ppg_am": (0.05, 0.3),
+    "ppg_bw": (0.05, 0.4),
+    "ecg_am": (0.02, 0.2),
+    "ecg_bw_mv": (0, 0.15),
+    "ppg_wander": (0, 0.3),
+    "ppg_noise": (0.002, 0.03),
+    "ecg_wander_mv": (0, 0.3),
+    "ecg_noise_mv": (0.005, 0.05),
+    "powerline_mv": (0, 0.1),
+    "emg_mv": (0, 0.05),
+    "resp_noise": (0.002, 0.02),
+    "resp_wander": (0, 0.2),
+    "motion_per_min": (0, 2),
+    "af_f_hz": (4, 9),
+    "af_f_mv": (0.02, 0.1),
+    "lead_v_delay_s": (0, 0.02),
+}
 PARAM = {
-    "ecg_p_amp": (0.05, 0.25), "ecg_pr_s": (0.12, 0.22), "ecg_qrs_s": (0.06, 0.12),
-    "ecg_q_amp": (-0.3, 0), "ecg_s_amp": (-0.6, 0), "ecg_t_amp": (-0.4, 0.6),
-    "ecg_t_peak_s": (0.22, 0.34), "ecg_t_width_s": (0.04, 0.08), "ecg_pvc_qrs_x": (1.8, 2.5),
-    "ppg_sys_mu": (0.10, 0.25), "ppg_sys_sigma": (0.03, 0.10), "ppg_refl_ratio": (0, 0.95),
-    "ppg_refl_delay": (0.15, 0.35), "ppg_refl_sigma": (0.04, 0.12), "ppg_late_ratio": (0, 0.4),
-    "ppg_late_delay": (0.1, 0.25), "breath_insp_frac": (0.3, 0.5),
-}  # fmt: skip
+    "ecg_p_amp": (0.05, 0.25),
+    "ecg_pr_s": (0.12, 0.22),
+    "ecg_qrs_s": (0.06, 0.12),
+    "ecg_q_amp": (-0.3, 0),
+    "ecg_s_amp": (-0.6, 0),
+    "ecg_t_amp": (-0.4, 0.6),
+    "ecg_t_peak_s": (0.22, 0.34),
+    "ecg_t_width_s": (0.04, 0.08),
+    "ecg_pvc_qrs_x": (1.8, 2.5),
+    "ppg_sys_mu": (0.10, 0.25),
+    "ppg_sys_sigma": (0.03, 0.10),
+    "ppg_refl_ratio": (0, 0.95),
+    "ppg_refl_delay": (0.15, 0.35),
+    "ppg_refl_sigma": (0.04, 0.12),
+    "ppg_late_ratio": (0, 0.4),
+    "ppg_late_delay": (0.1, 0.25),
+    "breath_insp_frac": (0.3, 0.5),
+}
 
 
 @pytest.mark.parametrize("family", vs.FAMILIES)
@@ -483,20 +546,35 @@ def cli_set_stamp(tmp_path, key: str, name: str, records: int, option: list[str]
     vs.write_vitals_sim(tmp_path / "plain", records=1, minutes=MINUTES, seed=22, progress=False)
     assert key not in json.loads((tmp_path / "plain" / vs.PARAMS_NAME).read_text())
     run = CliRunner().invoke
-    r = run(bidmc_sim_cmd, [str(tmp_path / name), "--records", str(records), "--minutes", "1",
-                            "--randomised", "--seed", "22", *option])  # fmt: skip
+    r = run(
+        bidmc_sim_cmd,
+        [
+            str(tmp_path / name),
+            "--records",
+            str(records),
+            "--minutes",
+            "1",
+            "--randomised",
+            "--seed",
+            "22",
+            *option,
+        ],
+    )
     assert r.exit_code == 0, r.output
     return json.loads((tmp_path / name / vs.PARAMS_NAME).read_text()), run, bidmc_sim_cmd
 
 
 def test_rr_base_is_stamped_and_given_by_the_cli(tmp_path) -> None:
-    doc, run, bidmc_sim_cmd = cli_set_stamp(tmp_path, "rr_base", "ends", 2,
-                                            ["--rr-base", "6:9,34:37"])  # fmt: skip
+    doc, run, bidmc_sim_cmd = cli_set_stamp(
+        tmp_path, "rr_base", "ends", 2, ["--rr-base", "6:9,34:37"]
+    )
     assert doc["rr_base"] == [[6.0, 9.0], [34.0, 37.0]]
     assert all(p["rr0"] < 9 or p["rr0"] > 34 for p in doc["per_record"].values())
-    for args, msg in ((["--rr-base", "6-9", "--randomised"], "LO:HI"),
-                      (["--rr-base", "6:9,8:12", "--randomised"], "disjoint"),
-                      (["--rr-base", "6:9"], "needs --randomised")):  # fmt: skip
+    for args, msg in (
+        (["--rr-base", "6-9", "--randomised"], "LO:HI"),
+        (["--rr-base", "6:9,8:12", "--randomised"], "disjoint"),
+        (["--rr-base", "6:9"], "needs --randomised"),
+    ):
         r = run(bidmc_sim_cmd, [str(tmp_path / "bad"), "--records", "1", "--minutes", "1", *args])
         assert r.exit_code != 0 and msg in r.output and not (tmp_path / "bad").exists()
 
@@ -505,9 +583,11 @@ def test_ectopy_default_leaves_every_record_as_it_was() -> None:
     """``ectopy="default"`` (explicit or not) is the simulator before the option: the same
     signals, draws and beats (figures measured on the code before the option, commit
     aaee18e), and the same keys in the same order in params (so params.json is unchanged)."""
-    before = {(0, 0): (134, 0, 3524.706355359859, 79.516489431118),
-              (0, 5): (238, 0, 6215.410437427235, 144.96446527701644),
-              (7, 3): (222, 4, 6757.118749803871, 135.73093849649976)}  # fmt: skip
+    before = {
+        (0, 0): (134, 0, 3524.706355359859, 79.516489431118),
+        (0, 5): (238, 0, 6215.410437427235, 144.96446527701644),
+        (7, 3): (222, 4, 6757.118749803871, 135.73093849649976),
+    }
     for (seed, i), (n, n_ect, beat_sum, hr_mean) in before.items():
         a, b = sim(seed, i), sim(seed, i, ectopy="default")
         assert np.array_equal(a["signals"], b["signals"], equal_nan=True)
@@ -554,8 +634,9 @@ def test_ectopy_rich_patterns_and_burden() -> None:
         assert tail == (("V" + period[:-1]) * len(tail))[: len(tail)]
         assert np.mean(k["beat_kind"] == vs.ECTOPIC) == pytest.approx(1 / len(period), abs=0.02)
     for pattern, lo, hi in (("couplets", 2, 2), ("runs", 3, 6)):
-        k = rich(36, 2, ectopy_pattern=pattern, ectopy_event_prob=0.15, ectopic_prob=0.0,
-                 **no_af)["params"]["beat_kind"]  # fmt: skip
+        k = rich(36, 2, ectopy_pattern=pattern, ectopy_event_prob=0.15, ectopic_prob=0.0, **no_af)[
+            "params"
+        ]["beat_kind"]
         edges = np.diff(np.r_[0, k == vs.ECTOPIC, 0].astype(int))
         runs = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
         assert len(runs) >= 5 and runs.min() >= lo and runs.max() <= hi
@@ -565,8 +646,14 @@ def test_ectopy_rich_pauses_and_hr_label_over_all_beats() -> None:
     """A single PVC keeps the full compensatory pause (coupling c, then (2 - c) x the sinus
     interval); the HR label is 60 / mean interval over ALL beats (ectopic ones included), as a
     bedside monitor counts it: in bigeminy that is the sinus rate, not half of it."""
-    force = {"ectopy_pattern": "bigeminy", "ectopy_episodes": [[-20.0, 300.0]],
-             "af_episodes": [], "hr_sd": 0.0, "hr_changes": [], "hr0": 80.0}  # fmt: skip
+    force = {
+        "ectopy_pattern": "bigeminy",
+        "ectopy_episodes": [[-20.0, 300.0]],
+        "af_episodes": [],
+        "hr_sd": 0.0,
+        "hr_changes": [],
+        "hr0": 80.0,
+    }
     rec = rich(37, 3, 1.0, **force)
     beats, kinds = rec["params"]["beats"], rec["params"]["beat_kind"]
     ibi = np.diff(beats)
@@ -580,16 +667,16 @@ def test_ectopy_rich_pauses_and_hr_label_over_all_beats() -> None:
     assert np.abs(hr - 80).max() < 12  # all beats: about the sinus rate (HRV aside)
     normal = beats[kinds == vs.NORMAL]
     assert 60 / np.median(np.diff(normal)) < 45  # counting the normal beats alone: half
-    runs = rich(38, 4, 1.0, ectopy_pattern="runs", ectopy_event_prob=0.2, ectopic_prob=0.0,
-                af_episodes=[])  # fmt: skip
+    runs = rich(
+        38, 4, 1.0, ectopy_pattern="runs", ectopy_event_prob=0.2, ectopic_prob=0.0, af_episodes=[]
+    )
     b = runs["params"]["beats"]
     for i in range(0, N, 811):
         assert runs["truth"]["hr"][i] == pytest.approx(naive_rate(b, i / FS, 8.0), rel=1e-12)
 
 
 def test_ectopy_is_stamped_and_given_by_the_cli(tmp_path) -> None:
-    doc, run, bidmc_sim_cmd = cli_set_stamp(tmp_path, "ectopy", "rich", 3,
-                                            ["--ectopy", "rich"])  # fmt: skip
+    doc, run, bidmc_sim_cmd = cli_set_stamp(tmp_path, "ectopy", "rich", 3, ["--ectopy", "rich"])
     assert doc["ectopy"] == "rich"
     assert all(p["ectopy_pattern"] in vs.ECTOPY_PATTERNS for p in doc["per_record"].values())
     r = run(bidmc_sim_cmd, [str(tmp_path / "bad"), "--records", "1", "--ectopy", "rich"])

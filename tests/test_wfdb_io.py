@@ -47,9 +47,15 @@ def write(tmp: Path, name: str, fmt: str, n: int = 500, n_sig: int = 3, seed: in
     x += 0.01 * rng.normal(size=x.shape)
     x[40:47, 0] = np.nan
     x[n - 3 :, n_sig - 1] = np.nan
-    wfdb.wrsamp(name, fs=125, units=["mV", "NU", "mmHg"][:n_sig],
-                sig_name=[f"S{i}," for i in range(n_sig)], p_signal=x, fmt=[fmt] * n_sig,
-                write_dir=str(tmp))  # fmt: skip
+    wfdb.wrsamp(
+        name,
+        fs=125,
+        units=["mV", "NU", "mmHg"][:n_sig],
+        sig_name=[f"S{i}," for i in range(n_sig)],
+        p_signal=x,
+        fmt=[fmt] * n_sig,
+        write_dir=str(tmp),
+    )
     return tmp / name
 
 
@@ -94,8 +100,13 @@ def test_other_layouts_still_read_through_wfdb(tmp_path):
     same(lw.read_header(r), wfdb.rdheader(str(r)))
     same(lw.read_record(r), wfdb.rdrecord(str(r), return_res=64))
     # comments, a fractional rate, a gain of 0 (= 200) and a missing baseline (= ADC zero)
-    lines = ["# made by hand", "hand 2 62.5 4", "hand.dat 16 0 12 5 0 0 0 S0,",
-             "hand.dat 16 50/mV 12 3 0 0 0 S1,", "# trailing comment"]  # fmt: skip
+    lines = [
+        "# made by hand",
+        "hand 2 62.5 4",
+        "hand.dat 16 0 12 5 0 0 0 S0,",
+        "hand.dat 16 50/mV 12 3 0 0 0 S1,",
+        "# trailing comment",
+    ]
     (tmp_path / "hand.hea").write_text("\n".join(lines) + "\n")
     np.asarray([[1, 2], [-32768, 4], [5, -6], [7, 8]], "<i2").tofile(tmp_path / "hand.dat")
     h = tmp_path / "hand"

@@ -31,13 +31,32 @@ def _script():
 
 def _ppg_model() -> tuple[LiquidS4Model, dict]:
     torch.manual_seed(0)
-    model = LiquidS4Model(d_input=1, d_output=1, d_model=16, n_layers=2, d_state=8,
-                          mode="diag", liquid="pb", liquid_order=2, decoder="window",
-                          decoder_window=40, output_scale=8.0, output_shift=21.0,
-                          frontend={"kind": "scalenorm", "tau_s": 8.0, "hop": 5})  # fmt: skip
-    meta = {"task": "bidmc", "channels": ["PLETH"], "d_input": 1, "target": "rr",
-            "target_mean": 21.0, "target_std": 8.0, "sample_rate": 125,
-            "input_mean": [0.0], "input_std": [1.0]}  # fmt: skip
+    model = LiquidS4Model(
+        d_input=1,
+        d_output=1,
+        d_model=16,
+        n_layers=2,
+        d_state=8,
+        mode="diag",
+        liquid="pb",
+        liquid_order=2,
+        decoder="window",
+        decoder_window=40,
+        output_scale=8.0,
+        output_shift=21.0,
+        frontend={"kind": "scalenorm", "tau_s": 8.0, "hop": 5},
+    )
+    meta = {
+        "task": "bidmc",
+        "channels": ["PLETH"],
+        "d_input": 1,
+        "target": "rr",
+        "target_mean": 21.0,
+        "target_std": 8.0,
+        "sample_rate": 125,
+        "input_mean": [0.0],
+        "input_std": [1.0],
+    }
     return model.eval(), meta
 
 
@@ -46,8 +65,11 @@ def test_widened_model_is_the_old_one_on_the_old_channels(tmp_path):
     src = tmp_path / "ppg.pt"
     save_checkpoint(src, model, meta)
     out = tmp_path / "wide.pt"
-    res = subprocess.run([sys.executable, str(SCRIPT), str(src), str(out), "--channels",
-                          "II,PLETH"], capture_output=True, text=True)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), str(src), str(out), "--channels", "II,PLETH"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     wide, wmeta = model_from_checkpoint(out)
     assert wmeta["channels"] == ["II", "PLETH"] and wmeta["d_input"] == 2

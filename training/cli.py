@@ -79,10 +79,21 @@ DEVICE_CHOICE = click.Choice(["auto", "cpu", "cuda"])
     metavar="KEY=VALUE",
     help="Override a config field, e.g. --set optim.lr=1e-3 (repeatable).",
 )
-def train_cmd(task, preset, data_root, out_dir, device, resume, max_steps, target, grad_accum,
-              nproc, overrides):  # fmt: skip
+def train_cmd(
+    task,
+    preset,
+    data_root,
+    out_dir,
+    device,
+    resume,
+    max_steps,
+    target,
+    grad_accum,
+    nproc,
+    overrides,
+):
     """Train TASK (a name from training/configs/, or a .yaml path) and print the final
-    validation and test metrics."""  # fmt: skip
+    validation and test metrics."""
     import os
     import sys
 
@@ -181,8 +192,9 @@ def _run_config(task: str, preset: str | None, overrides: list[str], resume) -> 
     help="With --mean: the members' weights (one positive number per checkpoint, divided "
     "by their sum), as `export --weights` writes them into the graph.",
 )
-def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, baseline, mean,
-                 weights):  # fmt: skip
+def evaluate_cmd(
+    checkpoints, data_root, split, device, batch_size, out_dir, baseline, mean, weights
+):
     """Evaluate CHECKPOINTS on their task's SPLIT. Classifiers: accuracy, per-class
     accuracy and a confusion-matrix PNG (speech: at 16 kHz and zero-shot at 8 kHz with Δ
     doubled). Vital signs (bidmc): RMSE / MAE in physical units, a scatter + Bland–Altman
@@ -193,12 +205,15 @@ def evaluate_cmd(checkpoints, data_root, split, device, batch_size, out_dir, bas
     if weights is not None and not mean:
         raise click.ClickException("--weights weigh the members of --mean")
     if mean:
-        rows = _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir,
-                              baseline, weights)  # fmt: skip
+        rows = _evaluate_mean(
+            checkpoints, data_root, split, device, batch_size, out_dir, baseline, weights
+        )
     else:
         for checkpoint in checkpoints:
-            rows += _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir,
-                                  baseline) or []  # fmt: skip
+            rows += (
+                _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, baseline)
+                or []
+            )
     if rows:
         from .evaluate_vitals import format_table
 
@@ -229,8 +244,9 @@ def _load_for_evaluation(checkpoint, data_root):
     return ckpt, model, meta, cfg, (stats if None not in stats else None)
 
 
-def _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir, baseline,
-                   weights=None):  # fmt: skip
+def _evaluate_mean(
+    checkpoints, data_root, split, device, batch_size, out_dir, baseline, weights=None
+):
     """``evaluate --mean``: the bidmc checkpoints' mean (or ``weights``-weighted mean)
     estimate scored as one model, on the data of the first (the members must list the same
     ``split`` records and input statistics, else a one-line error)."""
@@ -261,16 +277,19 @@ def _evaluate_mean(checkpoints, data_root, split, device, batch_size, out_dir, b
             )
         for key in (*SAME_ESTIMATE, "input_mean", "input_std"):
             if m.get(key) != meta.get(key):
-                raise click.ClickException(f"{c} differs from {checkpoints[0]} in {key!r}: "
-                                           f"{m.get(key)!r} vs {meta.get(key)!r}")  # fmt: skip
+                raise click.ClickException(
+                    f"{c} differs from {checkpoints[0]} in {key!r}: "
+                    f"{m.get(key)!r} vs {meta.get(key)!r}"
+                )
     dev = resolve_device(device)
     model = MeanOf([m for _, m, _, _, _ in loaded], weights).to(dev)
     out = Path(out_dir)
     name = f"{'weighted ' if weights else ''}mean of {len(loaded)}"
     with _out_dir(out):
         try:
-            return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out,
-                                   baseline, name=name)  # fmt: skip
+            return evaluate_vitals(
+                model, meta, cfg, stats, split, dev, batch_size, out, baseline, name=name
+            )
         except DATA_ERRORS as e:
             raise click.ClickException(one_line(e)) from e
 
@@ -308,8 +327,18 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
 
         with _out_dir(out):
             try:
-                return evaluate_vitals(model, meta, cfg, stats, split, dev, batch_size, out,
-                                       baseline, name=Path(checkpoint).parent.name)  # fmt: skip
+                return evaluate_vitals(
+                    model,
+                    meta,
+                    cfg,
+                    stats,
+                    split,
+                    dev,
+                    batch_size,
+                    out,
+                    baseline,
+                    name=Path(checkpoint).parent.name,
+                )
             except DATA_ERRORS as e:
                 raise click.ClickException(one_line(e)) from e
     out.mkdir(parents=True, exist_ok=True)
@@ -330,8 +359,9 @@ def _evaluate_one(checkpoint, data_root, split, device, batch_size, out_dir, bas
         ds = sets[2] if split == "test" else sets[1]
         regression = loss in REGRESSION
         n_classes = None if regression else int(meta.get("d_output") or model.d_output)
-        res = evaluate_model(model, ds, loss, dev, batch_size, rate=float(rate),
-                             n_classes=n_classes)  # fmt: skip
+        res = evaluate_model(
+            model, ds, loss, dev, batch_size, rate=float(rate), n_classes=n_classes
+        )
         tag = f"{sr} Hz" if sr else f"rate {rate}"
         if regression:
             click.echo(f"{split} @ {tag}: rmse {res['rmse']:.4f}, mae {res['mae']:.4f}")

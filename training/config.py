@@ -182,9 +182,10 @@ def validate(cfg: dict, data_defaults: dict | None = None) -> dict:
         for key in values:
             if key not in valid:
                 raise ConfigError(
-                    f"unknown key {section}.{key}" + _suggest(key, valid)
+                    f"unknown key {section}.{key}"
+                    + _suggest(key, valid)
                     + (" (d_input/d_output come from the task)" if key in MODEL_RESERVED else "")
-                )  # fmt: skip
+                )
     _check_fields("optim", cfg["optim"], OPTIM_FIELDS)
     _check_fields("train", cfg["train"], TRAIN_FIELDS)
     _check_fields("model", cfg.get("model") or {}, model_fields())
@@ -219,8 +220,7 @@ class Spec:
 def _nullable(spec: Spec, null: bool) -> Spec:
     if not null:
         return spec
-    return Spec(lambda: f"null or {spec.what}",
-                lambda v: None if v is None else spec.coerce(v))  # fmt: skip
+    return Spec(lambda: f"null or {spec.what}", lambda v: None if v is None else spec.coerce(v))
 
 
 def _as_int(v: Any) -> int:
@@ -259,8 +259,14 @@ def integer(lo: int | None = None, hi: int | None = None, null: bool = False) ->
     return _nullable(Spec(what, coerce), null)
 
 
-def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
-           hi_open: bool = False, null: bool = False) -> Spec:  # fmt: skip
+def number(
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+    null: bool = False,
+) -> Spec:
     """A finite int or float in the interval given (open ends where asked)."""
     if lo is not None and hi is not None:
         what = f"a number in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
@@ -321,8 +327,7 @@ def path(null: bool = True) -> Spec:
     return _nullable(Spec("a path (string)", coerce), null)
 
 
-def number_list(what: str, item: Spec, length: int | None = None,
-                nonempty: bool = False) -> Spec:  # fmt: skip
+def number_list(what: str, item: Spec, length: int | None = None, nonempty: bool = False) -> Spec:
     def coerce(v):
         if not isinstance(v, list | tuple):
             raise _Bad
@@ -432,9 +437,11 @@ def _d_state() -> Spec:
     bound, :mod:`liquid_stream.hippo`: ``d_state=100000`` would need a 149 GiB matrix)."""
     from liquid_stream.hippo import MAX_D_STATE
 
-    return Spec(f"an integer >= 2 and <= {MAX_D_STATE} (MAX_D_STATE in liquid_stream/hippo.py: "
-                "the LegS initialisation eigendecomposes a dense d_state x d_state matrix)",
-                integer(2, MAX_D_STATE).coerce)  # fmt: skip
+    return Spec(
+        f"an integer >= 2 and <= {MAX_D_STATE} (MAX_D_STATE in liquid_stream/hippo.py: "
+        "the LegS initialisation eigendecomposes a dense d_state x d_state matrix)",
+        integer(2, MAX_D_STATE).coerce,
+    )
 
 
 def model_fields() -> dict[str, Spec]:
@@ -481,8 +488,9 @@ def model_parameters(m: dict) -> int:
     output, norm, D, Δ) + H·N·(2 + C + P) (Λ and B, C per direction C, P for dplr), a
     final norm, and the pair decoder's 4H² + H; H = d_model, N = d_state."""
     H, N, L = m["d_model"], m["d_state"], m["n_layers"]
-    per_block = 2 * H * H + 6 * H + H * N * (2 + (2 if m["bidirectional"] else 1)
-                                             + (m["mode"] == "dplr"))  # fmt: skip
+    per_block = (
+        2 * H * H + 6 * H + H * N * (2 + (2 if m["bidirectional"] else 1) + (m["mode"] == "dplr"))
+    )
     return L * per_block + 2 * H + (4 * H * H + H if m["decoder"] == "pair" else 0)
 
 
@@ -515,11 +523,15 @@ def _check_model(m: dict) -> None:
             f"bidirectional={v['bidirectional']!r}"
         )
     if v["mode"] == "dplr" and v["init"] != "legs":
-        raise ConfigError(f"model.mode=dplr is initialised with S4-LegS only: model.init must "
-                          f"be legs, got {v['init']!r} (lin / inv are for mode=diag)")  # fmt: skip
+        raise ConfigError(
+            f"model.mode=dplr is initialised with S4-LegS only: model.init must "
+            f"be legs, got {v['init']!r} (lin / inv are for mode=diag)"
+        )
     if v["mode"] == "dplr" and v["disc"] != "bilinear":
-        raise ConfigError(f"model.mode=dplr supports only model.disc=bilinear, got {v['disc']!r} "
-                          "(zoh is for mode=diag)")  # fmt: skip
+        raise ConfigError(
+            f"model.mode=dplr supports only model.disc=bilinear, got {v['disc']!r} "
+            "(zoh is for mode=diag)"
+        )
     lists = [len(x) for x in (v["output_scale"], v["output_shift"]) if isinstance(x, list)]
     with torch.random.fork_rng(devices=[]):  # leaves the caller's random numbers alone
         try:
@@ -727,8 +739,10 @@ def _check_data(task: str, d: dict) -> None:
     if task == "listops" and d.get("root") is None and "min_length" in d:
         lo, hi, depth, args = d["min_length"], d["max_length"], d["max_depth"], d["max_args"]
         if lo + 1 >= hi:
-            raise ConfigError(f"data.min_length + 1 must be < data.max_length to generate "
-                              f"ListOps, got {lo} and {hi}")  # fmt: skip
+            raise ConfigError(
+                f"data.min_length + 1 must be < data.max_length to generate "
+                f"ListOps, got {lo} and {hi}"
+            )
         longest = 1
         for _ in range(depth - 1):
             longest = 2 + args * longest
@@ -740,8 +754,9 @@ def _check_data(task: str, d: dict) -> None:
     if "test_fraction" in d and "val_fraction" in d:
         val, test = d["val_fraction"], d["test_fraction"]
         if val + test >= 1:
-            raise ConfigError(f"data.val_fraction + data.test_fraction must be < 1, got "
-                              f"{val!r} + {test!r}")  # fmt: skip
+            raise ConfigError(
+                f"data.val_fraction + data.test_fraction must be < 1, got {val!r} + {test!r}"
+            )
         n = d.get("n_images")
         if d.get("root") is None and n is not None:  # a generated pool, split 3 ways
             n_val, n_test = round(val * n), round(test * n)
@@ -815,8 +830,9 @@ def load_config(
     if by_target:  # per-target values of a preset (e.g. bidmc lr for rr / spo2)
         target = apply_overrides(copy.deepcopy(cfg), overrides, data_defaults)["data"].get("target")
         if target in by_target:
-            _apply_layers(cfg, [(f"preset {preset!r} target {target!r}", by_target[target])],
-                          data_defaults)  # fmt: skip
+            _apply_layers(
+                cfg, [(f"preset {preset!r} target {target!r}", by_target[target])], data_defaults
+            )
     return apply_overrides(cfg, overrides, data_defaults)
 
 
@@ -852,8 +868,7 @@ def apply_overrides(cfg: dict, overrides, data_defaults: dict) -> dict:
         _check_keys(section, {key: value}, data_defaults, f"override {item!r}")
         if len(parts) == 3 and key in MAPPING_FIELDS:  # one setting of a mapping field
             current = cfg[section].get(key)
-            cfg[section][key] = {**(current if isinstance(current, dict) else {}),
-                                 parts[2]: value}  # fmt: skip
+            cfg[section][key] = {**(current if isinstance(current, dict) else {}), parts[2]: value}
             continue
         if len(parts) > 2:  # other fields are flat (lists are written [a, b])
             raise ConfigError(f"override {item!r}: {section}.{key} has no sub-keys")
@@ -883,9 +898,10 @@ def _check_keys(section: str, values: dict, data_defaults: dict, where: str) -> 
     for key in values:
         if key not in valid:
             raise ConfigError(
-                f"{where}: unknown key {section}.{key}" + _suggest(key, valid)
+                f"{where}: unknown key {section}.{key}"
+                + _suggest(key, valid)
                 + (" (d_input/d_output come from the task)" if key in MODEL_RESERVED else "")
-            )  # fmt: skip
+            )
 
 
 def dump_config(cfg: dict, path) -> None:

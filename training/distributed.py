@@ -152,8 +152,13 @@ class SyncBatchNorm1d(nn.BatchNorm1d):
         buffers)."""
         for name, child in module.named_children():
             if type(child) is nn.BatchNorm1d:
-                new = cls(child.num_features, child.eps, child.momentum, child.affine,
-                          child.track_running_stats)  # fmt: skip
+                new = cls(
+                    child.num_features,
+                    child.eps,
+                    child.momentum,
+                    child.affine,
+                    child.track_running_stats,
+                )
                 new.load_state_dict(child.state_dict())
                 new.to(next(child.buffers(), torch.empty(0)).device)
                 setattr(module, name, new)
@@ -167,6 +172,14 @@ def launch(nproc: int, argv: list[str]) -> int:
     processes on this machine (``--standalone``); returns torchrun's exit status."""
     import subprocess
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={nproc}", "-m", "liquid_stream.cli", *argv]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "liquid_stream.cli",
+        *argv,
+    ]
     return subprocess.call(cmd)

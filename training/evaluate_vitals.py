@@ -72,9 +72,13 @@ def predict_windows(
 
 
 def plot_agreement(
-    pred: np.ndarray, y: np.ndarray, units: str, title: str, path: Path,
+    pred: np.ndarray,
+    y: np.ndarray,
+    units: str,
+    title: str,
+    path: Path,
     baseline: tuple[str, np.ndarray] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Scatter (estimate vs reference, identity line) and Bland–Altman panels; ``baseline``:
     the classical estimate's (name, values) beside the model's."""
     import matplotlib
@@ -91,19 +95,30 @@ def plot_agreement(
     for label, p, color in series:
         e = agreement(p, y)
         ok = np.isfinite(p)
-        ax1.scatter(y[ok], p[ok], s=6, alpha=0.5, color=color,
-                    label=f"{label}: RMSE {e['rmse']:.2f} (n={e['n']})")  # fmt: skip
+        ax1.scatter(
+            y[ok],
+            p[ok],
+            s=6,
+            alpha=0.5,
+            color=color,
+            label=f"{label}: RMSE {e['rmse']:.2f} (n={e['n']})",
+        )
         mean, diff = (p[ok] + y[ok]) / 2, p[ok] - y[ok]
         ax2.scatter(mean, diff, s=6, alpha=0.5, color=color, label=label)
-        for v, style in ((e["bias"], "-"), (e["bias"] + e["loa"], "--"),
-                         (e["bias"] - e["loa"], "--")):  # fmt: skip
+        for v, style in (
+            (e["bias"], "-"),
+            (e["bias"] + e["loa"], "--"),
+            (e["bias"] - e["loa"], "--"),
+        ):
             ax2.axhline(v, color=color, linestyle=style, linewidth=1)
     ax1.plot([lo, hi], [lo, hi], "k-", linewidth=0.8)
     ax1.set(xlabel=f"reference ({units})", ylabel=f"estimate ({units})", title=title)
     ax1.legend(fontsize=8)
-    ax2.set(xlabel=f"mean of estimate and reference ({units})",
-            ylabel=f"estimate − reference ({units})",
-            title="Bland–Altman (bias, ±1.96 sd)")  # fmt: skip
+    ax2.set(
+        xlabel=f"mean of estimate and reference ({units})",
+        ylabel=f"estimate − reference ({units})",
+        title="Bland–Altman (bias, ±1.96 sd)",
+    )
     ax2.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -111,9 +126,17 @@ def plot_agreement(
 
 
 def evaluate_vitals(
-    model, meta: dict, cfg: dict, stats, split: str, device, batch_size: int, out: Path,
-    baseline: bool = False, name: str = "",
-) -> list[dict]:  # fmt: skip
+    model,
+    meta: dict,
+    cfg: dict,
+    stats,
+    split: str,
+    device,
+    batch_size: int,
+    out: Path,
+    baseline: bool = False,
+    name: str = "",
+) -> list[dict]:
     """Score one bidmc checkpoint on SPLIT of its protocol; prints and returns a table row."""
     from .tasks import bidmc_split_seed, bidmc_windows, build_bidmc
 
@@ -137,11 +160,20 @@ def evaluate_vitals(
     tol = WITHIN.get(target)
     res = agreement(pred, y, tol)
     tag = f"{target} {split} ({d['protocol']} split, {fmt}, {res['n']} windows)"
-    click.echo(f"{tag}: RMSE {res['rmse']:.3f} {units}, MAE {res['mae']:.3f} {units}, "
-               f"bias {res['bias']:+.3f} ± {res['loa']:.3f} (95% LoA), slope "
-               f"{res['slope']:.3f}, within ±{tol:g}: {100 * res['within']:.1f} %")  # fmt: skip
-    row = {"model": name, "target": target, "units": units, "protocol": d["protocol"],
-           "format": fmt, "split": split, **res}  # fmt: skip
+    click.echo(
+        f"{tag}: RMSE {res['rmse']:.3f} {units}, MAE {res['mae']:.3f} {units}, "
+        f"bias {res['bias']:+.3f} ± {res['loa']:.3f} (95% LoA), slope "
+        f"{res['slope']:.3f}, within ±{tol:g}: {100 * res['within']:.1f} %"
+    )
+    row = {
+        "model": name,
+        "target": target,
+        "units": units,
+        "protocol": d["protocol"],
+        "format": fmt,
+        "split": split,
+        **res,
+    }
     base = None
     if baseline:
         base = np.asarray(baseline_estimates(root, w, target), np.float64)
@@ -149,8 +181,11 @@ def evaluate_vitals(
         valid = np.isfinite(base)
         same = agreement(pred[valid], y[valid], tol)
         row.update({f"baseline_{k}": b[k] for k in ("rmse", "mae", "bias", "slope", "within")})
-        row.update(baseline_n=b["n"], model_rmse_on_baseline_windows=same["rmse"],
-                   model_within_on_baseline_windows=same["within"])  # fmt: skip
+        row.update(
+            baseline_n=b["n"],
+            model_rmse_on_baseline_windows=same["rmse"],
+            model_within_on_baseline_windows=same["within"],
+        )
         bn = baseline_name(target)
         if b["n"] == 0:
             click.echo(f"  {bn} baseline: n/a for {target} (no classical estimate)")
@@ -163,8 +198,16 @@ def evaluate_vitals(
                 f"{100 * same['within']:.1f} %)"
             )
     if fmt == "wfdb":
-        st = stream_agreement(model, root, sorted({str(r) for r in w.record}), d, target,
-                              device, tol, (ds.mean, ds.std))  # fmt: skip
+        st = stream_agreement(
+            model,
+            root,
+            sorted({str(r) for r in w.record}),
+            d,
+            target,
+            device,
+            tol,
+            (ds.mean, ds.std),
+        )
         row["stream"] = st
         click.echo(
             f"  streamed over the whole {split} records (state from each record's start, "
@@ -178,18 +221,29 @@ def evaluate_vitals(
         label = baseline_name(target) if base is not None else None
         click.echo(format_conditions(by, units, label))
     stem = out / f"agreement_{target}_{d['protocol']}_{split}"
-    plot_agreement(pred, y, units, f"{target} {split}, {d['protocol']} split",
-                   stem.with_suffix(".png"),
-                   None if base is None else (baseline_name(target), base))  # fmt: skip
+    plot_agreement(
+        pred,
+        y,
+        units,
+        f"{target} {split}, {d['protocol']} split",
+        stem.with_suffix(".png"),
+        None if base is None else (baseline_name(target), base),
+    )
     stem.with_suffix(".json").write_text(json.dumps(row, indent=1) + "\n")
     click.echo(f"  scatter + Bland–Altman: {stem}.png (numbers: {stem}.json)")
     return [row]
 
 
 def stream_agreement(
-    model, root, records: list[str], d: dict, target: str, device, tol: float | None,
+    model,
+    root,
+    records: list[str],
+    d: dict,
+    target: str,
+    device,
+    tol: float | None,
     norm: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.ones(1)),
-) -> dict:  # fmt: skip
+) -> dict:
     """The model as the monitor runs it: each record streamed from its start (the forward
     over a whole finite stretch equals the step-by-step stream; a NaN gap ends a stretch
     and the next starts from a zero state), scored every second that has a full window
@@ -227,16 +281,23 @@ def stream_agreement(
 
 
 def condition_rows(
-    root, w, d: dict, pred: np.ndarray, y: np.ndarray, base: np.ndarray | None, target: str,
+    root,
+    w,
+    d: dict,
+    pred: np.ndarray,
+    y: np.ndarray,
+    base: np.ndarray | None,
+    target: str,
     tol: float | None,
-) -> dict[str, dict]:  # fmt: skip
+) -> dict[str, dict]:
     """Per hard condition of a randomised record set (training/data/vitals_conditions.py):
     windows, the model's RMSE and share within tolerance, and NeuroKit2's on its valid
     windows among them. Empty for other data."""
     from .data.vitals_conditions import window_conditions
 
-    masks = window_conditions(root, w.record, w.start, int(d["window"]),
-                              float(d["sample_rate"]), y, target)  # fmt: skip
+    masks = window_conditions(
+        root, w.record, w.start, int(d["window"]), float(d["sample_rate"]), y, target
+    )
     out: dict[str, dict] = {}
     for name, m in (masks or {}).items():
         if not m.any():
@@ -274,8 +335,11 @@ def format_table(rows: list[dict]) -> str:
     """A plain-text table: one line per evaluated checkpoint."""
 
     def f(v):
-        return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else (
-            f"{v:.3f}" if isinstance(v, float) else str(v))  # fmt: skip
+        return (
+            "n/a"
+            if v is None or (isinstance(v, float) and not math.isfinite(v))
+            else (f"{v:.3f}" if isinstance(v, float) else str(v))
+        )
 
     cols = ["model", "target", "protocol", "format", "split", "n", "rmse", "mae"]
     if any("baseline_rmse" in r for r in rows):

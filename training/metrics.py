@@ -119,12 +119,17 @@ def compute_loss(
             loss = (target_weight(target) * ((out - target) / unit).pow(2)).mean()
         with torch.no_grad():
             d = out - target
-            sums = {"correct": 0.0, "count": float(d.numel()),
-                    "se": d.pow(2).sum().item(), "ae": d.abs().sum().item()}  # fmt: skip
+            sums = {
+                "correct": 0.0,
+                "count": float(d.numel()),
+                "se": d.pow(2).sum().item(),
+                "ae": d.abs().sum().item(),
+            }
     elif kind == "mse_beats":  # out (B, F, 2): window output, per-frame readout
         # y (B, T, 2): per-second labels (NaN elsewhere), beat density (bidmc_crops.py)
-        loss, sums = compute_loss(out[..., :1], y[..., 0], "mse_per_step", scale, None,
-                                  target_weight)  # fmt: skip
+        loss, sums = compute_loss(
+            out[..., :1], y[..., 0], "mse_per_step", scale, None, target_weight
+        )
         dens = y[..., 1].float()
         r = dens.shape[1] // out.shape[1]
         dens = dens.reshape(dens.shape[0], out.shape[1], r).mean(-1)  # the frame's mean
@@ -152,8 +157,12 @@ def compute_loss(
             se = target_weight(target[ok]) * se
         loss = se.mean() if d.numel() else out.sum() * 0.0
         with torch.no_grad():
-            sums = {"correct": 0.0, "count": float(d.numel()),
-                    "se": d.pow(2).sum().item(), "ae": d.abs().sum().item()}  # fmt: skip
+            sums = {
+                "correct": 0.0,
+                "count": float(d.numel()),
+                "se": d.pow(2).sum().item(),
+                "ae": d.abs().sum().item(),
+            }
     else:
         raise ValueError(f"loss must be one of {LOSSES}, got {kind!r}")
     n = float(y.shape[0])
@@ -199,9 +208,13 @@ def evaluate_model(
     RMSE / MAE of ``model`` on ``dataset``; restores the model's train/eval mode."""
     device = torch.device(device)
     loader = DataLoader(
-        dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-        generator=torch.Generator().manual_seed(0), pin_memory=device.type == "cuda",
-    )  # fmt: skip
+        dataset,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(0),
+        pin_memory=device.type == "cuda",
+    )
     was_training = model.training
     model.eval()
     sums = sums_zero()

@@ -55,9 +55,14 @@ def set_rng_state(state: dict) -> None:
     random.setstate((p["version"], tuple(p["state"]), p["gauss"]))
     n = state["numpy"]
     np.random.set_state(
-        (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-         n["cached_gaussian"])
-    )  # fmt: skip
+        (
+            n["kind"],
+            n["keys"].numpy().astype(np.uint32),
+            n["pos"],
+            n["has_gauss"],
+            n["cached_gaussian"],
+        )
+    )
     torch.set_rng_state(state["torch"].cpu())
     if state.get("cuda") and torch.cuda.is_available():
         cuda = state["cuda"][: torch.cuda.device_count()]

@@ -97,8 +97,9 @@ def make_trainer(config: dict, out: Path, resume=None) -> tuple[Trainer, Dataset
         out.mkdir(parents=True, exist_ok=True)
         dump_config(config, out / "config.yaml")
     try:
-        trainer = Trainer(model, train_set, val_set, optim_cfg, train_cfg, out, meta, loss,
-                          config=config)  # fmt: skip
+        trainer = Trainer(
+            model, train_set, val_set, optim_cfg, train_cfg, out, meta, loss, config=config
+        )
     except ValueError as e:  # settings the trainer refuses (e.g. fp16 autocast on the CPU)
         raise RunError(one_line(e)) from e
     if trainer.dist.is_main:
@@ -185,13 +186,14 @@ def _header(trainer: Trainer, config: dict, meta: dict, out: Path) -> str:
     n_params = sum(p.numel() for p in trainer.model.parameters())
     n_val = len(trainer.val_set) if trainer.val_set is not None else 0
     return (
-        f"task {config['task']}" + (f" (preset {preset})" if preset else "")
+        f"task {config['task']}"
+        + (f" (preset {preset})" if preset else "")
         + (f" on {meta['source']}" if "source" in meta else "")
         + f": {n_params} parameters, {len(trainer.train_set)} train / {n_val} val examples, "
         f"device {trainer.device}, {trainer.steps_per_epoch} steps/epoch"
         + (f", {world} processes × batch {trainer.batch_size}" if world > 1 else "")
         + f" -> {out}"
-    )  # fmt: skip
+    )
 
 
 def _say(line: str) -> None:

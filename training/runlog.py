@@ -101,8 +101,10 @@ class RunLog:
 
                 self._writer = SummaryWriter(str(self.out / "tb"), purge_step=self._tb_purge)
             except ImportError:
-                print("note: tensorboard is not installed; skipping TensorBoard logs "
-                      "(metrics.csv and curves.png are still written)")  # fmt: skip
+                print(
+                    "note: tensorboard is not installed; skipping TensorBoard logs "
+                    "(metrics.csv and curves.png are still written)"
+                )
         return self._writer
 
     def plot(self, force: bool) -> None:

@@ -23,8 +23,15 @@ class EpochSampler(Sampler):
     examples than ranks is dropped. ``start`` counts examples of the whole permutation, so
     the state does not depend on the rank or the world size."""
 
-    def __init__(self, n: int, seed: int, shuffle: bool = True, rank: int = 0, world: int = 1,
-                 batch_size: int = 1):  # fmt: skip
+    def __init__(
+        self,
+        n: int,
+        seed: int,
+        shuffle: bool = True,
+        rank: int = 0,
+        world: int = 1,
+        batch_size: int = 1,
+    ):
         self.n, self.seed, self.shuffle = n, seed, shuffle
         self.rank, self.world, self.batch_size = rank, world, batch_size
         self.epoch, self.start = 0, 0

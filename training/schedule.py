@@ -34,8 +34,9 @@ class Schedule:
         progress = min(1.0, (step - self.warmup) / max(1, self.total - self.warmup))
         return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
-    def apply(self, optimizer: torch.optim.Optimizer, base_lrs: list[float], step: int,
-              epoch: int) -> float:  # fmt: skip
+    def apply(
+        self, optimizer: torch.optim.Optimizer, base_lrs: list[float], step: int, epoch: int
+    ) -> float:
         """Set every group's lr to its base lr × the factor of (step, epoch)."""
         self.last_factor = self.factor(step, epoch)
         for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
@@ -44,10 +45,14 @@ class Schedule:
 
     def state_dict(self) -> dict:
         return {
-            "kind": self.kind, "warmup": self.warmup, "total": self.total,
-            "milestones": list(self.milestones), "gamma": self.gamma,
-            "min_ratio": self.min_ratio, "last_factor": self.last_factor,
-        }  # fmt: skip
+            "kind": self.kind,
+            "warmup": self.warmup,
+            "total": self.total,
+            "milestones": list(self.milestones),
+            "gamma": self.gamma,
+            "min_ratio": self.min_ratio,
+            "last_factor": self.last_factor,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.kind, self.warmup, self.total = state["kind"], state["warmup"], state["total"]

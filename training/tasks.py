@@ -100,17 +100,26 @@ TOY_LABELS = list(TONE_LABELS)
 
 @register(
     "toy",
-    {"n_train": 64, "n_val": 32, "n_test": 32, "length": 512, "sample_rate": 8000,
-     "noise": 0.3, "seed": 1234},
-)  # fmt: skip
+    {
+        "n_train": 64,
+        "n_val": 32,
+        "n_test": 32,
+        "length": 512,
+        "sample_rate": 8000,
+        "noise": 0.3,
+        "seed": 1234,
+    },
+)
 def build_toy(cfg: dict, stats=None):
     import torch
     from torch.utils.data import TensorDataset
 
     d = cfg["data"]
     rng = np.random.default_rng(d["seed"])
-    splits = [tone_bursts(rng, d[k], d["length"], d["sample_rate"], d["noise"])
-              for k in ("n_train", "n_val", "n_test")]  # fmt: skip
+    splits = [
+        tone_bursts(rng, d[k], d["length"], d["sample_rate"], d["noise"])
+        for k in ("n_train", "n_val", "n_test")
+    ]
     if stats is None:
         mean, std = float(splits[0][0].mean()), float(splits[0][0].std())
     else:
@@ -119,9 +128,14 @@ def build_toy(cfg: dict, stats=None):
         TensorDataset(torch.from_numpy((x - mean) / std), torch.from_numpy(y)) for x, y in splits
     ]
     meta = ModelMeta(
-        task="toy", labels=list(TOY_LABELS), sample_rate=int(d["sample_rate"]),
-        input_mean=[mean], input_std=[std], d_input=1, d_output=len(TOY_LABELS),
-    )  # fmt: skip
+        task="toy",
+        labels=list(TOY_LABELS),
+        sample_rate=int(d["sample_rate"]),
+        input_mean=[mean],
+        input_std=[std],
+        d_input=1,
+        d_output=len(TOY_LABELS),
+    )
     return sets[0], sets[1], sets[2], meta.to_dict(), "ce_per_step"
 
 
@@ -180,11 +194,16 @@ def _speech_meta(
     """Checkpoint/ONNX metadata shared by the speech tasks (raw 16 kHz mono input):
     ``fields`` are further :class:`ModelMeta` fields, ``extra`` further provenance."""
     return ModelMeta(
-        task=task, labels=labels, sample_rate=int(d["sample_rate"]),
-        input_mean=[normalizer[0]], input_std=[normalizer[1]], d_input=1,
-        d_output=len(labels), extra={"subset": d["subset"], "data_root": str(root),
-                                     **(extra or {})}, **fields,
-    )  # fmt: skip
+        task=task,
+        labels=labels,
+        sample_rate=int(d["sample_rate"]),
+        input_mean=[normalizer[0]],
+        input_std=[normalizer[1]],
+        d_input=1,
+        d_output=len(labels),
+        extra={"subset": d["subset"], "data_root": str(root), **(extra or {})},
+        **fields,
+    )
 
 
 def _speech_source(sc, d: dict, seed: int, stats, per_class: int | None, task: str):
@@ -202,9 +221,16 @@ def _speech_source(sc, d: dict, seed: int, stats, per_class: int | None, task: s
 
 @register(
     "speech",
-    {"root": None, "subset": "sc35", "synth_per_word": 30, "max_train_per_class": None,
-     "max_eval_per_class": None, "augment": False, "sample_rate": 16000},
-)  # fmt: skip
+    {
+        "root": None,
+        "subset": "sc35",
+        "synth_per_word": 30,
+        "max_train_per_class": None,
+        "max_eval_per_class": None,
+        "augment": False,
+        "sample_rate": 16000,
+    },
+)
 def build_speech(cfg: dict, stats=None, rate: int = 1):
     """Speech Commands (real v0.02 layout at data.root, else the cached synthetic set).
     ``rate=2``: the val/test splits at 8 kHz (x[::2]) for the zero-shot evaluation."""
@@ -213,8 +239,9 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
     root, normalizer = _speech_source(sc, d, seed, stats, d["max_train_per_class"], "speech")
 
     def split(name, normalizer, augment=False, r=1):
-        ds = sc.SpeechCommands(root, name, d["subset"], normalizer=normalizer, augment=augment,
-                               rate=r, seed=seed)  # fmt: skip
+        ds = sc.SpeechCommands(
+            root, name, d["subset"], normalizer=normalizer, augment=augment, rate=r, seed=seed
+        )
         sc.require_clips(ds, 1, "speech")
         limit = d["max_train_per_class"] if name == "train" else d["max_eval_per_class"]
         return per_class_subset(ds, limit, seed)
@@ -234,13 +261,28 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
 
 @register(
     "speech-stream",
-    {"root": None, "subset": "sc35", "synth_per_word": 30, "sample_rate": 16000,
-     "length": 32000, "n_train": 400, "n_val": 64, "n_test": 128,
-     "label_tail_ms": 100.0, "label_hold_ms": 200.0, "clip_end": "speech",
-     "gap_ms": [0.0, 500.0], "keyword_prob": 0.8, "noise_prob": 0.8,
-     "noise_max_gain": 0.1, "normalizer_per_class": None, "silence_weight": 1.0,
-     "augment": None, "spec_augment": None},
-)  # fmt: skip
+    {
+        "root": None,
+        "subset": "sc35",
+        "synth_per_word": 30,
+        "sample_rate": 16000,
+        "length": 32000,
+        "n_train": 400,
+        "n_val": 64,
+        "n_test": 128,
+        "label_tail_ms": 100.0,
+        "label_hold_ms": 200.0,
+        "clip_end": "speech",
+        "gap_ms": [0.0, 500.0],
+        "keyword_prob": 0.8,
+        "noise_prob": 0.8,
+        "noise_max_gain": 0.1,
+        "normalizer_per_class": None,
+        "silence_weight": 1.0,
+        "augment": None,
+        "spec_augment": None,
+    },
+)
 def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     """:class:`SpeechStream` crops of the official train/val/test splits (real v0.02 root at
     data.root, else the cached synthetic set, as for ``speech``). Labels: the words of
@@ -277,8 +319,9 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
 
         hop = LogMelConfig.from_dict(frontend).hop
     else:
-        root, normalizer = _speech_source(sc, d, seed, stats, d["normalizer_per_class"],
-                                          "speech-stream")  # fmt: skip
+        root, normalizer = _speech_source(
+            sc, d, seed, stats, d["normalizer_per_class"], "speech-stream"
+        )
         hop = 1
     aug = None
     if d["augment"] is not None:  # {} = every default of AugmentConfig
@@ -295,13 +338,24 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
 
     def split(name, n_items, split_seed, r=1, augment=None):
         return sc.SpeechStream(
-            root, name, d["subset"], length=int(d["length"]), num_items=int(n_items),
-            normalizer=normalizer, label_tail_ms=float(d["label_tail_ms"]),
-            label_hold_ms=float(d["label_hold_ms"]), clip_end=d["clip_end"], gap_ms=gap,
-            keyword_prob=float(d["keyword_prob"]), noise_prob=float(d["noise_prob"]),
-            noise_max_gain=float(d["noise_max_gain"]), rate=r, seed=split_seed,
-            augment=augment, label_hop=hop,
-        )  # fmt: skip
+            root,
+            name,
+            d["subset"],
+            length=int(d["length"]),
+            num_items=int(n_items),
+            normalizer=normalizer,
+            label_tail_ms=float(d["label_tail_ms"]),
+            label_hold_ms=float(d["label_hold_ms"]),
+            clip_end=d["clip_end"],
+            gap_ms=gap,
+            keyword_prob=float(d["keyword_prob"]),
+            noise_prob=float(d["noise_prob"]),
+            noise_max_gain=float(d["noise_max_gain"]),
+            rate=r,
+            seed=split_seed,
+            augment=augment,
+            label_hop=hop,
+        )
 
     train = split("train", d["n_train"], seed, augment=aug)
     val = split("val", d["n_val"], seed + 1, rate)
@@ -310,11 +364,19 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
         ds.set_epoch(0)  # fixed crops: the same items on every evaluation
     labels = list(train.labels)
     meta = _speech_meta(
-        "speech-stream", d, labels, normalizer, root, silence_class=int(train.silence),
-        extra={"clip_end": d["clip_end"], "label_tail_ms": float(d["label_tail_ms"]),
-               "label_hold_ms": float(d["label_hold_ms"]),
-               **({"spec_augment": spec.to_dict()} if spec is not None else {})},
-    )  # fmt: skip
+        "speech-stream",
+        d,
+        labels,
+        normalizer,
+        root,
+        silence_class=int(train.silence),
+        extra={
+            "clip_end": d["clip_end"],
+            "label_tail_ms": float(d["label_tail_ms"]),
+            "label_hold_ms": float(d["label_hold_ms"]),
+            **({"spec_augment": spec.to_dict()} if spec is not None else {}),
+        },
+    )
     if float(d["silence_weight"]) != 1.0:  # the loss weight of the (dominant) _silence_ steps
         meta.class_weights = [1.0] * (len(labels) - 1) + [float(d["silence_weight"])]
     if logmel and not (frontend.get("mean") and frontend.get("std")):
@@ -392,9 +454,11 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None, signals: bool = T
     root = d["root"]
     if root is None and d["sim"] == "randomised":
         root = _import(VITALS_SIM_MODULE).ensure_vitals_sim(
-            int(d["sim_records"]), float(d["sim_minutes"]), int(d["sim_seed"]),
+            int(d["sim_records"]),
+            float(d["sim_minutes"]),
+            int(d["sim_seed"]),
             tuple(d["sim_families"]),
-        )  # fmt: skip
+        )
     elif root is None:
         root = _import(BIDMC_SIM_MODULE).ensure_bidmc_sim(
             int(d["sim_records"]), float(d["sim_minutes"]), int(d["sim_seed"])
@@ -404,19 +468,27 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None, signals: bool = T
     if protocol not in BIDMC_PROTOCOLS:
         raise ValueError(f"data.protocol must be 'record' or 'shuffled', got {protocol!r}")
     if fmt == "wfdb":
-        args = (root, d["target"], tuple(d["channels"]), int(d["window"]), int(d["hop"]),
-                int(d["sample_rate"]))  # fmt: skip
+        args = (
+            root,
+            d["target"],
+            tuple(d["channels"]),
+            int(d["window"]),
+            int(d["hop"]),
+            int(d["sample_rate"]),
+        )
         index = only is not None and protocol == "record"
-        w = bd.load_wfdb_windows(*args, min_valid=float(d["min_valid"]),
-                                 signals=signals and not index)  # fmt: skip
+        w = bd.load_wfdb_windows(
+            *args, min_valid=float(d["min_valid"]), signals=signals and not index
+        )
         splits = list(bd.split_windows(w, protocol, seed))
         if index:
             k = ("train", "val", "test").index(only)
             names = list(dict.fromkeys(splits[k].record))  # in the index's order
             if names and signals:
                 skipped = splits[k].skipped
-                splits[k] = bd.load_wfdb_windows(*args, records=names,
-                                                 min_valid=float(d["min_valid"]))  # fmt: skip
+                splits[k] = bd.load_wfdb_windows(
+                    *args, records=names, min_valid=float(d["min_valid"])
+                )
                 splits[k].skipped = skipped  # every record's counts, as without ``only``
         return (fmt, root, *splits)
     if fmt != "ts":
@@ -433,14 +505,34 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None, signals: bool = T
 
 @register(
     "bidmc",
-    {"root": None, "format": "auto", "target": "hr", "protocol": "record",
-     "channels": ["PLETH", "II"], "window": 4000, "hop": 250, "sample_rate": 125,
-     "min_valid": 0.5, "sim": "classic", "sim_families": ["nk2", "param"],
-     "sim_records": 24, "sim_minutes": 8.0, "sim_seed": 0, "max_train": None,
-     "crop_s": None, "crop_hop_s": 48.0, "channel_off": 0.0, "pulse_eq": 0.0,
-     "pulse_eq_db": None, "split_seed": None, "extra_train": [], "beats": 0.0,
-     "beats_shift_s": 0.3, "beats_box_s": 0.0},
-)  # fmt: skip
+    {
+        "root": None,
+        "format": "auto",
+        "target": "hr",
+        "protocol": "record",
+        "channels": ["PLETH", "II"],
+        "window": 4000,
+        "hop": 250,
+        "sample_rate": 125,
+        "min_valid": 0.5,
+        "sim": "classic",
+        "sim_families": ["nk2", "param"],
+        "sim_records": 24,
+        "sim_minutes": 8.0,
+        "sim_seed": 0,
+        "max_train": None,
+        "crop_s": None,
+        "crop_hop_s": 48.0,
+        "channel_off": 0.0,
+        "pulse_eq": 0.0,
+        "pulse_eq_db": None,
+        "split_seed": None,
+        "extra_train": [],
+        "beats": 0.0,
+        "beats_shift_s": 0.3,
+        "beats_box_s": 0.0,
+    },
+)
 def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     """BIDMC HR / RR / SpO2 regression (loss ``mse`` at the window's last step, in units
     of the train targets' std; RMSE / MAE in physical units). ``meta`` carries what the
@@ -473,11 +565,21 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     if extra_roots and fmt != "wfdb":
         raise ValueError("data.extra_train needs WFDB records in data.root")
     extra_w = [  # every record of each folder, index only with crops (the crops are read below)
-        _named(bd.load_wfdb_windows(r, target, tuple(d["channels"]), int(d["window"]),
-               int(d["hop"]), int(d["sample_rate"]), min_valid=float(d["min_valid"]),
-               signals=not crops), f"{k}:")
+        _named(
+            bd.load_wfdb_windows(
+                r,
+                target,
+                tuple(d["channels"]),
+                int(d["window"]),
+                int(d["hop"]),
+                int(d["sample_rate"]),
+                min_valid=float(d["min_valid"]),
+                signals=not crops,
+            ),
+            f"{k}:",
+        )
         for k, r in enumerate(extra_roots, 1)
-    ]  # fmt: skip
+    ]
     if extra_w and not crops:  # (with crops, the train crops are cut from each folder below)
         train = bd.concat_windows(train, *extra_w)
     if len(train) == 0:
@@ -497,48 +599,80 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     loss = "mse"
     beats = float(d["beats"])  # the weight of the per-frame beat loss (bidmc_crops.py)
     if beats > 0 and (not crops or target != "hr"):
-        raise ValueError("data.beats (a per-beat target) needs data.target hr and data.crop_s "
-                         "(crops of WFDB records with beat times)")  # fmt: skip
+        raise ValueError(
+            "data.beats (a per-beat target) needs data.target hr and data.crop_s "
+            "(crops of WFDB records with beat times)"
+        )
     if float(d["pulse_eq"]) > 0 and not crops:
-        raise ValueError("data.pulse_eq re-shapes the train crops: it needs data.crop_s "
-                         "(and WFDB records)")  # fmt: skip
+        raise ValueError(
+            "data.pulse_eq re-shapes the train crops: it needs data.crop_s (and WFDB records)"
+        )
     if crops:  # bidmc_crops.py
         bc = _import(BIDMC_CROPS_MODULE)
         from .data import pulse_eq
 
         fs = int(d["sample_rate"])
         crop, hop = int(round(float(d["crop_s"]) * fs)), int(round(float(d["crop_hop_s"]) * fs))
-        extra_cut = [(r, sorted({str(n).split(":", 1)[1] for n in e.record}), f"{k}:")
-                     for k, (r, e) in enumerate(zip(extra_roots, extra_w, strict=True), 1)]
+        extra_cut = [
+            (r, sorted({str(n).split(":", 1)[1] for n in e.record}), f"{k}:")
+            for k, (r, e) in enumerate(zip(extra_roots, extra_w, strict=True), 1)
+        ]
 
         def crops_of(w):  # the train split: data.root's records, then extra_train's
             cut = [(root, sorted({str(r) for r in w.record}), "")]
             cut += extra_cut if w is train else []
-            return bc.concat_crops([
-                _named(bc.load_wfdb_crops(src, target, names, train.channels, crop, hop,
-                                          int(d["window"]), fs, float(d["min_valid"]),
-                                          beats=beats > 0,
-                                          beat_shift=float(d["beats_shift_s"])), p)
-                for src, names, p in cut])  # fmt: skip
+            return bc.concat_crops(
+                [
+                    _named(
+                        bc.load_wfdb_crops(
+                            src,
+                            target,
+                            names,
+                            train.channels,
+                            crop,
+                            hop,
+                            int(d["window"]),
+                            fs,
+                            float(d["min_valid"]),
+                            beats=beats > 0,
+                            beat_shift=float(d["beats_shift_s"]),
+                        ),
+                        p,
+                    )
+                    for src, names, p in cut
+                ]
+            )
 
         sets = [
-            bc.CropDataset(crops_of(w), mean, std,
-                channel_off=float(d["channel_off"]) if w is train else 0.0, seed=seed,
-                sample_rate=fs, pulse_eq=float(d["pulse_eq"]) if w is train else 0.0,
-                pulse_eq_db=pulse_eq.gain_bound_db(d["pulse_eq_db"]))
+            bc.CropDataset(
+                crops_of(w),
+                mean,
+                std,
+                channel_off=float(d["channel_off"]) if w is train else 0.0,
+                seed=seed,
+                sample_rate=fs,
+                pulse_eq=float(d["pulse_eq"]) if w is train else 0.0,
+                pulse_eq_db=pulse_eq.gain_bound_db(d["pulse_eq_db"]),
+            )
             for w in (train, val, test)
-        ]  # fmt: skip
+        ]
         loss = "mse_beats" if beats > 0 else "mse_per_step"
     y = np.concatenate([train.y] + ([e.y for e in extra_w] if crops else [])).astype(np.float64)
     extra = {
-        "format": fmt, "protocol": d["protocol"], "data_root": str(root),
+        "format": fmt,
+        "protocol": d["protocol"],
+        "data_root": str(root),
         "windows": {"train": len(train), "val": len(val), "test": len(test)},
-    }  # fmt: skip
+    }
     if beats > 0:  # what the trainer's loss needs (training/metrics.py, mse_beats)
         hop = int(frontend.get("hop", 1))  # input samples per frame of the model
         box = max(1, round(float(d["beats_box_s"]) * int(d["sample_rate"]) / hop))
-        extra["beats"] = {"weight": beats, "shift_s": float(d["beats_shift_s"]),
-                          "sigma_s": bc.BEAT_SIGMA_S, "box_frames": box}  # fmt: skip
+        extra["beats"] = {
+            "weight": beats,
+            "shift_s": float(d["beats_shift_s"]),
+            "sigma_s": bc.BEAT_SIGMA_S,
+            "box_frames": box,
+        }
     if fmt == "wfdb":  # which recordings each split holds (the apps stream held-out ones)
         parts = (("train", train), ("val", val), ("test", test))
         extra["records"] = {k: sorted({str(r) for r in w.record}) for k, w in parts}
@@ -549,12 +683,21 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
                 r: len(set(e.record)) for r, e in zip(extra_roots, extra_w, strict=True)
             }
     meta = ModelMeta(
-        task="bidmc", target=target, units=BIDMC_TARGETS[target][1], labels=[target],
-        channels=list(train.channels), sample_rate=int(d["sample_rate"]),
-        window=int(d["window"]), input_mean=mean, input_std=std,
-        target_mean=float(y.mean()), target_std=float(max(y.std(), 1e-3)),
-        d_input=len(train.channels), d_output=1, extra=extra,
-    )  # fmt: skip
+        task="bidmc",
+        target=target,
+        units=BIDMC_TARGETS[target][1],
+        labels=[target],
+        channels=list(train.channels),
+        sample_rate=int(d["sample_rate"]),
+        window=int(d["window"]),
+        input_mean=mean,
+        input_std=std,
+        target_mean=float(y.mean()),
+        target_std=float(max(y.std(), 1e-3)),
+        d_input=len(train.channels),
+        d_output=1,
+        extra=extra,
+    )
     return sets[0], sets[1], sets[2], meta.to_dict(), loss
 
 
@@ -567,9 +710,18 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
 
 @register(
     "listops",
-    {"root": None, "max_length": 2000, "n_train": 96000, "n_val": 2000, "n_test": 2000,
-     "min_length": 500, "max_depth": 10, "max_args": 10, "seed": 0},
-)  # fmt: skip
+    {
+        "root": None,
+        "max_length": 2000,
+        "n_train": 96000,
+        "n_val": 2000,
+        "n_test": 2000,
+        "min_length": 500,
+        "max_depth": 10,
+        "max_args": 10,
+        "seed": 0,
+    },
+)
 def build_listops(cfg: dict, stats=None):
     from .data import listops as lo
 
@@ -577,16 +729,28 @@ def build_listops(cfg: dict, stats=None):
     root = d.get("root")
     if root is None:  # a generated set, cached by its settings
         root = lo.ensure_listops(
-            d["n_train"], d["n_val"], d["n_test"], seed=d["seed"], min_length=d["min_length"],
-            max_length=d["max_length"], max_depth=d["max_depth"], max_args=d["max_args"],
-        )  # fmt: skip
+            d["n_train"],
+            d["n_val"],
+            d["n_test"],
+            seed=d["seed"],
+            min_length=d["min_length"],
+            max_length=d["max_length"],
+            max_depth=d["max_depth"],
+            max_args=d["max_args"],
+        )
     data = lo.read_dataset(root, d["max_length"])
     vocab = len(lo.VOCAB) + 1  # + padding (id 0)
-    sets = [_import(TEXT_MODULE).TokenDataset(*data[s], d["max_length"], vocab_size=vocab)
-            for s in lo.SPLITS]  # fmt: skip
-    meta = ModelMeta(task="listops", labels=[str(i) for i in range(10)], d_input=vocab,
-                     d_output=10, extra={"vocab": list(lo.VOCAB), "data_root": str(root),
-                                         "max_length": int(d["max_length"])})  # fmt: skip
+    sets = [
+        _import(TEXT_MODULE).TokenDataset(*data[s], d["max_length"], vocab_size=vocab)
+        for s in lo.SPLITS
+    ]
+    meta = ModelMeta(
+        task="listops",
+        labels=[str(i) for i in range(10)],
+        d_input=vocab,
+        d_output=10,
+        extra={"vocab": list(lo.VOCAB), "data_root": str(root), "max_length": int(d["max_length"])},
+    )
     return sets[0], sets[1], sets[2], meta.to_dict(), "ce"
 
 
@@ -607,8 +771,9 @@ def build_images(cfg: dict, stats=None, task: str = "scifar"):
     im = _import(IMAGES_MODULE)
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     if d["source"] not in IMAGE_SOURCES:
-        raise ValueError(f"data.source must be one of {', '.join(IMAGE_SOURCES)}, "
-                         f"got {d['source']!r}")  # fmt: skip
+        raise ValueError(
+            f"data.source must be one of {', '.join(IMAGE_SOURCES)}, got {d['source']!r}"
+        )
     root = d["root"]
     if d["source"] == "cifar10":
         if root is None:
@@ -634,20 +799,39 @@ def build_images(cfg: dict, stats=None, task: str = "scifar"):
     def split(x, y, idx):
         return im.SequenceImageDataset(x[idx], y[idx], d["mode"], mean, std)
 
-    sets = [split(x_all, y_all, train_idx), split(x_all, y_all, val_idx),
-            split(x_test, y_test, test_idx)]  # fmt: skip
+    sets = [
+        split(x_all, y_all, train_idx),
+        split(x_all, y_all, val_idx),
+        split(x_test, y_test, test_idx),
+    ]
     x0 = sets[0][0][0]
-    meta = ModelMeta(task=task, labels=list(data["labels"]), input_mean=mean, input_std=std,
-                     d_input=int(x0.shape[-1]), d_output=len(data["labels"]),
-                     extra={"source": d["source"], "mode": d["mode"], "length": int(x0.shape[0]),
-                            "image_shape": list(x_all.shape[1:]),
-                            "data_root": str(root)})  # fmt: skip
+    meta = ModelMeta(
+        task=task,
+        labels=list(data["labels"]),
+        input_mean=mean,
+        input_std=std,
+        d_input=int(x0.shape[-1]),
+        d_output=len(data["labels"]),
+        extra={
+            "source": d["source"],
+            "mode": d["mode"],
+            "length": int(x0.shape[0]),
+            "image_shape": list(x_all.shape[1:]),
+            "data_root": str(root),
+        },
+    )
     return sets[0], sets[1], sets[2], meta.to_dict(), "ce"
 
 
 def _register_image_task(name: str, source: str, mode: str) -> None:
-    defaults = {"source": source, "root": None, "mode": mode, "val_fraction": 0.1,
-                "max_train": None, "max_eval": None}  # fmt: skip
+    defaults = {
+        "source": source,
+        "root": None,
+        "mode": mode,
+        "val_fraction": 0.1,
+        "max_train": None,
+        "max_eval": None,
+    }
     register(name, defaults)(lambda cfg, stats=None: build_images(cfg, stats, task=name))
 
 
@@ -678,24 +862,35 @@ def _subset(parts: tuple, idx: np.ndarray) -> tuple:
 
 @register(
     "imdb",
-    {"root": None, "max_length": 4096, "val_fraction": 0.0, "max_train": None,
-     "max_eval": None},
-)  # fmt: skip
+    {"root": None, "max_length": 4096, "val_fraction": 0.0, "max_train": None, "max_eval": None},
+)
 def build_imdb(cfg: dict, stats=None):
     """IMDB reviews, byte-level, positive / negative. LRA has no validation split and
     validates on the test set (``val_fraction: 0``, as LRA and the S4 code); a fraction > 0
     holds out that part of the train reviews instead."""
     tx = _import(TEXT_MODULE)
     d, seed = cfg["data"], int(cfg["train"]["seed"])
-    data = tx.read_imdb(_text_root(d, "IMDB (aclImdb)"), int(d["max_length"]),
-                        val_fraction=float(d["val_fraction"]), seed=seed)  # fmt: skip
+    data = tx.read_imdb(
+        _text_root(d, "IMDB (aclImdb)"),
+        int(d["max_length"]),
+        val_fraction=float(d["val_fraction"]),
+        seed=seed,
+    )
     parts = [data[s] for s in ("train", "val", "test")]
     idx = _limit_splits([np.arange(len(p[-1])) for p in parts], d, seed)
     L = int(d["max_length"])
     sets = [tx.TokenDataset(*_subset(p, i), max_length=L) for p, i in zip(parts, idx, strict=True)]
-    meta = ModelMeta(task="imdb", labels=["neg", "pos"], d_input=tx.VOCAB_SIZE, d_output=2,
-                     extra={"max_length": L, "data_root": str(d["root"]), "val_split":
-                            "train holdout" if d["val_fraction"] else "test"})  # fmt: skip
+    meta = ModelMeta(
+        task="imdb",
+        labels=["neg", "pos"],
+        d_input=tx.VOCAB_SIZE,
+        d_output=2,
+        extra={
+            "max_length": L,
+            "data_root": str(d["root"]),
+            "val_split": "train holdout" if d["val_fraction"] else "test",
+        },
+    )
     return sets[0], sets[1], sets[2], meta.to_dict(), "ce"
 
 
@@ -711,10 +906,16 @@ def build_aan(cfg: dict, stats=None):
     parts = [data[s] for s in ("train", "val", "test")]
     idx = _limit_splits([np.arange(len(p[-1])) for p in parts], d, seed)
     L = int(d["max_length"])
-    sets = [tx.PairTokenDataset(*_subset(p, i), max_length=L)
-            for p, i in zip(parts, idx, strict=True)]  # fmt: skip
-    meta = ModelMeta(task="aan", labels=["unrelated", "cited"], d_input=tx.VOCAB_SIZE,
-                     d_output=2, extra={"max_length": L, "data_root": str(d["root"])})  # fmt: skip
+    sets = [
+        tx.PairTokenDataset(*_subset(p, i), max_length=L) for p, i in zip(parts, idx, strict=True)
+    ]
+    meta = ModelMeta(
+        task="aan",
+        labels=["unrelated", "cited"],
+        d_input=tx.VOCAB_SIZE,
+        d_output=2,
+        extra={"max_length": L, "data_root": str(d["root"])},
+    )
     return sets[0], sets[1], sets[2], meta.to_dict(), "ce"
 
 
@@ -734,26 +935,52 @@ def build_pathfinder(cfg: dict, stats=None, task: str = "pathfinder"):
     root = d["root"]
     if root is None:
         nd = d["n_distractors"]
-        root = pf.ensure_pathfinder(int(d["n_images"]), R, seed=int(d["seed"]),
-                                    difficulty=d["difficulty"], progress=True,
-                                    n_distractors=None if nd is None else int(nd))  # fmt: skip
+        root = pf.ensure_pathfinder(
+            int(d["n_images"]),
+            R,
+            seed=int(d["seed"]),
+            difficulty=d["difficulty"],
+            progress=True,
+            n_distractors=None if nd is None else int(nd),
+        )
     images, labels = pf.read_dataset(root, d["difficulty"], resolution=R)
     idx = pf.split_indices(len(labels), seed, float(d["val_fraction"]), float(d["test_fraction"]))
     idx = _limit_splits(list(idx), d, seed)
     mean, std = [pf.PIXEL_MEAN], [pf.PIXEL_STD]  # fixed scaling to [−1, 1], as the S4 code
-    sets = [_import(IMAGES_MODULE).SequenceImageDataset(images[i], labels[i], "gray", mean, std)
-            for i in idx]  # fmt: skip
-    meta = ModelMeta(task=task, labels=["disconnected", "connected"], d_input=1, d_output=2,
-                     input_mean=mean, input_std=std,
-                     extra={"resolution": R, "length": R * R, "difficulty": d["difficulty"],
-                            "data_root": str(root)})  # fmt: skip
+    sets = [
+        _import(IMAGES_MODULE).SequenceImageDataset(images[i], labels[i], "gray", mean, std)
+        for i in idx
+    ]
+    meta = ModelMeta(
+        task=task,
+        labels=["disconnected", "connected"],
+        d_input=1,
+        d_output=2,
+        input_mean=mean,
+        input_std=std,
+        extra={
+            "resolution": R,
+            "length": R * R,
+            "difficulty": d["difficulty"],
+            "data_root": str(root),
+        },
+    )
     return sets[0], sets[1], sets[2], meta.to_dict(), "ce"
 
 
 def _register_pathfinder(name: str, resolution: int) -> None:
-    defaults = {"root": None, "resolution": resolution, "difficulty": "curv_contour_length_14",
-                "n_images": 200000, "n_distractors": None, "seed": 0, "val_fraction": 0.1,
-                "test_fraction": 0.1, "max_train": None, "max_eval": None}  # fmt: skip
+    defaults = {
+        "root": None,
+        "resolution": resolution,
+        "difficulty": "curv_contour_length_14",
+        "n_images": 200000,
+        "n_distractors": None,
+        "seed": 0,
+        "val_fraction": 0.1,
+        "test_fraction": 0.1,
+        "max_train": None,
+        "max_eval": None,
+    }
     register(name, defaults)(lambda cfg, stats=None: build_pathfinder(cfg, stats, task=name))
 
 

@@ -102,8 +102,9 @@ def _kill_points(spec: str | None) -> dict[str, set[int]]:
     for item in filter(None, (spec or "").replace(" ", "").split(",")):
         name, _, arg = item.partition(":step=")
         if name not in KILL_POINTS or not arg.isdigit():
-            raise ValueError(f"{KILL_ENV}: expected POINT:step=N with POINT in {KILL_POINTS}, "
-                             f"got {item!r}")  # fmt: skip
+            raise ValueError(
+                f"{KILL_ENV}: expected POINT:step=N with POINT in {KILL_POINTS}, got {item!r}"
+            )
         points.setdefault(name, set()).add(int(arg))
     return points
 
@@ -153,17 +154,21 @@ class Trainer:
         self.train_set, self.val_set = train_set, val_set
         o, t = optim_cfg, train_cfg
         self.optimizer = make_optimizer(
-            self.model, lr=o.lr, weight_decay=o.weight_decay, ssm_lr=o.ssm_lr,
+            self.model,
+            lr=o.lr,
+            weight_decay=o.weight_decay,
+            ssm_lr=o.ssm_lr,
             ssm_weight_decay=o.ssm_weight_decay,
-        )  # fmt: skip
+        )
         self.base_lrs = [g["lr"] for g in self.optimizer.param_groups]
         self.batch_size, self.accum = o.batch_size, o.grad_accum
         self.eval_batch_size = o.eval_batch_size or self.batch_size
         self.seed = t.seed
         W = self.dist.world_size
         self.global_batch = self.batch_size * W  # examples per micro-batch, all ranks
-        self.sampler = EpochSampler(len(train_set), self.seed, rank=self.dist.rank, world=W,
-                                    batch_size=self.batch_size)  # fmt: skip
+        self.sampler = EpochSampler(
+            len(train_set), self.seed, rank=self.dist.rank, world=W, batch_size=self.batch_size
+        )
         self.batches_per_epoch = len(self.sampler.global_batches())  # whole epoch: start 0
         self.steps_per_epoch = math.ceil(self.batches_per_epoch / self.accum)
         self.schedule = Schedule(o, self.steps_per_epoch)
@@ -238,12 +243,17 @@ class Trainer:
             return None
         if self.device.type == "cpu":
             if self.train_cfg.amp_dtype != "bf16":
-                raise ValueError("train.amp on the CPU autocasts to bf16 only; set "
-                                 "train.amp_dtype=bf16 (fp16 needs CUDA)")  # fmt: skip
+                raise ValueError(
+                    "train.amp on the CPU autocasts to bf16 only; set "
+                    "train.amp_dtype=bf16 (fp16 needs CUDA)"
+                )
             if not cpu_has_bf16():
-                warnings.warn("train.amp: this CPU has no bf16 instructions (AVX512-BF16 or "
-                              "AMX); autocast to bf16 is emulated here and may be slower than "
-                              "float32", stacklevel=2)  # fmt: skip
+                warnings.warn(
+                    "train.amp: this CPU has no bf16 instructions (AVX512-BF16 or "
+                    "AMX); autocast to bf16 is emulated here and may be slower than "
+                    "float32",
+                    stacklevel=2,
+                )
             return torch.bfloat16
         bf16 = self.train_cfg.amp_dtype == "bf16" and torch.cuda.is_bf16_supported()
         return torch.bfloat16 if bf16 else torch.float16
@@ -267,12 +277,15 @@ class Trainer:
 
     def _loader(self) -> DataLoader:
         return DataLoader(
-            self.train_set, batch_size=self.batch_size, sampler=self.sampler,
+            self.train_set,
+            batch_size=self.batch_size,
+            sampler=self.sampler,
             num_workers=self.train_cfg.num_workers,
             generator=torch.Generator().manual_seed(mix_seed(self.seed + 1, self.epoch)),
-            pin_memory=self.device.type == "cuda", drop_last=False,
+            pin_memory=self.device.type == "cuda",
+            drop_last=False,
             persistent_workers=False,
-        )  # fmt: skip
+        )
 
     @contextlib.contextmanager
     def averaged(self):
@@ -311,12 +324,15 @@ class Trainer:
         if alpha <= 0:
             return None
         if loss not in REGRESSION:
-            raise ValueError(f"optim.target_balance weighs a regression loss; this task's loss "
-                             f"is {loss!r}")  # fmt: skip
+            raise ValueError(
+                f"optim.target_balance weighs a regression loss; this task's loss is {loss!r}"
+            )
         y = getattr(getattr(train_set, "windows", None), "y", None)
         if y is None:
-            raise ValueError("optim.target_balance needs a dataset that holds its targets "
-                             "(windows.y: the BIDMC windows or crops)")  # fmt: skip
+            raise ValueError(
+                "optim.target_balance needs a dataset that holds its targets "
+                "(windows.y: the BIDMC windows or crops)"
+            )
         return TargetBalance.from_targets(y, alpha)
 
     def evaluate(self, dataset: Dataset, rate: float = 1.0, confusion: bool = False) -> dict:
@@ -326,11 +342,18 @@ class Trainer:
         per_class = confusion or self.loss_kind == "ce_per_step"
         n_classes = int(self.meta.get("d_output", 0)) if per_class else None
         res = evaluate_model(
-            self.model, dataset, self.loss_kind, self.device, self.eval_batch_size, rate,
+            self.model,
+            dataset,
+            self.loss_kind,
+            self.device,
+            self.eval_batch_size,
+            rate,
             n_classes=n_classes if self.loss_kind not in REGRESSION else None,
             num_workers=self.train_cfg.num_workers,
-            autocast=self.autocast(), progress=self.progress, class_weight=self.class_weight,
-        )  # fmt: skip
+            autocast=self.autocast(),
+            progress=self.progress,
+            class_weight=self.class_weight,
+        )
         if not confusion:
             res = {k: v for k, v in res.items() if k not in ("confusion", "per_class_acc")}
         return res
@@ -348,7 +371,7 @@ class Trainer:
                 **self.sampler.state_dict(),
                 "epoch": self.epoch,
                 "start": self.batch_in_epoch * self.global_batch,
-            },  # fmt: skip
+            },
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
             "step": self.step,
@@ -369,9 +392,12 @@ class Trainer:
     def _checkpoint(self, metrics: dict | None = None) -> dict:
         clean = {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, int | float)}
         return checkpoint_dict(
-            self.model, meta=self.meta, config=self.config, trainer=self.trainer_state(),
+            self.model,
+            meta=self.meta,
+            config=self.config,
+            trainer=self.trainer_state(),
             metrics=clean,
-        )  # fmt: skip
+        )
 
     def save(self, name: str, metrics: dict | None = None) -> Path:
         """Write the current state to ``out/name`` (atomic). ``last.pt`` also records the
@@ -389,8 +415,11 @@ class Trainer:
 
     def _write_best(self) -> None:
         """best.pt from the recorded best (what embedded_best rebuilds from last.pt)."""
-        obj = {k: v for k, v in checkpoint_dict(self.model, self.meta, config=self.config).items()
-               if k != "model"}  # fmt: skip
+        obj = {
+            k: v
+            for k, v in checkpoint_dict(self.model, self.meta, config=self.config).items()
+            if k != "model"
+        }
         atomic_torch_save({**obj, **self._best}, self.out / "best.pt")
         self._best_on_disk = self.best_step
 
@@ -415,8 +444,10 @@ class Trainer:
             same = False
         if not same:
             atomic_torch_save(best, path)
-            print(f"note: rewrote {path} from {source}: the best model is step "
-                  f"{self.best_step} (epoch {self.best_epoch})")  # fmt: skip
+            print(
+                f"note: rewrote {path} from {source}: the best model is step "
+                f"{self.best_step} (epoch {self.best_epoch})"
+            )
         self._best_on_disk = self.best_step
 
     def resume(self, path) -> None:
@@ -454,9 +485,17 @@ class Trainer:
             for k, v in st["ema"].items():
                 self.ema[k].copy_(v)
         best = embedded_best(ckpt)
-        self._best = None if best is None else _cpu_copy(
-            {"model": best["model"], "trainer": best["trainer"],
-             "metrics": best.get("metrics", {})})  # fmt: skip
+        self._best = (
+            None
+            if best is None
+            else _cpu_copy(
+                {
+                    "model": best["model"],
+                    "trainer": best["trainer"],
+                    "metrics": best.get("metrics", {}),
+                }
+            )
+        )
         self.epoch_sums = dict(st["epoch_sums"])
         self._elapsed0, self._t0 = float(st.get("elapsed_s", 0.0)), time.perf_counter()
         set_rng_state(st["rng"])
@@ -511,10 +550,14 @@ class Trainer:
         self.log.close()
         return {
             **self.last_metrics,
-            "epoch": self.epoch, "step": self.step, "stopped_by_max_steps": stopped,
-            "best": self.best, "best_epoch": self.best_epoch, "monitor": self.monitor,
+            "epoch": self.epoch,
+            "step": self.step,
+            "stopped_by_max_steps": stopped,
+            "best": self.best,
+            "best_epoch": self.best_epoch,
+            "monitor": self.monitor,
             "elapsed_s": round(self.elapsed, 2),
-        }  # fmt: skip
+        }
 
     def _train_epoch(self, epochs: int) -> bool:
         """The rest of the current epoch, from ``batch_in_epoch``: ``accum`` micro-batches
@@ -523,10 +566,13 @@ class Trainer:
         set_dataset_epoch(self.train_set, self.epoch)
         loader = self._loader()
         bar = tqdm(
-            total=self.batches_per_epoch, initial=self.batch_in_epoch, ncols=100,
-            desc=f"epoch {self.epoch + 1}/{epochs}", leave=False,
+            total=self.batches_per_epoch,
+            initial=self.batch_in_epoch,
+            ncols=100,
+            desc=f"epoch {self.epoch + 1}/{epochs}",
+            leave=False,
             disable=None if self.progress else True,
-        )  # fmt: skip
+        )
         group_losses: list[float] = []
         with bar:
             for x, y in loader:
@@ -580,9 +626,15 @@ class Trainer:
             with self.autocast():
                 out = forward_for_loss(self.train_model, x, self.loss_kind)
             loss, sums = compute_loss(
-                out, y, self.loss_kind, getattr(self.model, "output_scale", None),
-                self.class_weight, self.target_weight, self.beat_weight, self.beat_box,
-            )  # fmt: skip
+                out,
+                y,
+                self.loss_kind,
+                getattr(self.model, "output_scale", None),
+                self.class_weight,
+                self.target_weight,
+                self.beat_weight,
+                self.beat_box,
+            )
         except ValueError as e:  # the layers refuse NaN/inf activations
             if "NaN or infinite" not in str(e):
                 raise
@@ -592,10 +644,15 @@ class Trainer:
 
     def _log_step(self, loss: float) -> None:
         self.step_losses.append(loss)
-        self.log.append("steps.csv", {
-            "step": self.step, "epoch": self.epoch + 1,
-            "loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
-        })  # fmt: skip
+        self.log.append(
+            "steps.csv",
+            {
+                "step": self.step,
+                "epoch": self.epoch + 1,
+                "loss": loss,
+                "lr": self.optimizer.param_groups[0]["lr"],
+            },
+        )
         self._crash_point("after_step_row")
 
     def _end_epoch(self, epochs: int, stopped: bool) -> None:
@@ -641,8 +698,11 @@ class Trainer:
         """The metrics.csv row: position, lr, train and validation metrics, time."""
         with self.averaged():
             val = self.evaluate(self.val_set) if self.val_set is not None else {}
-        row: dict = {"epoch": round(epoch_pos, 4), "step": self.step,
-                     "lr": float(self.optimizer.param_groups[0]["lr"])}  # fmt: skip
+        row: dict = {
+            "epoch": round(epoch_pos, 4),
+            "step": self.step,
+            "lr": float(self.optimizer.param_groups[0]["lr"]),
+        }
         row.update({f"train_{k}": float(v) for k, v in train_metrics.items()})
         row.update({f"val_{k}": float(v) for k, v in val.items()})
         row["time_s"] = round(self.elapsed, 2)
@@ -653,11 +713,11 @@ class Trainer:
         without validation); records it when it does."""
         key = self.monitor if self.monitor in row else "train_loss"
         score = row[key]
-        better = (
-            self.best is None
-            or (score > self.best if self.higher_is_better and key != "train_loss"
-                else score < self.best)
-        )  # fmt: skip
+        better = self.best is None or (
+            score > self.best
+            if self.higher_is_better and key != "train_loss"
+            else score < self.best
+        )
         if better:
             self.best, self.best_epoch, self.best_step = float(score), float(epoch_pos), self.step
         return better

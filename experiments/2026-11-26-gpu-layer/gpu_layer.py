@@ -20,11 +20,15 @@ def main() -> None:
     print("| mode | N | liquid | B×L×H | fwd+bwd ms (median of 10) | peak GB |")
     print("|---|---|---|---|---|---|")
     for mode, N, liquid, B, L, H in [
-        ("dplr", 7, "pb", 2, 16000, 128), ("dplr", 64, "pb", 2, 16000, 128),
-        ("diag", 64, "pb", 2, 16000, 128), ("dplr", 64, "kb", 2, 16000, 128),
-        ("dplr", 64, "pb", 16, 16384, 512), ("diag", 64, "ltc", 2, 16000, 128),
-        ("diag", 7, "ltc", 2, 16000, 128), ("diag", 64, "ltc", 16, 16384, 512),
-    ]:  # fmt: skip
+        ("dplr", 7, "pb", 2, 16000, 128),
+        ("dplr", 64, "pb", 2, 16000, 128),
+        ("diag", 64, "pb", 2, 16000, 128),
+        ("dplr", 64, "kb", 2, 16000, 128),
+        ("dplr", 64, "pb", 16, 16384, 512),
+        ("diag", 64, "ltc", 2, 16000, 128),
+        ("diag", 7, "ltc", 2, 16000, 128),
+        ("diag", 64, "ltc", 16, 16384, 512),
+    ]:
         torch.manual_seed(0)
         layer = LiquidS4(H, d_state=N, mode=mode, liquid=liquid).cuda()
         u = torch.randn(B, L, H, device="cuda")

@@ -70,8 +70,11 @@ def main() -> None:
                 fwd_bwd(lambda *a: lt.ltc_triton(*a, 2.0), u, coefs, x0)
                 torch.cuda.synchronize()
                 times.append(1e3 * (time.perf_counter() - t))
-            print(f"| {B}×{L}×{H} | {block} | {warps} | {statistics.median(times):.1f} | "
-                  f"{err[0]:.1e} / {err[1]:.1e} |", flush=True)  # fmt: skip
+            print(
+                f"| {B}×{L}×{H} | {block} | {warps} | {statistics.median(times):.1f} | "
+                f"{err[0]:.1e} / {err[1]:.1e} |",
+                flush=True,
+            )
     cmd = f"python experiments/2026-11-27-ltc-tiles/ltc_tiles.py {shlex.join(sys.argv[1:])}"
     print(f"\nCommand: {cmd.rstrip()}")
 

@@ -22,8 +22,11 @@ from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomise
 
 FS = 125
 L = int(sq.LONG_S * FS)
-BANDS = {"ppg": ((0.5, 8.0), (30.0, 240.0)), "resp": ((0.05, 2.0), (4.0, 60.0)),
-         "ecg": (None, (30.0, 240.0))}  # fmt: skip
+BANDS = {
+    "ppg": ((0.5, 8.0), (30.0, 240.0)),
+    "resp": ((0.05, 2.0), (4.0, 60.0)),
+    "ecg": (None, (30.0, 240.0)),
+}
 
 
 def colored(rng, n, beta):
@@ -88,8 +91,10 @@ def main() -> None:
         rec = simulate_randomised(np.random.default_rng([a.seed, i]), a.minutes)
         sig, truth = rec["signals"], rec["truth"]
         prm = rec["params"]
-        af_spans = [(e["start_s"], e["start_s"] + e["dur_s"]) if isinstance(e, dict) else tuple(e)
-                    for e in prm.get("af_episodes", [])]  # fmt: skip
+        af_spans = [
+            (e["start_s"], e["start_s"] + e["dur_s"]) if isinstance(e, dict) else tuple(e)
+            for e in prm.get("af_episodes", [])
+        ]
         irregular = prm.get("ectopic_prob", 0.0) > 0
         for kind, ch in names.items():
             x = sig[:, REC_NAMES.index(ch)]

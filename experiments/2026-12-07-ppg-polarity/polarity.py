@@ -54,8 +54,10 @@ def main() -> None:
     chans = [c.strip() + "," for c in a.channels.split(",")]
     pl = chans.index("PLETH,")
     rows = {"model": ([], [], []), "monitor": ([], [], [])}
-    print("| record | family | model: median abs(HR(x)-HR(-x)) | RMSE x | RMSE -x | "
-          "monitor: median abs diff | RMSE x | RMSE -x |")
+    print(
+        "| record | family | model: median abs(HR(x)-HR(-x)) | RMSE x | RMSE -x | "
+        "monitor: median abs diff | RMSE x | RMSE -x |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     rm = lambda e: float(np.sqrt(np.nanmean(e**2)))  # noqa: E731
     for i in range(a.records):
@@ -66,8 +68,10 @@ def main() -> None:
         xi = x.copy()
         xi[:, pl] = -xi[:, pl]
         cells = []
-        for kind, fn in (("model", lambda v: per_second(a.model, v, len(chans))),
-                         ("monitor", lambda v: monitored(a.model, v, chans))):  # fmt: skip
+        for kind, fn in (
+            ("model", lambda v: per_second(a.model, v, len(chans))),
+            ("monitor", lambda v: monitored(a.model, v, chans)),
+        ):
             up, dn = fn(x), fn(xi)
             ref = window_truth(rec["truth"]["hr"], len(up))
             k = slice(40, None)
@@ -80,9 +84,11 @@ def main() -> None:
         print(f"| {i} | {rec['params']['family']} | " + " | ".join(cells) + " |")
     for kind, (diffs, e_up, e_dn) in rows.items():
         meds = [float(np.nanmedian(v)) for v in diffs]
-        print(f"\n{kind}: median of per-record median abs diffs {np.median(meds):.2f} bpm, worst "
-              f"record {max(meds):.2f}; RMSE x {rm(np.concatenate(e_up)):.2f}, "
-              f"-x {rm(np.concatenate(e_dn)):.2f}")
+        print(
+            f"\n{kind}: median of per-record median abs diffs {np.median(meds):.2f} bpm, worst "
+            f"record {max(meds):.2f}; RMSE x {rm(np.concatenate(e_up)):.2f}, "
+            f"-x {rm(np.concatenate(e_dn)):.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ CHANNELS = {"PLETH": "ppg", "II": "ecg", "RESP": "resp"}
 
 def colored(rng, n, beta):
     f = np.fft.rfftfreq(n)
-    spec = (rng.standard_normal(len(f)) + 1j * rng.standard_normal(len(f)))
+    spec = rng.standard_normal(len(f)) + 1j * rng.standard_normal(len(f))
     spec[1:] /= f[1:] ** (beta / 2)
     spec[0] = 0
     return np.fft.irfft(spec, n)
@@ -89,8 +89,10 @@ def main() -> None:
                 for name, y in failures(rng, clean).items():
                     v = [sq.judge(y[e - L : e], FS, kind) for e in range(L, len(y), FS)]
                     fail[kname].setdefault(name, []).extend(v)
-    print("| kind | good s | good flagged | sensor-off s | off flagged | "
-          "failure cases passed (of each) |")
+    print(
+        "| kind | good s | good flagged | sensor-off s | off flagged | "
+        "failure cases passed (of each) |"
+    )
     print("|---|---|---|---|---|---|")
     summary = {}
     for k in good:
@@ -100,10 +102,17 @@ def main() -> None:
                 reasons[k][r] = reasons[k].get(r, 0) + 1
         passed = {n: sum(v is None for v in vs) / len(vs) for n, vs in fail[k].items()}
         worst = ", ".join(f"{n} {p:.0%}" for n, p in passed.items() if p > 0) or "none"
-        print(f"| {k} | {len(g)} | {np.mean([r is not None for r in g]):.2%} | {len(o)} | "
-              f"{np.mean([r is not None for r in o]) if o else float('nan'):.1%} | {worst} |")
-        summary[k] = {"good": len(g), "good_flagged": float(np.mean([r is not None for r in g])),
-                      "good_reasons": reasons[k], "off": len(o), "passed": passed}
+        print(
+            f"| {k} | {len(g)} | {np.mean([r is not None for r in g]):.2%} | {len(o)} | "
+            f"{np.mean([r is not None for r in o]) if o else float('nan'):.1%} | {worst} |"
+        )
+        summary[k] = {
+            "good": len(g),
+            "good_flagged": float(np.mean([r is not None for r in g])),
+            "good_reasons": reasons[k],
+            "off": len(o),
+            "passed": passed,
+        }
     print(json.dumps({k: v["good_reasons"] for k, v in summary.items()}))
     if a.out:
         with open(a.out, "w") as f:

@@ -47,8 +47,9 @@ def main() -> None:
     ap.add_argument("--records", required=True)
     ap.add_argument("--limit", type=int, default=0)
     a = ap.parse_args()
-    recs = sorted(p.with_suffix("") for p in Path(a.records).glob("bidmc*.hea")
-                  if not p.stem.endswith("n"))  # fmt: skip
+    recs = sorted(
+        p.with_suffix("") for p in Path(a.records).glob("bidmc*.hea") if not p.stem.endswith("n")
+    )
     if a.limit:
         recs = recs[: a.limit]
     both, removed, n_new, n_old, reasons, kinds = [], [], 0, 0, Counter(), Counter()
@@ -74,9 +75,11 @@ def main() -> None:
     print("|---|---|---|")
     print(f"| with the trust stage | {n_new} | {rm(b[:, 0]):.3f} |")
     print(f"| without (before issue 64) | {n_old} | {rm(b[:, 1]):.3f} |")
-    print(f"\nseconds the stage made invalid: {len(g)} ({len(g) / max(n_old, 1):.1%}), "
-          f"RMSE {rm(g):.2f} of the estimates it kept off the screen; "
-          f"as {dict(kinds)}; technical reasons (second-channel counts): {dict(reasons)}")
+    print(
+        f"\nseconds the stage made invalid: {len(g)} ({len(g) / max(n_old, 1):.1%}), "
+        f"RMSE {rm(g):.2f} of the estimates it kept off the screen; "
+        f"as {dict(kinds)}; technical reasons (second-channel counts): {dict(reasons)}"
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ KWS = "kws-sc10"  # the keyword spotter `liquid-stream kws` uses when no MODEL i
 # that is not in VITALS_OPTIONAL is installed (the optional ones join when they are): the ECG
 # set ships HR only (no RR model from II alone yet).
 VITALS_SETS: dict[str, tuple[str, ...]] = {
-    "ppg-ecg": ("PLETH", "II"), "ppg": ("PLETH",), "ecg": ("II",),
-}  # fmt: skip
+    "ppg-ecg": ("PLETH", "II"),
+    "ppg": ("PLETH",),
+    "ecg": ("II",),
+}
 VITALS_TARGETS: dict[str, tuple[str, ...]] = {
     "ppg-ecg": ("vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr"),
     "ppg": ("vitals-ppg-hr", "vitals-ppg-rr"),
@@ -81,9 +83,13 @@ def vitals_for(channels) -> list[Path]:
         found.append(spo2)
     if found:
         return found
-    sets = [v for k, v in VITALS_SETS.items()  # the sets whose models are installed
-            if all((HERE / f"{m}.onnx").is_file() for m in VITALS_TARGETS[k]
-                   if m not in VITALS_OPTIONAL)]  # fmt: skip
+    sets = [
+        v
+        for k, v in VITALS_SETS.items()  # the sets whose models are installed
+        if all(
+            (HERE / f"{m}.onnx").is_file() for m in VITALS_TARGETS[k] if m not in VITALS_OPTIONAL
+        )
+    ]
     if (HERE / f"{RESP_RR_MODEL}.onnx").is_file():
         sets.append(RESP)
     wanted = " or ".join("+".join(v) for v in (*sets, OXIMETER))

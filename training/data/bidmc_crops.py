@@ -164,8 +164,7 @@ def load_wfdb_crops(
     for name in records:
         sig, fs, num = read_record(root, name, channels, sample_rate)
         values = _numeric(num, numeric, name)
-        dens = (beat_density(read_beats(root, name), sig.shape[0], fs, beat_shift)
-                if beats else None)  # fmt: skip
+        dens = beat_density(read_beats(root, name), sig.shape[0], fs, beat_shift) if beats else None
         for s in window_starts(sig.shape[0], crop, hop):
             x = sig[s : s + crop]
             if not np.isfinite(x).all():
@@ -225,9 +224,17 @@ class CropDataset(WindowDataset):
     channels re-shaped by random equalisers (:func:`.pulse_eq.pulse_eq`), both drawn from
     (seed, epoch, i)."""
 
-    def __init__(self, crops: Crops, mean, std, channel_off: float = 0.0, seed: int = 0,
-                 sample_rate: float = 125.0, pulse_eq: float = 0.0,
-                 pulse_eq_db: float = GAIN_DB):  # fmt: skip
+    def __init__(
+        self,
+        crops: Crops,
+        mean,
+        std,
+        channel_off: float = 0.0,
+        seed: int = 0,
+        sample_rate: float = 125.0,
+        pulse_eq: float = 0.0,
+        pulse_eq_db: float = GAIN_DB,
+    ):
         super().__init__(crops, mean, std)
         self.channel_off, self.seed, self.sample_rate = channel_off, seed, sample_rate
         self.pulse_eq, self.pulse_eq_db = pulse_eq, pulse_eq_db

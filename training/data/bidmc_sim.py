@@ -131,19 +131,34 @@ def _templates(rng: np.random.Generator, beats: float, breaths: float):
     seed = lambda: int(rng.integers(2**31))  # noqa: E731
     dur_c = int(np.ceil(beats)) + 4
     ecg = nk.ecg_simulate(
-        duration=dur_c, sampling_rate=REF_FS, heart_rate=60, noise=0, method="simple",
+        duration=dur_c,
+        sampling_rate=REF_FS,
+        heart_rate=60,
+        noise=0,
+        method="simple",
         random_state=seed(),
-    )  # fmt: skip
+    )
     ppg = nk.ppg_simulate(
-        duration=dur_c, sampling_rate=REF_FS, heart_rate=60, frequency_modulation=0,
-        ibi_randomness=0, drift=0, motion_amplitude=0, powerline_amplitude=0,
-        burst_number=0, random_state=seed(),
-    )  # fmt: skip
+        duration=dur_c,
+        sampling_rate=REF_FS,
+        heart_rate=60,
+        frequency_modulation=0,
+        ibi_randomness=0,
+        drift=0,
+        motion_amplitude=0,
+        powerline_amplitude=0,
+        burst_number=0,
+        random_state=seed(),
+    )
     dur_r = int(np.ceil(breaths * 4)) + 24
     rsp = nk.rsp_simulate(
-        duration=dur_r, sampling_rate=REF_FS, respiratory_rate=15, noise=0,
-        method="breathmetrics", random_state=seed(),
-    )  # fmt: skip
+        duration=dur_r,
+        sampling_rate=REF_FS,
+        respiratory_rate=15,
+        noise=0,
+        method="breathmetrics",
+        random_state=seed(),
+    )
     ecg = np.asarray(ecg, np.float64)
     ecg = (ecg - np.median(ecg)) / (np.percentile(ecg, 99.5) - np.median(ecg) + 1e-12)
     ppg = np.asarray(ppg, np.float64)

@@ -48,13 +48,33 @@ CIFAR10_DIRNAME = "cifar-10-batches-py"
 CIFAR10_TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 CIFAR10_TEST_BATCH = "test_batch"
 CIFAR10_META = "batches.meta"
-CIFAR10_LABELS = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
-                  "ship", "truck")  # fmt: skip
+CIFAR10_LABELS = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
 CIFAR10_SIZE = 32
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
-FASHION_MNIST_LABELS = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
-                        "Shirt", "Sneaker", "Bag", "Ankle boot")  # fmt: skip
+FASHION_MNIST_LABELS = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
 FASHION_MNIST_SPLITS = {"train": "train", "test": "t10k"}  # split → file name prefix
 
 GRAY_WEIGHTS = (0.299, 0.587, 0.114)  # ITU-R BT.601 luma
@@ -141,8 +161,9 @@ def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     batch = _load_pickle(path)
     missing = [k.decode() for k in (b"data", b"labels") if k not in batch]
     if missing:
-        keys = sorted(k.decode(errors="replace") if isinstance(k, bytes) else repr(k)
-                      for k in batch)  # fmt: skip
+        keys = sorted(
+            k.decode(errors="replace") if isinstance(k, bytes) else repr(k) for k in batch
+        )
         raise ImageDataError(f"{path}: no key {', '.join(missing)} (keys: {keys})")
     data = batch[b"data"]
     if (
@@ -225,8 +246,10 @@ def _check_images(images, labels, c: int, size: int, what: str) -> tuple[np.ndar
     images, labels = np.asarray(images), np.asarray(labels)
     shape = (size, size, c) if c > 1 else (size, size)
     if images.dtype != np.uint8 or images.shape[1:] != shape:
-        raise ValueError(f"{what}: images {images.dtype} {images.shape}, expected uint8 "
-                         f"(n, {', '.join(map(str, shape))})")  # fmt: skip
+        raise ValueError(
+            f"{what}: images {images.dtype} {images.shape}, expected uint8 "
+            f"(n, {', '.join(map(str, shape))})"
+        )
     if labels.shape != (len(images),) or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"{what}: labels {labels.dtype} {labels.shape} for {len(images)} images")
     return images, labels
@@ -257,29 +280,37 @@ def write_cifar10(
     n_batches = len(CIFAR10_TRAIN_BATCHES)
     parts = [
         (f"training batch {i + 1} of {n_batches}", name, x, y)
-        for i, (name, x, y) in enumerate(zip(
-            CIFAR10_TRAIN_BATCHES,
-            np.array_split(x_train, n_batches),
-            np.array_split(y_train, n_batches),
-            strict=True,
-        ))
-    ]  # fmt: skip
+        for i, (name, x, y) in enumerate(
+            zip(
+                CIFAR10_TRAIN_BATCHES,
+                np.array_split(x_train, n_batches),
+                np.array_split(y_train, n_batches),
+                strict=True,
+            )
+        )
+    ]
     parts.append(("testing batch 1 of 1", CIFAR10_TEST_BATCH, x_test, y_test))
     start = 0
     for batch_label, name, x, y in parts:
         data = np.ascontiguousarray(x.transpose(0, 3, 1, 2).reshape(len(x), -1))
-        _dump_pickle(root / name, {
-            b"batch_label": batch_label.encode(),
-            b"labels": [int(v) for v in y],
-            b"data": data,
-            b"filenames": [f"image_{start + i:05d}.png".encode() for i in range(len(x))],
-        })  # fmt: skip
+        _dump_pickle(
+            root / name,
+            {
+                b"batch_label": batch_label.encode(),
+                b"labels": [int(v) for v in y],
+                b"data": data,
+                b"filenames": [f"image_{start + i:05d}.png".encode() for i in range(len(x))],
+            },
+        )
         start += len(x)
-    _dump_pickle(root / CIFAR10_META, {
-        b"num_cases_per_batch": max(len(p[2]) for p in parts),
-        b"label_names": [n.encode() for n in names],
-        b"num_vis": 3 * CIFAR10_SIZE**2,
-    })  # fmt: skip
+    _dump_pickle(
+        root / CIFAR10_META,
+        {
+            b"num_cases_per_batch": max(len(p[2]) for p in parts),
+            b"label_names": [n.encode() for n in names],
+            b"num_vis": 3 * CIFAR10_SIZE**2,
+        },
+    )
     return root
 
 
@@ -310,8 +341,9 @@ def read_idx(path, ndim: int | None = None) -> np.ndarray:
     magic = struct.unpack(">I", buf[:4])[0]
     code, dims = buf[2], buf[3]
     if buf[:2] != b"\0\0" or code not in _IDX_TYPES or dims == 0:
-        raise ImageDataError(f"{path}: bad IDX magic 0x{magic:08x} (expected 0x000008dd: "
-                             f"uint8, dd dimensions)")  # fmt: skip
+        raise ImageDataError(
+            f"{path}: bad IDX magic 0x{magic:08x} (expected 0x000008dd: uint8, dd dimensions)"
+        )
     if ndim is not None and dims != ndim:
         raise ImageDataError(
             f"{path}: IDX magic 0x{magic:08x} announces {dims} dimensions, expected {ndim} "
@@ -325,8 +357,9 @@ def read_idx(path, ndim: int | None = None) -> np.ndarray:
     need = header + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(buf) != need:
         what = "truncated" if len(buf) < need else "trailing bytes"
-        raise ImageDataError(f"{path}: {what}: {len(buf)} bytes, shape {shape} of {dtype.name} "
-                             f"needs {need}")  # fmt: skip
+        raise ImageDataError(
+            f"{path}: {what}: {len(buf)} bytes, shape {shape} of {dtype.name} needs {need}"
+        )
     return np.frombuffer(buf, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
 
 
@@ -371,8 +404,10 @@ def read_fashion_mnist(root=FASHION_MNIST_DIR) -> dict:
         label_path = _idx_file(root, f"{prefix}-labels-idx1-ubyte")
         images, labels = read_idx(image_path, ndim=3), read_idx(label_path, ndim=1)
         if images.dtype != np.uint8 or labels.dtype != np.uint8:
-            raise ImageDataError(f"{image_path}, {label_path}: {images.dtype} images, "
-                                 f"{labels.dtype} labels; expected uint8")  # fmt: skip
+            raise ImageDataError(
+                f"{image_path}, {label_path}: {images.dtype} images, "
+                f"{labels.dtype} labels; expected uint8"
+            )
         if len(images) != len(labels):
             raise ImageDataError(
                 f"{label_path}: {len(labels)} labels for {len(images)} images in {image_path}"
@@ -400,8 +435,9 @@ def _pixels(images: np.ndarray, mode: str) -> np.ndarray:
         r, g, b = (np.float32(v) for v in GRAY_WEIGHTS)
         return (r * x[..., 0] + g * x[..., 1] + b * x[..., 2])[..., None]
     if (mode == "gray" and c != 1) or (mode == "rgb" and c != 3):
-        raise ValueError(f"mode {mode!r} needs {'1 or 3' if mode == 'gray' else 3} channels, "
-                         f"images have {c}")  # fmt: skip
+        raise ValueError(
+            f"mode {mode!r} needs {'1 or 3' if mode == 'gray' else 3} channels, images have {c}"
+        )
     return x
 
 
@@ -481,7 +517,17 @@ class SequenceImageDataset(torch.utils.data.Dataset):
 
 
 __all__ = [
-    "CIFAR10_LABELS", "FASHION_MNIST_DIR", "FASHION_MNIST_LABELS", "ImageDataError",
-    "SequenceImageDataset", "channel_stats", "image_sequences", "read_cifar10",
-    "read_fashion_mnist", "read_idx", "split_train_val", "write_cifar10", "write_idx",
-]  # fmt: skip
+    "CIFAR10_LABELS",
+    "FASHION_MNIST_DIR",
+    "FASHION_MNIST_LABELS",
+    "ImageDataError",
+    "SequenceImageDataset",
+    "channel_stats",
+    "image_sequences",
+    "read_cifar10",
+    "read_fashion_mnist",
+    "read_idx",
+    "split_train_val",
+    "write_cifar10",
+    "write_idx",
+]

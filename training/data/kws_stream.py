@@ -208,30 +208,86 @@ def write_kws_stream(
 # pitch jitter and level. Everything is a function of the arguments.
 
 SENTENCE_TEMPLATES: dict[str, tuple[str, ...]] = {
-    "yes": ("{} I would like that", "I said {} to her", "oh {} that is fine",
-            "the answer is {}", "well {} of course"),
-    "no": ("{} thank you", "I said {} to him", "the answer is {}", "oh {} not again",
-           "{} I don't think so"),
-    "up": ("turn the volume {}", "pick it {} please", "look {} at the sky",
-           "move it {} a bit", "she looked {} at me"),
-    "down": ("turn it {} a little", "sit {} over there", "put the box {}", "slow {} please",
-             "we walked {} the hill"),
-    "left": ("turn {} at the corner", "the door to the {}", "move it {} a bit",
-             "she {} early", "keep {} here"),
-    "right": ("turn {} at the lights", "you are {}", "that is {}", "move it {} a bit",
-              "keep {} here"),
-    "on": ("turn the lights {}", "switch it {} now", "put the kettle {}", "come {} then",
-           "leave it {} please"),
-    "off": ("turn it {} now", "switch the radio {}", "take your shoes {}",
-            "the lights are {}", "please back {}"),
-    "stop": ("please {} the music", "{} it now", "the bus will {} soon", "we had to {} there",
-             "{} that noise"),
-    "go": ("let's {} home", "ready set {}", "you can {} now", "we should {} soon",
-           "time to {} outside"),
-}  # fmt: skip
+    "yes": (
+        "{} I would like that",
+        "I said {} to her",
+        "oh {} that is fine",
+        "the answer is {}",
+        "well {} of course",
+    ),
+    "no": (
+        "{} thank you",
+        "I said {} to him",
+        "the answer is {}",
+        "oh {} not again",
+        "{} I don't think so",
+    ),
+    "up": (
+        "turn the volume {}",
+        "pick it {} please",
+        "look {} at the sky",
+        "move it {} a bit",
+        "she looked {} at me",
+    ),
+    "down": (
+        "turn it {} a little",
+        "sit {} over there",
+        "put the box {}",
+        "slow {} please",
+        "we walked {} the hill",
+    ),
+    "left": (
+        "turn {} at the corner",
+        "the door to the {}",
+        "move it {} a bit",
+        "she {} early",
+        "keep {} here",
+    ),
+    "right": (
+        "turn {} at the lights",
+        "you are {}",
+        "that is {}",
+        "move it {} a bit",
+        "keep {} here",
+    ),
+    "on": (
+        "turn the lights {}",
+        "switch it {} now",
+        "put the kettle {}",
+        "come {} then",
+        "leave it {} please",
+    ),
+    "off": (
+        "turn it {} now",
+        "switch the radio {}",
+        "take your shoes {}",
+        "the lights are {}",
+        "please back {}",
+    ),
+    "stop": (
+        "please {} the music",
+        "{} it now",
+        "the bus will {} soon",
+        "we had to {} there",
+        "{} that noise",
+    ),
+    "go": (
+        "let's {} home",
+        "ready set {}",
+        "you can {} now",
+        "we should {} soon",
+        "time to {} outside",
+    ),
+}
 # for keywords without their own templates (and those whose templates all name a keyword)
-GENERIC_TEMPLATES = ("I said {} again", "the word is {}", "{} is what she said",
-                     "please say {} now", "then {} came next", "and {}")  # fmt: skip
+GENERIC_TEMPLATES = (
+    "I said {} again",
+    "the word is {}",
+    "{} is what she said",
+    "please say {} now",
+    "then {} came next",
+    "and {}",
+)
 SENTENCE_CHUNK = 8  # sentences planned and rendered together (festival: one process)
 
 
@@ -413,14 +469,18 @@ def sentence_stream(
         pieces, slot = _pieces(str(rng.choice(templates[kw])), word)
         voice = voices[int(rng.integers(len(voices)))]
         return SentencePlan(
-            keyword=kw, pieces=pieces, slot=slot, near_miss=bool(is_near), voice=voice,
+            keyword=kw,
+            pieces=pieces,
+            slot=slot,
+            near_miss=bool(is_near),
+            voice=voice,
             speed_jitter=float(rng.uniform(0.93, 1.07)),
             pitch_jitter=_pitch_jitter(voice, rng),
             peak=float(rng.uniform(0.15, 0.9)),
             pauses_s=tuple(float(rng.uniform(*pause_s)) for _ in pieces[1:]),
             gap_s=float(rng.uniform(*gap_s)),
             noise_seed=int(rng.integers(2**31)),
-        )  # fmt: skip
+        )
 
     n = int(round(minutes * 60 * SR))
     x = np.zeros(n, np.float32)

@@ -117,14 +117,20 @@ def write_dataset(root, n_train: int, n_val: int, n_test: int, seed: int = 0, **
     return root
 
 
-def ensure_listops(
-    n_train: int, n_val: int, n_test: int, seed: int = 0, **grammar
-) -> Path:
+def ensure_listops(n_train: int, n_val: int, n_test: int, seed: int = 0, **grammar) -> Path:
     """The cached generated set for these settings, ``$LIQUID_STREAM_CACHE/listops-…``,
     written (atomically, under a file lock: e.g. one per data-parallel rank) if missing."""
     g = {"min_length": 500, "max_length": 2000, "max_depth": 10, "max_args": 10, **grammar}
-    values = (n_train, n_val, n_test, g["min_length"], g["max_length"], g["max_depth"],
-              g["max_args"], seed)  # fmt: skip
+    values = (
+        n_train,
+        n_val,
+        n_test,
+        g["min_length"],
+        g["max_length"],
+        g["max_depth"],
+        g["max_args"],
+        seed,
+    )
     root = cache.cache_dir() / ("listops-" + "-".join(str(v) for v in values))
 
     def build() -> None:

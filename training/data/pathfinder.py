@@ -260,9 +260,13 @@ def generate_image(
     if not return_info:
         return image
     masks = np.stack([_to_uint8(_render(g, p, dots[:0])) > 0 for p in paths])
-    info = {"label": label, "dots": np.stack([dots.real, dots.imag], -1),
-            "dot_paths": np.array([0, 0 if label else 1]),
-            "paths": np.stack([paths.real, paths.imag], -1), "masks": masks}  # fmt: skip
+    info = {
+        "label": label,
+        "dots": np.stack([dots.real, dots.imag], -1),
+        "dot_paths": np.array([0, 0 if label else 1]),
+        "paths": np.stack([paths.real, paths.imag], -1),
+        "masks": masks,
+    }
     return image, info
 
 
@@ -290,8 +294,9 @@ def _write_batch(job: tuple) -> int:
         rng = image_rng(seed, start + i)
         img = generate_image(rng, resolution, int(label), contour_length, n_distractors)
         Image.fromarray(img).save(base / "imgs" / str(k) / f"sample_{i}.png")
-        lines.append(f"imgs/{k} sample_{i}.png {i} {label} {contour_length} "
-                     f"{g.paddle:g} {n_distractors}\n")  # fmt: skip
+        lines.append(
+            f"imgs/{k} sample_{i}.png {i} {label} {contour_length} {g.paddle:g} {n_distractors}\n"
+        )
     with cache.atomic_file(base / "metadata" / f"{k}.npy") as tmp:
         tmp.write_text("".join(lines))
     return len(labels)
@@ -323,8 +328,10 @@ def write_dataset(
     base = root / difficulty
     (base / "metadata").mkdir(parents=True, exist_ok=True)
     labels = balanced_labels(n_images, seed)
-    jobs = [(base, k, s, labels[s : s + per_batch], resolution, seed, contour_length,
-             n_distractors) for k, s in enumerate(range(0, n_images, per_batch))]  # fmt: skip
+    jobs = [
+        (base, k, s, labels[s : s + per_batch], resolution, seed, contour_length, n_distractors)
+        for k, s in enumerate(range(0, n_images, per_batch))
+    ]
     bar = {"total": n_images, "desc": f"pathfinder{resolution}", "unit": "img"}
     cache.map_jobs(_write_batch, jobs, workers, bar if progress else None, advance=int)
     return root
@@ -348,8 +355,17 @@ def ensure_pathfinder(
 
     def build() -> None:
         with cache.atomic_dir(root) as tmp:
-            write_dataset(tmp, n_images, resolution, seed, difficulty, per_batch, progress,
-                          n_distractors=n_distractors, workers=workers)  # fmt: skip
+            write_dataset(
+                tmp,
+                n_images,
+                resolution,
+                seed,
+                difficulty,
+                per_batch,
+                progress,
+                n_distractors=n_distractors,
+                workers=workers,
+            )
 
     def usable() -> bool:
         return (root / difficulty / "metadata").is_dir()
@@ -380,8 +396,9 @@ def read_metadata(base: Path) -> list[tuple[str, int, Path, int]]:
                     continue
                 where = f"{path}:{line_no}"
                 if len(fields) < 4:
-                    raise PathfinderDataError(f"{where}: {len(fields)} fields, expected ≥ 4 "
-                                              "(folder file index label …)")  # fmt: skip
+                    raise PathfinderDataError(
+                        f"{where}: {len(fields)} fields, expected ≥ 4 (folder file index label …)"
+                    )
                 if fields[3] not in ("0", "1"):
                     raise PathfinderDataError(f"{where}: label {fields[3]!r} is not 0 or 1")
                 try:
@@ -459,4 +476,3 @@ def split_indices(
     n_val, n_test = round(val * n), round(test * n)
     n_train = n - n_val - n_test
     return perm[:n_train], perm[n_train : n_train + n_val], perm[n_train + n_val :]
-

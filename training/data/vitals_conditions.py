@@ -48,21 +48,35 @@ def window_conditions(
     if not path.is_file():
         return None
     per = json.loads(path.read_text())["per_record"]
-    rows: dict[str, list[bool]] = {k: [] for k in (
-        "AF", "ectopic beats", "motion (PPG)", "motion (ECG)", "sensor-off (PPG)",
-        "low perfusion", "family nk2", "family param")}  # fmt: skip
+    rows: dict[str, list[bool]] = {
+        k: []
+        for k in (
+            "AF",
+            "ectopic beats",
+            "motion (PPG)",
+            "motion (ECG)",
+            "sensor-off (PPG)",
+            "low perfusion",
+            "family nk2",
+            "family param",
+        )
+    }
     for r, s in zip(records, starts, strict=True):
         p = per[str(r)]
         t0, t1 = float(s) / fs, (float(s) + window) / fs
         bursts = p.get("motion_bursts") or []
 
         def moved(group: str, bursts=bursts, t0=t0, t1=t1) -> bool:
-            spans = [(m["start_s"], m["start_s"] + m["dur_s"]) for m in bursts
-                     if group in m["groups"]]  # fmt: skip
+            spans = [
+                (m["start_s"], m["start_s"] + m["dur_s"]) for m in bursts if group in m["groups"]
+            ]
             return _overlaps(spans, t0, t1)
 
-        off = [(o["start_s"], o["start_s"] + o["dur_s"]) for o in p.get("sensor_off") or []
-               if o["group"] == "ppg"]  # fmt: skip
+        off = [
+            (o["start_s"], o["start_s"] + o["dur_s"])
+            for o in p.get("sensor_off") or []
+            if o["group"] == "ppg"
+        ]
         rows["AF"].append(_overlaps([tuple(a) for a in p.get("af_episodes") or []], t0, t1))
         rows["ectopic beats"].append(float(p.get("ectopic_prob", 0.0)) > 0)
         rows["motion (PPG)"].append(moved("ppg"))
@@ -74,7 +88,13 @@ def window_conditions(
     out = {k: np.asarray(v, bool) for k, v in rows.items()}
     if y is not None and target == "hr":
         out["HR > 140"] = np.asarray(y) > 140
-    hard = ("AF", "ectopic beats", "motion (PPG)", "motion (ECG)", "sensor-off (PPG)",
-            "low perfusion")  # fmt: skip
+    hard = (
+        "AF",
+        "ectopic beats",
+        "motion (PPG)",
+        "motion (ECG)",
+        "sensor-off (PPG)",
+        "low perfusion",
+    )
     out["none of these"] = ~np.any([out[k] for k in hard], axis=0)
     return out

@@ -245,9 +245,18 @@ GROUPS = {"resp": (0,), "ppg": (1, IR, RED), "ecg": (2, 3, 4)}  # columns per se
 EVENT_KEYS = ("beats", "beat_kind", "breaths")  # per-event arrays (left out of params.json)
 BEATS_SUFFIX = ".beats.npy"  # each record's R-peak times (s from its first sample), float64
 STREAMS = (
-    "traj", "breaths", "beats", "morph", "mod", "noise", "artefacts", "sensor", "scaling",
-    "numerics", "oximeter",
-)  # fmt: skip
+    "traj",
+    "breaths",
+    "beats",
+    "morph",
+    "mod",
+    "noise",
+    "artefacts",
+    "sensor",
+    "scaling",
+    "numerics",
+    "oximeter",
+)
 NORMAL, ECTOPIC, AF = 0, 1, 2  # beat kinds
 
 
@@ -463,15 +472,22 @@ def _beat_draws(rng, d: _Draws, secs: int, ectopy: str = "default") -> dict:
             start = _u(rng, -0.2 * dur, max(1.0, secs - 0.5 * dur))
             episodes.append([start, start + dur])
     out.update(
-        ect_p=d("ectopic_prob", burden / (1 - burden) if pattern == "isolated" else
-                _u(rng, 0.0, 0.1)),
+        ect_p=d(
+            "ectopic_prob", burden / (1 - burden) if pattern == "isolated" else _u(rng, 0.0, 0.1)
+        ),
         ect_kind=d("ectopic_kind", "pvc" if rng.random() < 0.85 else "pac"),
         pattern=d("ectopy_pattern", pattern),
         episodes=d("ectopy_episodes", episodes),
-        event_p=d("ectopy_event_prob", _u(rng, 0.05, 0.2) if pattern == "couplets" else
-                  _u(rng, 0.02, 0.08) if pattern == "runs" else 0.0),
+        event_p=d(
+            "ectopy_event_prob",
+            _u(rng, 0.05, 0.2)
+            if pattern == "couplets"
+            else _u(rng, 0.02, 0.08)
+            if pattern == "runs"
+            else 0.0,
+        ),
         run_x=d("ectopy_run_ibi_x", _u(rng, 0.5, 0.8)),
-    )  # fmt: skip
+    )
     return out
 
 
@@ -531,8 +547,9 @@ def _beats(rng, p: dict, tg, hr1, breaths) -> tuple[np.ndarray, np.ndarray]:
                 if queue:
                     ibi, kind = queue.pop(0)
                 elif kinds[-1] == NORMAL:
-                    since = next((j for j, x in enumerate(reversed(kinds)) if x != NORMAL),
-                                 len(kinds))  # fmt: skip
+                    since = next(
+                        (j for j, x in enumerate(reversed(kinds)) if x != NORMAL), len(kinds)
+                    )
                     k = _ectopic_event(rng, p, t, since)
                     if k:
                         queue = _ectopic_intervals(rng, p, k, nominal * mod)
@@ -589,11 +606,21 @@ def _nk2_ecg(rng, d: _Draws) -> np.ndarray:
     seed = int(rng.integers(2**31))
     kw = {}
     if method == "ecgsyn":
-        kw = {"ti": tuple(d("nk2_ecgsyn_ti", ti.tolist())),
-              "ai": tuple(d("nk2_ecgsyn_ai", ai.tolist())),
-              "bi": tuple(d("nk2_ecgsyn_bi", bi.tolist()))}  # fmt: skip
-    x = nk.ecg_simulate(duration=8, sampling_rate=REF_FS, heart_rate=60, heart_rate_std=0,
-                        noise=0, method=method, random_state=seed, **kw)  # fmt: skip
+        kw = {
+            "ti": tuple(d("nk2_ecgsyn_ti", ti.tolist())),
+            "ai": tuple(d("nk2_ecgsyn_ai", ai.tolist())),
+            "bi": tuple(d("nk2_ecgsyn_bi", bi.tolist())),
+        }
+    x = nk.ecg_simulate(
+        duration=8,
+        sampling_rate=REF_FS,
+        heart_rate=60,
+        heart_rate_std=0,
+        noise=0,
+        method=method,
+        random_state=seed,
+        **kw,
+    )
     x = np.asarray(x, np.float64)
     x -= np.median(x)
     tpl = _cycle_template(x, _peaks(x, REF_FS)[1:-1], REF_FS)
@@ -604,9 +631,18 @@ def _nk2_ppg(rng) -> np.ndarray:
     """(REF_FS,) one NeuroKit2 PPG beat from foot to foot, 0 .. 1."""
     import neurokit2 as nk
 
-    x = nk.ppg_simulate(duration=10, sampling_rate=REF_FS, heart_rate=60, frequency_modulation=0,
-                        ibi_randomness=0, drift=0, motion_amplitude=0, powerline_amplitude=0,
-                        burst_number=0, random_state=int(rng.integers(2**31)))  # fmt: skip
+    x = nk.ppg_simulate(
+        duration=10,
+        sampling_rate=REF_FS,
+        heart_rate=60,
+        frequency_modulation=0,
+        ibi_randomness=0,
+        drift=0,
+        motion_amplitude=0,
+        powerline_amplitude=0,
+        burst_number=0,
+        random_state=int(rng.integers(2**31)),
+    )
     x = np.asarray(x, np.float64)
     tpl = _cycle_template(x, _peaks(-x, REF_FS)[1:-1], REF_FS)
     tpl -= tpl.min()
@@ -618,8 +654,14 @@ def _nk2_breath(rng) -> np.ndarray:
     import neurokit2 as nk
 
     fs = 50
-    x = nk.rsp_simulate(duration=90, sampling_rate=fs, respiratory_rate=15, noise=0,
-                        method="breathmetrics", random_state=int(rng.integers(2**31)))  # fmt: skip
+    x = nk.rsp_simulate(
+        duration=90,
+        sampling_rate=fs,
+        respiratory_rate=15,
+        noise=0,
+        method="breathmetrics",
+        random_state=int(rng.integers(2**31)),
+    )
     x = np.asarray(x, np.float64)
     _, info = nk.rsp_peaks(nk.rsp_clean(x, sampling_rate=fs), sampling_rate=fs)
     tr = np.asarray(info["RSP_Troughs"])
@@ -668,10 +710,12 @@ def _param_ecg_waves(e: dict, beats, kinds, pvc: bool) -> tuple[np.ndarray, ...]
         amp[ect, 2] *= e["pvc_r"]
         amp[ect, 4] = -np.sign(e["pvc_r"]) * max(abs(e["t_amp"]), 0.15) * e["pvc_t"]
     amp[kinds == AF, 0] = 0
-    mu = np.stack([np.full(nb, -e["pr_s"]), -0.35 * qrs, np.zeros(nb), 0.35 * qrs,
-                   e["t_peak_s"] * q], axis=1)  # fmt: skip
-    sd = np.stack([np.full(nb, e["p_width_s"]), qrs / 8, qrs / 6, qrs / 8,
-                   e["t_width_s"] * q], axis=1)  # fmt: skip
+    mu = np.stack(
+        [np.full(nb, -e["pr_s"]), -0.35 * qrs, np.zeros(nb), 0.35 * qrs, e["t_peak_s"] * q], axis=1
+    )
+    sd = np.stack(
+        [np.full(nb, e["p_width_s"]), qrs / 8, qrs / 6, qrs / 8, e["t_width_s"] * q], axis=1
+    )
     return amp, mu, sd
 
 
@@ -706,7 +750,7 @@ def _param_ppg_draws(rng, d: _Draws) -> dict:
             d("ppg_sys_sigma", _u(rng, 0.03, 0.10)),
             d("ppg_refl_sigma", _u(rng, 0.04, 0.12)),
             d("ppg_late_sigma", _u(rng, 0.05, 0.15)),
-        ],  # fmt: skip
+        ],
     }
 
 
@@ -714,8 +758,17 @@ def _param_ppg_peak(p: dict) -> float:
     """Peak of one isolated parametric pulse (to normalise it to 1)."""
     x = np.linspace(-0.5, 2.5, 3001)
     one = np.zeros(1, np.int64)
-    g = _sum_waves(x, np.zeros(1), one, np.array([p["amp"]]), np.array([p["mu"]]),
-                   np.array([p["sd"]]), (0,), p["shape"], np.ones(1))  # fmt: skip
+    g = _sum_waves(
+        x,
+        np.zeros(1),
+        one,
+        np.array([p["amp"]]),
+        np.array([p["mu"]]),
+        np.array([p["sd"]]),
+        (0,),
+        p["shape"],
+        np.ones(1),
+    )
     return float(g.max())
 
 
@@ -742,10 +795,18 @@ def _motion(rng, d: _Draws, secs: int, fs: int, n: int) -> dict[str, np.ndarray]
     for _ in range(int(rng.poisson(rate_min * secs / 60))):
         dur = _u(rng, 1, 10)
         s = int(rng.integers(0, max(1, n - int(dur * fs))))
-        bursts.append({"kind": "motion", "start_s": s / fs, "dur_s": int(dur * fs) / fs,
-                       "amp": _u(rng, 0.5, 3), "smooth_s": _u(rng, 0.02, 0.2),
-                       "groups": [g for g, p in (("ppg", 0.9), ("ecg", 0.5), ("resp", 0.7))
-                                  if rng.random() < p]})  # fmt: skip
+        bursts.append(
+            {
+                "kind": "motion",
+                "start_s": s / fs,
+                "dur_s": int(dur * fs) / fs,
+                "amp": _u(rng, 0.5, 3),
+                "smooth_s": _u(rng, 0.02, 0.2),
+                "groups": [
+                    g for g, p in (("ppg", 0.9), ("ecg", 0.5), ("resp", 0.7)) if rng.random() < p
+                ],
+            }
+        )
     out = {g: np.zeros(n) for g in GROUPS}
     for b in d("motion_bursts", bursts):
         s = int(round(b["start_s"] * fs))
@@ -766,8 +827,15 @@ def _sensor_off(rng, d: _Draws, secs: int, fs: int, n: int) -> list[dict]:
             length = int(min(_u(rng, 2, 30), 0.25 * secs) * fs)
             s = int(rng.integers(0, max(1, n - length)))
             mode = ["flat", "nan"][int(rng.integers(2))]
-            stretches.append({"kind": "sensor_off", "group": g, "start_s": s / fs,
-                              "dur_s": length / fs, "mode": mode})  # fmt: skip
+            stretches.append(
+                {
+                    "kind": "sensor_off",
+                    "group": g,
+                    "start_s": s / fs,
+                    "dur_s": length / fs,
+                    "mode": mode,
+                }
+            )
     return d("sensor_off", stretches)
 
 
@@ -1099,8 +1167,14 @@ def _stamp(
 ) -> dict:
     """What a set was generated with (``rr_base`` and ``ectopy`` only when they are not the
     default, so the stamps of the sets made before the options still match)."""
-    stamp = {"simulator": "vitals_sim", "revision": SIM_REVISION, "records": records,
-             "minutes": float(minutes), "seed": seed, "families": list(families)}  # fmt: skip
+    stamp = {
+        "simulator": "vitals_sim",
+        "revision": SIM_REVISION,
+        "records": records,
+        "minutes": float(minutes),
+        "seed": seed,
+        "families": list(families),
+    }
     if tuple(rr_base) != RR_BASE:
         stamp["rr_base"] = [list(sp) for sp in rr_base]
     if ectopy != "default":
@@ -1144,8 +1218,10 @@ def write_vitals_sim(
         import neurokit2  # noqa: F401  (imported before the clock starts; ~4 s)
 
         t0 = time.perf_counter()
-        jobs = [(str(tmp), seed, i, float(minutes), record_family(i, families), rr_base, ectopy)
-                for i in range(records)]  # fmt: skip
+        jobs = [
+            (str(tmp), seed, i, float(minutes), record_family(i, families), rr_base, ectopy)
+            for i in range(records)
+        ]
         bar = dict(total=records, desc="vitals-sim", unit="record") if progress else None
         results = cache.map_jobs(_make_one, jobs, workers, bar)
         seconds = time.perf_counter() - t0
