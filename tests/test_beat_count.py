@@ -22,7 +22,7 @@ from liquid_stream.training.data.bidmc_crops import (
 )
 from liquid_stream.training.data.vitals_sim import simulate_randomised, write_vitals_sim
 from liquid_stream.training.metrics import compute_loss
-from tests.fixtures_vitals import tiny_model
+from fixtures_vitals import tiny_model
 
 FS = 125
 
