@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from fixtures_vitals import tiny_model
 
 from liquid_stream.training.data.bidmc_crops import (
     BEAT_SHIFT_S,
@@ -22,7 +23,6 @@ from liquid_stream.training.data.bidmc_crops import (
 )
 from liquid_stream.training.data.vitals_sim import simulate_randomised, write_vitals_sim
 from liquid_stream.training.metrics import compute_loss
-from fixtures_vitals import tiny_model
 
 FS = 125
 
