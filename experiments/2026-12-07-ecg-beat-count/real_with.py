@@ -13,6 +13,8 @@ from pathlib import Path
 import liquid_stream.models as models
 
 candidate, name, *rest = sys.argv[1:]
+if not Path(candidate).is_file():  # a missing graph would just leave the model's rows out
+    sys.exit(f"real_with.py: no graph {candidate}")
 tmp = Path(tempfile.mkdtemp(prefix="models-"))
 for p in models.HERE.glob("*.onnx"):
     (tmp / p.name).symlink_to(p)
