@@ -3,7 +3,7 @@
 #   make test-fast - the same without the tests marked slow, browser or tts (the inner loop)
 #   make demo   - install, run the main job end to end on the embedded defaults
 #                 (python -m liquid_stream.main_job: KWS + vital signs at a small budget,
-#                 39.5 min on 2 shared cores; --full: the shipped recipes' sizes, ~80 min)
+#                 14 min on 2 idle cores; --full: the shipped recipes' sizes, ~80 min)
 #   make tour   - install, the 3-minute toy tour (python -m liquid_stream.demo)
 #   make bench  - install, run the kernel benchmark (bench/kernel.py)
 
