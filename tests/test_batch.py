@@ -81,6 +81,7 @@ def streamer(path) -> OnnxStreamer:
     return OnnxStreamer(path, providers=["CPUExecutionProvider"], threads=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["kws-sc10", "vitals-ppg-hr"])
 def test_session_equals_one_streamer_per_stream(name):
     """Streams joining and leaving at different rounds: every output and every state (batch
@@ -119,6 +120,7 @@ def test_session_equals_one_streamer_per_stream(name):
     assert len(bs) == 4 and 1 not in bs
 
 
+@pytest.mark.slow
 def test_session_groups_by_shared_state_and_splits_long_blocks(models):
     """A model whose sub-block fill (16 frames) differs between streams of different ages:
     one call per distinct fill, each exact; a block longer than max_chunk runs in pieces."""
@@ -271,6 +273,7 @@ def check_kws_events(events: list[dict], ref: KwsReference, sr: int) -> None:
         close(list(e["scores"].values()), list(ref.scores[n].values()), f"scores at {e['t']}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [None, 16])
 def test_kws_bank_equals_spotter_per_stream(models, chunk):
     """Streams at 8 / 16 / 11.025 kHz (resampled), int16 or float blocks of odd sizes,
@@ -474,6 +477,7 @@ def check_vitals_events(got: list[dict], want: list[dict], what: str) -> None:
                 close(v, w["values"][t], f"{what} {t} at {g['t']} s")
 
 
+@pytest.mark.slow
 def test_vitals_bank_equals_monitor_per_bed():
     """Beds at 125 / 250 / 100 Hz (resampled), channel orders of their own, short (bridged)
     and long (reset) gaps, a gap at the start, alarms, joining late and closing early, a bed
@@ -536,6 +540,7 @@ def test_vitals_bank_equals_monitor_per_bed():
     assert len(events["p3"]) < 30 and len(events["p4"]) == 50
 
 
+@pytest.mark.slow
 def test_vitals_bank_adds_the_oximeter_model_for_beds_that_send_ir_and_red():
     """A ward host with HR, RR and the SpO2 model (docs/serving.md): a bed sending PLETH,
     II, IR and RED (in an order of its own) gets all three, one sending PLETH and II gets HR
@@ -573,6 +578,7 @@ def test_vitals_bank_adds_the_oximeter_model_for_beds_that_send_ir_and_red():
     assert last["status"]["spo2"] == "ok" and 80 <= last["values"]["spo2"] <= 100
 
 
+@pytest.mark.slow
 def test_vitals_bank_refuses_bad_blocks_and_bad_opens():
     models = [shipped(n) for n in VITALS]
     bank = VitalsBank(models, max_streams=2)

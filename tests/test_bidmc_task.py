@@ -67,6 +67,7 @@ def _train(tmp_path, records, name, *extra):
     return out, r.output
 
 
+@pytest.mark.slow
 def test_train_evaluate_export(tmp_path, records):
     out, text = _train(tmp_path, records, "hr", "--target", "hr", "--max-steps", "3")
     assert (out / "best.pt").is_file() and (out / "metrics.csv").is_file()
@@ -189,6 +190,7 @@ def test_spo2_presets_read_the_oximeter_through_the_log_front_end():
     assert load_config("bidmc", "ecg", ["data.target=spo2"])["data"]["channels"] == ["II"]
 
 
+@pytest.mark.slow
 def test_spo2_from_the_oximeter_trains_exports_and_has_the_ratio_baseline(tmp_path):
     """`--preset ppg --target spo2` on randomised records (IR and RED channels): trains,
     evaluates next to the classical ratio of ratios on the same windows, and exports a graph
@@ -283,6 +285,7 @@ def test_split_seed_holds_out_the_same_records_for_every_training_seed(records):
     assert split(f"train.seed={other}", "data.split_seed=null") != base
 
 
+@pytest.mark.slow
 def test_evaluate_mean_scores_the_members_mean_estimate(tmp_path, records):
     """``evaluate A.pt B.pt --mean``: one row whose window RMSE is that of the mean of the
     two models' window estimates (computed here from each model alone); members that hold

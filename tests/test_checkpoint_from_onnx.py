@@ -189,6 +189,7 @@ def test_vital_graph_of_any_sub_block_recovers(tmp_path, sub_block):
         "vitals-oximeter-spo2",
     ],
 )
+@pytest.mark.slow
 def test_every_shipped_graph_recovers(name):
     """The shipped graphs themselves (several exporter versions): each recovered model
     streams as its graph within the exactness contract; an ensemble graph's members are

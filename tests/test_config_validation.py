@@ -127,6 +127,7 @@ def test_bad_field_is_a_one_line_error_and_writes_nothing(tmp_path, monkeypatch,
     _assert_nothing_written(tmp_path, out)
 
 
+@pytest.mark.slow
 def test_bad_field_through_the_console_script(tmp_path):
     """The installed ``liquid-stream`` script: no traceback on stderr, nothing written."""
     script = Path(sys.executable).parent / "liquid-stream"
@@ -227,6 +228,7 @@ def test_speech_empty_data_dir_is_a_one_line_error(tmp_path, monkeypatch, task):
     _assert_nothing_written(tmp_path, out)
 
 
+@pytest.mark.slow
 def test_speech_stream_empty_dir_through_the_console_script(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -182,6 +182,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("liquid,mode,decoder,kw", CASES)
 def test_model_step_equals_forward_float64(liquid, mode, decoder, kw):
     m = _model(liquid, mode, decoder, **kw).double()
@@ -213,6 +214,7 @@ def test_frame_outputs_and_training_gradients():
     assert not any("frontend" in k for k in m.state_dict())  # tables come from the config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("liquid,mode,decoder,kw", CASES)
 def test_onnx_takes_raw_samples_and_keeps_the_contract(tmp_path, liquid, mode, decoder, kw):
     m = _model(liquid, mode, decoder, **kw)

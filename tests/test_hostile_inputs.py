@@ -688,6 +688,7 @@ CLI_ERRORS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, needles", CLI_ERRORS)
 def test_cli_refuses(F, work, argv, needles):
     r = invoke(argv(F, work))
@@ -822,6 +823,7 @@ def test_cli_vitals_streams_what_a_truncated_record_holds(F, work):
         ),
     ],
 )
+@pytest.mark.slow
 def test_console_script_refuses(F, work, argv, needles):
     """The installed script: exit 1, no traceback anywhere, one error line on stderr."""
     script = Path(sys.executable).parent / "liquid-stream"

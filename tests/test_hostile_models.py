@@ -160,6 +160,7 @@ def M(tmp_path_factory):
 # ===================================================== C: publish only verified graphs
 
 
+@pytest.mark.slow
 def test_export_killed_while_verifying_leaves_no_graph_and_the_next_run_cleans_up(M, tmp_path):
     """A real SIGKILL while ``export --verify`` verifies: ``--onnx`` never appears; the
     graph was in a hidden sibling, which the next export into the folder removes."""

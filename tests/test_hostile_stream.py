@@ -79,6 +79,7 @@ def one_error_line(stderr: str) -> str:
 # ============================================================================ WAV input
 
 
+@pytest.mark.slow
 def test_wav_source_streams_a_long_file_in_bounded_memory(tmp_path):
     """A 10-minute 16 kHz WAV (18 MB of int16, 38 MB as float32) streamed in 10 ms blocks:
     every sample comes out, and the memory allocated meanwhile peaks under 4 MB (the
@@ -181,6 +182,7 @@ def monitor_events(models, channels, blocks, out_of_range="refuse") -> list[dict
     return [estimate_event(e, mon.units) for e in ests]
 
 
+@pytest.mark.slow
 def test_an_out_of_range_sample_is_a_gap_not_a_lost_block(srv):
     """One PLETH sample of 1e9 (a corrupt value) in a bed's 1-s block: the server makes
     that sample a gap and keeps the rest of the block, as ``vitals --record`` does, and
@@ -295,6 +297,7 @@ def test_a_vitals_rate_too_low_for_its_channels_is_refused(srv):
     wait_for(lambda: srv.call(lambda: len(srv.server.streams)) == 0, what="streams closed")
 
 
+@pytest.mark.slow
 def test_a_connection_that_never_opens_is_closed_after_the_timeout(tmp_path):
     """open_timeout_s = 1: a connection that sends nothing, and one that sends only
     messages that are not an open, are each told why and closed (1008) after it; a
@@ -358,6 +361,7 @@ def stream_to(url: str, wav: Path) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_stream_to_is_one_line_when_the_server_shuts_down(tmp_path):
     """SIGTERM to `liquid-stream serve` while `stream-to` sends a WAV in real time: the
     server closes the connection (1001, going away) and stream-to exits 1 with one
@@ -381,6 +385,7 @@ def test_stream_to_is_one_line_when_the_server_shuts_down(tmp_path):
     assert "the server is shutting down" in line, line
 
 
+@pytest.mark.slow
 def test_stream_to_is_one_line_on_a_ping_timeout(tmp_path):
     """`stream-to` stopped (SIGSTOP: a suspended laptop, a debugger) for longer than the
     server's keepalive allows: the server closes the connection (1011, ping timeout);

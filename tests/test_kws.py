@@ -85,6 +85,7 @@ def run_cli(cmd, args):
 # ------------------------------------------------------------------------ files
 
 
+@pytest.mark.slow
 def test_kws_file_fast_detects_tones_at_known_times(tone_model, tone_wavs):
     r = run_cli(kws_cmd, [tone_model, "--input", tone_wavs["8k"], "--fast", "--no-ui"])
     assert r.exit_code == 0, r.output
@@ -338,6 +339,7 @@ def test_evaluate_detections_counts_false_accepts():
 # -------------------------------------------------------------- virtual microphone
 
 
+@pytest.mark.slow
 def test_virtual_microphone_end_to_end(tone_model, tmp_path):
     """PulseAudio null sink + remap source; `kws --device pulse` records it through
     sounddevice while paplay plays the tones; Ctrl-C (SIGINT) ends it with a summary."""

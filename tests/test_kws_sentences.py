@@ -86,6 +86,7 @@ def test_phone_distance_weights_similar_phones_less():
         d(["D"], ["XX"])
 
 
+@pytest.mark.slow
 @needs_dict
 @pytest.mark.parametrize("word", sorted(KNOWN_NEAR))
 def test_known_neighbours_come_out_near(word):
@@ -106,6 +107,7 @@ def test_pound_is_a_neighbour_of_down_and_far_words_are_far():
     assert far > max(near.values())
 
 
+@pytest.mark.slow
 @needs_dict
 @pytest.mark.parametrize("word", SC10)
 def test_homophones_and_inflections_are_never_negatives(word):
@@ -195,6 +197,7 @@ def sentences():
     )
 
 
+@pytest.mark.slow
 @needs_espeak
 @needs_dict
 def test_sentence_labels_sit_on_the_keyword_audio(sentences):
@@ -261,6 +264,7 @@ def test_near_miss_sentences_carry_no_keyword_label(sentences):
         assert not banned.intersection(w.lower() for w in carriers), plan
 
 
+@pytest.mark.slow
 @needs_espeak
 @needs_dict
 def test_kws_stream_sentences_cli_writes_the_stream_format(tmp_path, sentences):

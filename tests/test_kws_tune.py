@@ -65,6 +65,7 @@ def val_stream(tmp_path):
     return wav, write_labels_csv(tmp_path / "val.csv", events=events)
 
 
+@pytest.mark.slow
 def test_tuning_replays_the_app(tone_model, val_stream):  # noqa: F811
     wav, csv = val_stream
     from liquid_stream.apps.audio import read_wav

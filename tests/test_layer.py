@@ -299,6 +299,7 @@ def test_config_object_is_the_flat_keywords(flat):
 HAVE_PYKEOPS = __import__("importlib").util.find_spec("pykeops") is not None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_PYKEOPS, reason="pykeops is not installed (pip install -e '.[keops]')")
 def test_keops_backend_agrees_with_torch():
     from liquid_stream.cauchy_keops import keops_available

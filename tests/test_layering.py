@@ -256,6 +256,7 @@ def test_checker_accepts_allowed_imports(module, source):
     assert violations(source, module, "synthetic.py") == []
 
 
+@pytest.mark.slow
 def test_checker_fails_on_an_upward_import_in_a_copy_of_the_tree(tmp_path):
     """The tree check itself, on a copy of the four folders with one upward import added."""
     import shutil

@@ -133,6 +133,7 @@ def pull_all(inlet, n, timeout=TIMEOUT):
         ("250", {"PLETH": "PPG", "II": "ECG"}, 0.0),  # each arrival pushed at once
     ],
 )
+@pytest.mark.slow
 def test_live_estimates_equal_the_record_path_and_are_published(
     models, records, rec, rename, block_s
 ):
@@ -180,6 +181,7 @@ def test_live_estimates_equal_the_record_path_and_are_published(
     assert est_info.nominal_srate() == 1.0 and est_info.channel_count() == len(targets)
 
 
+@pytest.mark.slow
 def test_vitals_cli_lsl_equals_vitals_record(models, records, tmp_path):
     rec = records["250"]
     src, out = unique("cli"), unique("cli-out")
@@ -232,6 +234,7 @@ def test_vitals_cli_lsl_equals_vitals_record(models, records, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_vitals_cli_lsl_without_model_uses_the_shipped_models_for_the_channels(records, tmp_path):
     src = unique("shipped")
     replay = Replay(records["short"], src, rename={"PLETH": "pleth", "II": "Fp1"})
@@ -246,6 +249,7 @@ def test_vitals_cli_lsl_without_model_uses_the_shipped_models_for_the_channels(r
     assert "ignored: 'Fp1'" in res.output and "[     4 s] hr" in res.output
 
 
+@pytest.mark.slow
 def test_vitals_cli_lsl_adds_the_spo2_model_for_an_oximeter_stream(tmp_path):
     """A live stream labelled like an oximeter's raw channels ("SpO2 IR", "SpO2 red") beside
     its PPG: with no MODEL the app adds the shipped SpO2 model and emits SpO2 estimates."""
@@ -378,6 +382,7 @@ def test_labels_given_for_a_stream_without_them_and_cli_errors(models):
         assert res.exit_code == 2 and message in res.output
 
 
+@pytest.mark.slow
 def test_no_stream_found_is_a_clear_error():
     name = unique("absent")
     t = time.monotonic()
@@ -394,6 +399,7 @@ def test_no_stream_found_is_a_clear_error():
 # ------------------------------------------------------------------------------- replay
 
 
+@pytest.mark.slow
 def test_replay_publishes_the_record_exactly_and_loops(records):
     rec = records["short"]
     signal = RecordSource(rec).signal  # (500, 3): RESP, PLETH, II
@@ -423,6 +429,7 @@ def test_replay_publishes_the_record_exactly_and_loops(records):
         lsl.replay_record(rec, name=unique("x"), wait_for_consumer=0.2)
 
 
+@pytest.mark.slow
 def test_data_lsl_replay_command(records):
     rec = records["short"]
     name = unique("cmd")

@@ -260,6 +260,7 @@ def test_bad_switch_value_is_a_clear_error(monkeypatch):
         ltc_scan(torch.randn(1, 2, 5, dtype=torch.float64), random_system(2, 3))
 
 
+@pytest.mark.slow
 def test_a_failed_build_warns_once_and_runs_the_torch_scan(tmp_path):
     """A compiler that fails (``CXX=false``): one warning, then the torch scan, no error, even
     when the kernel is asked for explicitly."""

@@ -46,6 +46,7 @@ def stream(path, x: np.ndarray, sizes: list[int]) -> tuple[np.ndarray, dict]:
     return np.concatenate(out, 1), s.state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("Q", [1, 2, 3, 8, 16])
 @pytest.mark.parametrize("sizes", ["small", "mixed", "max"])
 def test_blocked_scan_equals_float64_recurrence(tmp_path, monkeypatch, Q, sizes):

@@ -67,6 +67,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,liquid,P,norm", CASES)
 @pytest.mark.parametrize("sizes", [1, 7, 160, "mix", "max", 1600])
 def test_onnx_matches_conv_forward(tmp_path, mode, liquid, P, norm, sizes):
@@ -286,6 +287,7 @@ def _mapped_model(kind: str) -> LiquidS4Model:
 @pytest.mark.parametrize(
     "kind", ["diag-pb", "dplr-kb", "dense-kb", "ltc", "logmel", "logmel-cmn", "scalenorm"]
 )
+@pytest.mark.slow
 def test_torch_state_continues_in_onnx(tmp_path, kind):
     """export/to_onnx.py's state table as code (onnx_state_from_torch): a stream begun in
     torch (model.streaming(), two chunks) continues in onnxruntime from the converted state
@@ -347,6 +349,7 @@ def _whole_tables(model_proto: onnx.ModelProto) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["columns", "rows", "scalenorm", "scalenorm-10"])
 def test_whole_call_matmul(tmp_path, kind):
     """Sub-blocks of one step: a call of exactly the export's chunk runs each layer as one

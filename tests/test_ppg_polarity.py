@@ -56,6 +56,7 @@ def test_slope_skewness_is_odd_and_reads_an_upright_pulse():
         (["vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr"], ["PLETH", "II"]),
     ],
 )
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_estimates_do_not_depend_on_the_ppg_polarity(models, channels, seed):
     """Every second of HR and RR is the same for the PPG and for the PPG upside down:

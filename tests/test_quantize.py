@@ -73,6 +73,7 @@ def test_weight_roles_of_the_shipped_graphs():
     assert counts == {"linear": 1 + 4 * 2 * 3 + 1, "ssm": 4 * 2 + 2 * 4, "frontend": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,liquid,P,norm", CASES)
 def test_every_layer_kind_quantizes_within_tolerance(tmp_path, mode, liquid, P, norm):
     """Two blocks of each kind (dplr / diag, PB / KB / none / LTC): the Linear layers
@@ -167,6 +168,7 @@ def _restamped(src, dst, edit) -> None:
     onnx.save(q, dst)
 
 
+@pytest.mark.slow
 def test_verify_enforces_the_tolerance(tmp_path, vitals_int8):
     good = verify_quantized(VITALS, vitals_int8, length=3000)
     assert good.ok
@@ -186,6 +188,7 @@ def test_verify_enforces_the_tolerance(tmp_path, vitals_int8):
     assert not (tmp_path / "t.onnx").exists()
 
 
+@pytest.mark.slow
 def test_verify_refuses_quantized_ssm_tables_that_the_tolerance_would_pass(tmp_path):
     """The spotter with its SSM tables quantized too moves little on random input (0.026–
     0.039 of max|y|, inside QUANT_RTOL) but 28 % on speech: verify refuses it by role (the

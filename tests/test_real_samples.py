@@ -211,6 +211,7 @@ def test_reading_a_source_out_of_its_distribution(tmp_path):
         rs.load("pyhrv_ecg", broken)
 
 
+@pytest.mark.slow
 def test_real_download_of_one_small_source(tmp_path):
     """pyhrv's sample ECG from the registry (3 MB sdist), built and published; skipped when
     the registry cannot be reached."""

@@ -78,6 +78,7 @@ def test_the_base_install_has_no_torch_scipy_matplotlib_or_wfdb():
     assert importlib.util.find_spec("liquid_stream.apps.vitals_monitor") is not None
 
 
+@pytest.mark.slow
 def test_vitals_reads_a_ppg_record_and_gives_no_number_for_a_flat_line(tmp_path):
     write_wfdb(tmp_path, "pulse", {"PLETH": ppg(90, 72.0)})
     write_wfdb(tmp_path, "flat", {"PLETH": np.zeros(90 * FS)})

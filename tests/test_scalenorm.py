@@ -345,6 +345,7 @@ def test_model_checks_its_channels():
         LiquidS4Model(d_input=2, d_output=1, frontend={"kind": "scalenorm", "channels": 3})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hop", [5, 10])
 @pytest.mark.parametrize("chunk", [1, 7, 125, "random"])
 def test_onnx_graph_equals_the_forward_in_any_chunking_and_units(tmp_path, chunk, hop):
@@ -392,6 +393,7 @@ def onnx_stream(path, xs: np.ndarray, sizes, graph: bool = False):
     return (y, state) if graph else y
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [1, 7, 125, "random"])
 def test_onnx_graph_with_log_and_shared_scale_equals_the_forward(tmp_path, chunk):
     """The oximeter options through the exporter: within 1e-4·max|y| of the float64

@@ -224,6 +224,7 @@ def open_ids(srv) -> dict[str, list[str]]:
 # ========================================================================== exactness
 
 
+@pytest.mark.slow
 def test_streams_through_the_server_equal_each_stream_alone(srv, tone):
     """Three keyword streams (8 and 16 kHz, binary float32 and JSON float64 blocks of 80,
     400 and 1337 samples) and three beds (125 / 250 Hz, their own channel orders, a NaN
@@ -361,6 +362,7 @@ def test_killed_client_is_reclaimed_and_the_others_go_on(srv, tone, tmp_path):
     assert len([e for e in events if e["type"] == "detection"]) == len(EVENTS)
 
 
+@pytest.mark.slow
 def test_bad_input_is_an_error_on_that_stream_only(srv, tone):
     """Malformed frames, JSON, ops, NaN audio and a sample beyond the model's bound each
     get a one-line error on their own stream, which stays open and loses nothing: its
@@ -505,6 +507,7 @@ def test_a_client_sending_too_fast_loses_blocks_and_is_told(tone):
         assert est[-1]["status"] == {"hr": "gap", "rr": "gap"}
 
 
+@pytest.mark.slow
 def test_a_client_that_does_not_read_does_not_stall_the_others(tone):
     """A client that never reads (its socket buffer full): its scores wait in a bounded
     outbox, the oldest dropped and counted, never its detections; a stream beside it is
@@ -714,6 +717,7 @@ def start_server(args: list[str]) -> tuple[subprocess.Popen, str]:
     return proc, line.split()[1]
 
 
+@pytest.mark.slow
 def test_two_server_processes_behind_a_client_side_shard(tone):
     """Two `liquid-stream serve` processes; eight streams spread over them by a stable
     hash of their ids: each lands where shard() says, on that server only, and its
@@ -787,6 +791,7 @@ def test_two_server_processes_behind_a_client_side_shard(tone):
 # ========================================================================= stream-to
 
 
+@pytest.mark.slow
 def test_stream_to_prints_the_events(srv, tone, tmp_path):
     wav = write_tone_wav(tmp_path / "tones.wav")
     r = CliRunner().invoke(
@@ -862,6 +867,7 @@ def replay_in_background(rec, name: str, speed: float, wait_s: float):
     return thread, stop, failed
 
 
+@pytest.mark.slow
 def test_an_lsl_stream_is_a_bed_equal_to_its_record(srv, tmp_path):
     """serve --lsl: a WFDB record replayed as a live LSL outlet (this machine only) feeds
     a bed; its estimates equal the record read from its file (1-s blocks), and the bed
@@ -894,6 +900,7 @@ def test_an_lsl_stream_is_a_bed_equal_to_its_record(srv, tmp_path):
         srv.run(srv.server.add_lsl(f"no-such-stream-{uuid.uuid4().hex[:6]}", timeout=0.5))
 
 
+@pytest.mark.slow
 def test_serve_cli_lsl_flag_opens_a_bed_fed_by_the_stream(tmp_path):
     """`liquid-stream serve --lsl NAME` (the flag, not the API): the server process finds the
     live LSL outlet on this machine, says which bed it feeds, and the bed's state reaches
@@ -962,6 +969,7 @@ def test_serve_cli_lsl_flag_opens_a_bed_fed_by_the_stream(tmp_path):
     assert len(errors) == 1 and errors[0].startswith("Error: --lsl no-such-stream-x1: "), errors
 
 
+@pytest.mark.slow
 def test_stream_to_device_streams_a_microphone(srv, tmp_path):
     """`liquid-stream stream-to URL --device pulse`: a PulseAudio virtual microphone (null
     sink + remap source) plays the tone "keywords"; the server's detections come back in

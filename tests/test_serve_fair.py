@@ -131,6 +131,7 @@ def bank_stats(srv, name: str) -> dict:
     return next(h for h in state(srv)["server"]["hosts"] if h["name"] == name)
 
 
+@pytest.mark.slow
 def test_a_live_keyword_stream_beside_a_bulk_one_on_the_same_bank(tone):
     """A bulk keyword client flat out on the tone bank (one bank: the same worker thread);
     a live keyword stream opens beside it (promptly), streams 9.5 s at four times real
@@ -179,6 +180,7 @@ def test_a_live_keyword_stream_beside_a_bulk_one_on_the_same_bank(tone):
     assert stats["bulk"]["steps"] > 3  # the bulk input ran in several bounded steps
 
 
+@pytest.mark.slow
 def test_live_and_bulk_beds_equal_each_bed_alone():
     """A bed file sent flat out (overflow "wait", 1-s blocks) beside a live bed (1-s blocks
     every 50 ms) on one vitals bank: the live bed opens promptly; both beds' estimates
@@ -220,6 +222,7 @@ def test_live_and_bulk_beds_equal_each_bed_alone():
     assert len(want) == len(bulk.sent)
 
 
+@pytest.mark.slow
 def test_closing_a_bulk_stream_with_a_full_inbox(tone):
     """A bulk stream that closes with its inbox full (10 s of input waiting) is run to
     its end in bounded steps, then closed: its events equal it alone, and a live stream

@@ -54,6 +54,7 @@ def srv():
         yield s
 
 
+@pytest.mark.slow
 def test_a_frozen_stream_is_no_data_in_the_state_and_recovers(srv):
     """bed-f (alarm ``hr>40`` active) and a keyword stream stop sending, sockets open, while
     bed-live goes on: within stale_s plus a margin the state marks both stale (never

@@ -154,6 +154,7 @@ def table(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_no_signal_table_through_the_cli(table, case):
     """Second by second: no valid HR or RR, no value printed as a reading, the clinical

@@ -3,6 +3,7 @@ decoder, trained through the CLI and exported to ONNX (on the TTS-free tiny fixt
 
 from __future__ import annotations
 
+import pytest
 import torch
 from click.testing import CliRunner
 from fixtures_speech import FIXTURE_WORDS, tiny_root
@@ -161,6 +162,7 @@ def test_logmel_cli_train_then_export_onnx(tmp_path):
     assert "Traceback" not in bad.output and not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow
 def test_cli_train_then_export_onnx(tmp_path):
     from liquid_stream.export.pipeline import export_model, verify_onnx
 

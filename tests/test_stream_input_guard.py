@@ -253,6 +253,7 @@ def before_spike():
     return [e for e in EVENTS if e[0] < SPIKE_S]
 
 
+@pytest.mark.slow
 def test_kws_cli_spike_wav_one_line_error_keeps_earlier_detections(tone_model, tmp_path):
     wav = write_float_wav(tmp_path / "spike.wav", spike_signal(), SR)
     r = CliRunner().invoke(kws_cmd, [str(tone_model), "--input", str(wav), "--fast", "--no-ui"])

@@ -35,6 +35,7 @@ def rel(a, b):
     return ((a - b).abs().max() / b.abs().max()).item()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,N", [("diag", 8), ("dplr", 7), ("dplr", 16)])
 @pytest.mark.parametrize("liquid,P,Lt", [(None, 2, 1), ("pb", 2, 1), ("pb", 3, 3), ("kb", 4, 1)])
 @pytest.mark.parametrize("sizes", [1, 7, 160, "mix"])
@@ -104,6 +105,7 @@ MODEL_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,norm,decoder,liquid,prenorm", MODEL_CASES)
 @pytest.mark.parametrize("sizes", [1, 7, 160, "mix"])
 def test_model_step_equals_forward_float64(mode, norm, decoder, liquid, prenorm, sizes):

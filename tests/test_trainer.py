@@ -63,6 +63,7 @@ def test_training_reduces_loss(tmp_path):
 @pytest.mark.parametrize(
     "accum,k,ema,amp", [(1, 6, 0, False), (2, 4, 0, False), (1, 5, 0.9, False), (1, 4, 0, True)]
 )
+@pytest.mark.slow
 def test_resume_is_bit_exact(tmp_path, accum, k, ema, amp):
     over = [f"optim.grad_accum={accum}", f"optim.ema={ema}", f"train.amp={str(amp).lower()}"]
     full = make(tmp_path / "full", over)
@@ -273,6 +274,7 @@ def test_cli_train_and_evaluate(tmp_path):
     assert "Traceback" not in r.output
 
 
+@pytest.mark.slow
 def test_cli_speech_cpu_preset_end_to_end(tmp_path):
     """`train speech --preset cpu --max-steps K` on a small v0.02-layout root, then
     `evaluate` at 16 kHz and zero-shot 8 kHz."""

@@ -430,6 +430,7 @@ def test_resampled_record_and_no_numerics(models, records, tmp_path):
     assert len(rows) == 10 and all(r["hr_ref"] == "nan" for r in rows)
 
 
+@pytest.mark.slow
 def test_speed_10_paces(models, records, tmp_path):
     t0 = time.perf_counter()
     res = invoke(
@@ -460,6 +461,7 @@ def test_dashboard_renders(models, records):
     assert sparkline([1, 2, 3, math.nan, 8]) == "▁▂▃ █"
 
 
+@pytest.mark.slow
 def test_run_path_imports_no_torch(models, records, tmp_path):
     code = f"""
 import sys
@@ -489,6 +491,7 @@ def test_monitor_api_errors(models):
     assert [e.time_s for e in est] == [1] and est[0].status == {"hr": "warmup"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_sigterm_stops_like_ctrl_c_and_writes_what_was_streamed(models, records, tmp_path, sig):
     """`liquid-stream vitals` paced at real time, stopped by SIGTERM (what systemd, docker

@@ -258,6 +258,7 @@ def test_rule_reproduces_the_hand_derived_sequences():
         assert gap_tuple(counts) == pytest.approx(HAND_COUNTS[name]), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", ["hr32", "hr2"])
 @pytest.mark.parametrize("pattern", list(PATTERNS))
 def test_gap_patterns_monitor_api(models, sim, tmp_path, pattern, window):
@@ -296,6 +297,7 @@ def test_model_reset_at_each_long_gap(models, sim, tmp_path):
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern", list(PATTERNS))
 def test_gap_patterns_cli_csv(models, sim, tmp_path, pattern):
     """``liquid-stream vitals hr.onnx --record ... --speed max --no-ui``: the CSV's status
@@ -332,6 +334,7 @@ def test_gap_patterns_cli_csv(models, sim, tmp_path, pattern):
     )
 
 
+@pytest.mark.slow
 def test_gap_pattern_cli_subprocess(models, sim, tmp_path):
     """(a) through the installed ``liquid-stream`` command in a subprocess."""
     path, _ = write_gap_record(sim, tmp_path / "rec", "bidmc01", PATTERNS["a_boundary"])
@@ -417,6 +420,7 @@ def _first_diff(got, want) -> str:
     return f"lengths {len(got)} != {len(want)}"
 
 
+@pytest.mark.slow
 def test_chunking_does_not_change_anything(models, sim, tmp_path):
     """The same record pushed in chunks of 1 sample, 7, 125 (and the app's 1-s chunks),
     1000, all at once and random sizes: identical statuses, estimates and gap counts, and

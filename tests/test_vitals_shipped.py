@@ -63,6 +63,7 @@ def window_truth(x: np.ndarray, n: int) -> np.ndarray:
         ("vitals-resp-rr", [RESP]),
     ],
 )
+@pytest.mark.slow
 def test_estimate_does_not_depend_on_the_signal_units(name, cols):
     """Gain 0.01-100 and offsets of +-1000 units change no estimate by 1 bpm / breath per
     minute (measured: at most 0.07, the RR model of PLETH alone)."""
@@ -98,6 +99,7 @@ def test_hr_model_follows_a_rate_ramp_from_60_to_150_bpm(name, cols, worst):
     assert np.abs(e - y).max() <= worst
 
 
+@pytest.mark.slow
 def test_ppg_ecg_hr_model_reads_the_ecg_when_the_ppg_falls_off():
     """PPG flat (a detached clip) from 90 s on, ECG intact, 4 clean records (HR 65-95): the
     `ppg+ecg` model, trained as a stream with one channel at a time held flat
@@ -275,6 +277,7 @@ def test_every_shipped_vitals_model_has_a_card_with_its_command(name):
 @pytest.mark.parametrize(
     "name, cols, tol", [("vitals-oximeter-spo2", [IR, RED], 0.5), ("vitals-ppg-hr", [PLETH], 2.0)]
 )
+@pytest.mark.slow
 def test_a_record_at_another_rate_reads_like_the_125_hz_record(name, cols, tol):
     """The same record at 250 Hz and 100 Hz (what many oximeters and monitors write),
     resampled by the monitor: once the window has filled, every estimate within 0.5 % SpO2 /

@@ -609,6 +609,7 @@ def rich(seed: int, index: int, minutes: float = 4.0, **force) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_ectopy_rich_patterns_and_burden() -> None:
     """Rich records: isolated PVCs at 10-40 % of the beats, bigeminy alternates N V N V,
     trigeminy N N V, couplets V V, runs of 3-6; PVCs mostly; each pattern is drawn."""

@@ -60,6 +60,7 @@ def _ppg_model() -> tuple[LiquidS4Model, dict]:
     return model.eval(), meta
 
 
+@pytest.mark.slow
 def test_widened_model_is_the_old_one_on_the_old_channels(tmp_path):
     model, meta = _ppg_model()
     src = tmp_path / "ppg.pt"
