@@ -361,12 +361,15 @@ class LiquidS4Model(nn.Module):
             return self.decode(h.mean(1))
         if self.decoder == "last":
             return self.decode(h[:, -1])
-        L = h.shape[1]
-        count = torch.arange(1, L + 1, device=h.device, dtype=h.dtype).clamp(
+        return self.decode(self._window_mean(h))
+
+    def _window_mean(self, v: Tensor) -> Tensor:
+        """``v (B, L, d)`` → its causal mean over the last W steps (the t + 1 steps seen
+        at t < W), ``(B, L, d)``."""
+        count = torch.arange(1, v.shape[1] + 1, device=v.device, dtype=v.dtype).clamp(
             max=self.decoder_window
         )
-        mean = causal_window_sum(h.transpose(1, 2), self.decoder_window) / count
-        return self.decode(mean.transpose(1, 2))
+        return (causal_window_sum(v.transpose(1, 2), self.decoder_window) / count).transpose(1, 2)
 
     def window_and_readout(self, x: Tensor, rate: float = 1.0) -> Tensor:
         """``window`` decoder: ``(B, F, 2·d_output)``, the output of :meth:`forward` and the
@@ -379,12 +382,7 @@ class LiquidS4Model(nn.Module):
         if self.decoder != "window":
             raise ValueError(f"a per-frame readout needs the window decoder, not {self.decoder!r}")
         p = self.decode(self.features(x, rate))  # (B, F, d_output)
-        F_ = p.shape[1]
-        count = torch.arange(1, F_ + 1, device=p.device, dtype=p.dtype).clamp(
-            max=self.decoder_window
-        )
-        mean = causal_window_sum(p.transpose(1, 2), self.decoder_window) / count
-        return torch.cat([mean.transpose(1, 2), p], dim=-1)
+        return torch.cat([self._window_mean(p), p], dim=-1)
 
     def forward_steps(self, x: Tensor, rate: float = 1.0) -> Tensor:
         """Per-sample outputs ``(B, L, d_output)``, exactly what the streaming form emits.

@@ -75,6 +75,7 @@ from .bidmc import (
     window_targets,
 )
 from .pulse_eq import GAIN_DB, pulse_eq
+from .vitals_sim import BEATS_SUFFIX
 
 
 @dataclass
@@ -108,7 +109,6 @@ def crop_targets(
 
 BEAT_SHIFT_S = 0.3  # the beat-density bump follows its R peak by this much (module docstring)
 BEAT_SIGMA_S = 0.08  # and has this width (s)
-BEATS_SUFFIX = ".beats.npy"  # a record's R-peak times (training/data/vitals_sim.py)
 
 
 def beat_density(
