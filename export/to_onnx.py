@@ -1113,6 +1113,9 @@ class _Emitter:
         own = {k: self.state(f"frontend.{k}", ["batch", C]) for k in ("origin", "mean", "var")}
         own["weight"] = self.state("frontend.weight", [1])
         own["acc"] = self.state("frontend.acc", ["batch", C])
+        if self.sm.frontend.cfg.slope:
+            own["last"] = self.state("frontend.last", ["batch", C])
+            own["slope"] = self.state("frontend.slope", ["batch", C])
         return own
 
     SCALENORM_BLOCK = 32  # Q: samples per block of the chunk's closed-form EMA
@@ -1199,10 +1202,10 @@ class _Emitter:
         in closed form (:meth:`ema_chunk`: two small matrix products per EMA instead of a
         loop over samples), the weight w_t = 1 − (1 − w_{−1})·β^{t+1}, each channel divided
         by its own running RMS or (``shared_scale``) by channel 0's, then the frames' means
-        from a cumulative sum → channel-first features ``(C, B, F)``. Computed channel-first,
-        ``(B, C, T)``: time innermost (:meth:`ema_chunk`)."""
-        g, fe = self.g, self.sm.frontend
-        c, R = fe.cfg, fe.hop
+        from a cumulative sum (:meth:`frame_means`) → channel-first features ``(C, B, F)``;
+        with ``slope`` also the frames' mean |z_t − z_{t−1}| → ``(2C, B, F)``. Computed
+        channel-first, ``(B, C, T)``: time innermost (:meth:`ema_chunk`)."""
+        g, c = self.g, self.sm.frontend.cfg
         beta = float(c.beta)
         x = g.op("Transpose", x, perm=[0, 2, 1])  # (B, C, T)
         first = g.op("Squeeze", g.slice(x, 0, 1, axis=2), g.const([2]))  # (B, C)
@@ -1228,9 +1231,26 @@ class _Emitter:
         self.set_state("frontend.mean", m)
         self.set_state("frontend.var", v)
         self.set_state("frontend.weight", w)
-        # frame i ends at chunk sample e_i = R − p − 1 + i·R; S_t = acc + Σ_{s≤t} z_s
+        frames, acc = self.frame_means(zs, own["acc"], phase, n)  # (B, C, F), (B, C)
+        self.set_state("frontend.acc", acc)
+        if c.slope:  # |z_t − z_{t−1}|, z_{t−1} from the state across chunks
+            before = g.op("Concat", g.op("Unsqueeze", own["last"], g.const([2])), zs, axis=2)
+            dz = g.op("Abs", g.op("Sub", zs, g.slice(before, 0, -1, axis=2)))  # (B, C, T)
+            self.set_state(
+                "frontend.last", g.op("Squeeze", g.slice(zs, -1, END, axis=2), g.const([2]))
+            )
+            slopes, sacc = self.frame_means(dz, own["slope"], phase, n)
+            self.set_state("frontend.slope", sacc)
+            frames = g.op("Concat", frames, slopes, axis=1)  # (B, 2C, F): f's, then g's
+        return g.op("Transpose", frames, perm=[1, 0, 2])
+
+    def frame_means(self, zs: str, acc0: str, phase: str, n: str) -> tuple[str, str]:
+        """The frames' means of ``zs (B, C, T)`` from a cumulative sum, the frame in progress
+        carried in ``acc0 (B, C)`` (its sum so far) → (frames ``(B, C, F)``, the new sum).
+        Frame i ends at chunk sample e_i = R − p − 1 + i·R; S_t = acc + Σ_{s≤t} z_s."""
+        g, R = self.g, self.sm.frontend.hop
         cum = g.op("CumSum", zs, g.const(np.int64(2)))  # (B, C, T)
-        S = g.op("Add", cum, g.op("Unsqueeze", own["acc"], g.const([2])))
+        S = g.op("Add", cum, g.op("Unsqueeze", acc0, g.const([2])))
         e0 = g.op("Squeeze", g.op("Sub", g.const([R - 1]), phase), g.const([0]))
         e_end = g.op("Add", e0, g.op("Squeeze", g.op("Mul", n, g.const([R])), g.const([0])))
         ends = g.op("Range", e0, e_end, g.const(np.int64(R)))  # (F,)
@@ -1239,8 +1259,7 @@ class _Emitter:
         prev = g.op("Concat", zero, S_e, axis=2)  # (B, C, F+1): S before each frame
         frames = g.op("Div", g.op("Sub", S_e, g.slice(prev, 0, -1, axis=2)), g.const(float(R)))
         acc = g.op("Sub", g.slice(S, -1, END, axis=2), g.slice(prev, -1, END, axis=2))
-        self.set_state("frontend.acc", g.op("Squeeze", acc, g.const([2])))
-        return g.op("Transpose", frames, perm=[1, 0, 2])
+        return frames, g.op("Squeeze", acc, g.const([2]))
 
     def frontend_stack(self, x: str, B: str, T: str) -> str:
         """↔ :meth:`StreamingModel._step` with a front end: raw samples ``x (B, T, 1)`` →

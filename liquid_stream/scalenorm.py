@@ -27,6 +27,7 @@ and then (u₀ = 0 in both: the origin is 0 in u; d₀ = 0, so z₀ = 0)
     z_{t,c} = clip(d_{t,c} / sqrt(σ²_{t,s(c)} + ε), −c, c)
               s(c) = c (own scale, the default) or s(c) = 0 (``shared_scale``: channel 0's)
     f_k = (1/R)·Σ_{t=kR}^{kR+R−1} z_t                   frame k, complete at sample kR+R−1
+    g_k = (1/R)·Σ_{t=kR}^{kR+R−1} |z_t − z_{t−1}|       (``slope`` only; z_{−1} = 0)
 
 Default (``log`` and ``shared_scale`` false): under x → a·x + b (a > 0), x₀ and μ move
 with the map, d and sqrt(σ²) scale by a, so z is unchanged up to ε (ε = 1e-12 in squared
@@ -55,6 +56,14 @@ the AC amplitude ratio between the channels.
   state stays per channel (σ²_{t,c} for every c, only column 0 used), so the state
   layout does not change.
 
+``slope``: each channel also gives g_k, the mean absolute slope of z within frame k (its
+total variation over the frame, per sample), so the frames are ``(f_k, g_k)`` per channel
+(``n_features`` = 2·C, every channel's f first, then every channel's g). Why: pooling R
+samples into their mean cancels a QRS complex against its own S wave (at R = 10 a QRS of
+~80 ms is one frame, up then down); g_k keeps it: on an ECG g is large for the frame that
+holds the QRS and near 0 elsewhere, whatever the QRS's polarity. g is a function of z, so
+it keeps z's invariance to x → a·x + b. Off by default (every shipped model).
+
 A sequence of L samples gives ⌊L/R⌋ frames (the last L mod R samples wait for the next).
 The training forward computes m and v blockwise (:func:`~liquid_stream.ema.ema_mean`: a
 Toeplitz product within blocks of 64 samples, a scan across them); the step form runs the
@@ -65,7 +74,8 @@ Streaming (:class:`ScaleNormStep`): state ``frontend.origin`` (B, C) x₀,
 ``shared_scale``), ``frontend.weight`` (1,) w,
 ``frontend.acc`` (B, C) the sum of z over the samples of the frame in progress, and
 ``frontend.phase`` (1,) int64 samples seen mod R (shared by the batch, like the log-mel
-front end's).
+front end's); with ``slope`` also ``frontend.last`` (B, C) z_{t−1} and ``frontend.slope``
+(B, C) the sum of |z_t − z_{t−1}| over the frame in progress.
 """
 
 from __future__ import annotations
@@ -104,11 +114,12 @@ class ScaleNormConfig:
     eps: float = 1e-12
     log: bool = False
     shared_scale: bool = False
+    slope: bool = False
 
     def __post_init__(self) -> None:
         positive = ("sample_rate", "tau_s", "clip", "eps")
         check_fields(self, ("channels", "hop"), positive)
-        for name in ("log", "shared_scale"):
+        for name in ("log", "shared_scale", "slope"):
             if not isinstance(v := getattr(self, name), bool):
                 raise ValueError(f"frontend.{name} must be true or false, got {v!r}")
         for name in positive:
@@ -122,7 +133,8 @@ class ScaleNormConfig:
 
     @property
     def n_features(self) -> int:
-        return self.channels
+        """C frame means, and with ``slope`` C frame slopes after them."""
+        return self.channels * (2 if self.slope else 1)
 
     @classmethod
     def from_dict(cls, d: dict | None) -> ScaleNormConfig:
@@ -157,7 +169,7 @@ class ScaleNorm(nn.Module):
     def __init__(self, cfg: ScaleNormConfig):
         super().__init__()
         self.cfg = cfg
-        self.hop, self.n_features = cfg.hop, cfg.channels
+        self.hop, self.n_features = cfg.hop, cfg.n_features
 
     def n_frames(self, length: int) -> int:
         return length // self.hop
@@ -172,12 +184,17 @@ class ScaleNorm(nn.Module):
         return torch.clamp(d / torch.sqrt(var + c.eps), -c.clip, c.clip)
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x (B, L, C)`` → frames ``(B, ⌊L/R⌋, n_features)``."""
         B, L, C = x.shape
         n = self.n_frames(L)
         if n == 0:
-            return x.new_zeros(B, 0, C)
-        z = self.normalise(x)[:, : n * self.hop]
-        return z.reshape(B, n, self.hop, C).mean(2)
+            return x.new_zeros(B, 0, self.n_features)
+        z = self.normalise(x)[:, : n * self.hop]  # (B, nR, C)
+        f = z.reshape(B, n, self.hop, C).mean(2)  # (B, n, C)
+        if not self.cfg.slope:
+            return f
+        dz = torch.diff(z, dim=1, prepend=z.new_zeros(B, 1, C)).abs()  # |z_t − z_{t−1}|
+        return torch.cat([f, dz.reshape(B, n, self.hop, C).mean(2)], -1)  # (B, n, 2C)
 
 
 class ScaleNormStep(nn.Module):
@@ -195,7 +212,7 @@ class ScaleNormStep(nn.Module):
         def zeros(*shape):
             return torch.zeros(*shape, dtype=self.dtype, device=device)
 
-        return {
+        state = {
             "frontend.origin": zeros(batch, C),
             "frontend.mean": zeros(batch, C),
             "frontend.var": zeros(batch, C),
@@ -203,6 +220,9 @@ class ScaleNormStep(nn.Module):
             "frontend.acc": zeros(batch, C),
             "frontend.phase": torch.zeros(1, dtype=torch.int64, device=device),
         }
+        if self.cfg.slope:
+            state.update({"frontend.last": zeros(batch, C), "frontend.slope": zeros(batch, C)})
+        return state
 
     def forward(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """``x (B, T, C)`` → frames ``(B, F, C)``, F = ⌊(p + T)/R⌋, and the new state."""
@@ -210,6 +230,7 @@ class ScaleNormStep(nn.Module):
         beta = c.beta
         origin, m, v = state["frontend.origin"], state["frontend.mean"], state["frontend.var"]
         w, acc = state["frontend.weight"], state["frontend.acc"]
+        last, sacc = state.get("frontend.last"), state.get("frontend.slope")
         p = int(state["frontend.phase"][0])
         if float(w[0]) == 0.0:  # the stream's first sample is the origin
             origin = x[:, 0]
@@ -221,11 +242,15 @@ class ScaleNormStep(nn.Module):
             d = ut - m / w
             v = beta * v + (1 - beta) * d * d
             sd = torch.sqrt(scale_var(v, c.shared_scale) / w + c.eps)  # (B, C) or (B, 1)
-            acc = acc + torch.clamp(d / sd, -c.clip, c.clip)
+            zt = torch.clamp(d / sd, -c.clip, c.clip)
+            acc = acc + zt
+            if c.slope:
+                sacc, last = sacc + (zt - last).abs(), zt
             p += 1
             if p == R:
-                frames.append(acc / R)
+                frames.append(torch.cat([acc, sacc], -1) / R if c.slope else acc / R)
                 acc, p = torch.zeros_like(acc), 0
+                sacc = None if sacc is None else torch.zeros_like(sacc)
         new = {
             "frontend.origin": origin,
             "frontend.mean": m,
@@ -234,6 +259,8 @@ class ScaleNormStep(nn.Module):
             "frontend.acc": acc,
             "frontend.phase": torch.full_like(state["frontend.phase"], p),
         }
+        if c.slope:
+            new.update({"frontend.last": last, "frontend.slope": sacc})
         if not frames:
-            return x.new_zeros(x.shape[0], 0, c.channels), new
+            return x.new_zeros(x.shape[0], 0, self.n_features), new
         return torch.stack(frames, 1), new

@@ -36,7 +36,13 @@ def oracle(x: np.ndarray, cfg: ScaleNormConfig) -> np.ndarray:
             var = var[:, :1]
         z[:, t] = np.clip(d[:, t] / np.sqrt(var + cfg.eps), -cfg.clip, cfg.clip)
     n = L // cfg.hop
-    return z[:, : n * cfg.hop].reshape(B, n, cfg.hop, C).mean(2)
+    f = z[:, : n * cfg.hop].reshape(B, n, cfg.hop, C).mean(2)
+    if not cfg.slope:
+        return f
+    slope = np.zeros_like(z)  # |z_t − z_{t−1}|, z_{−1} = 0, sample by sample
+    for t in range(L):
+        slope[:, t] = np.abs(z[:, t] - (z[:, t - 1] if t else 0.0))
+    return np.concatenate([f, slope[:, : n * cfg.hop].reshape(B, n, cfg.hop, C).mean(2)], -1)
 
 
 def signal(B: int = 2, L: int = 600, C: int = 2, seed: int = 0) -> torch.Tensor:
@@ -153,6 +159,7 @@ def test_gradient_reaches_the_input_and_is_finite():
         ("eps", float("nan")),
         ("log", 1),
         ("shared_scale", "yes"),
+        ("slope", 0),
     ],
 )
 def test_bad_config_is_refused_with_the_field_named(field, value):
@@ -162,7 +169,13 @@ def test_bad_config_is_refused_with_the_field_named(field, value):
 
 # ------------------------------------------------------ the oximeter options: log, shared_scale
 
-OPTIONS = [{"log": True}, {"shared_scale": True}, {"log": True, "shared_scale": True}]
+OPTIONS = [
+    {"log": True},
+    {"shared_scale": True},
+    {"log": True, "shared_scale": True},
+    {"slope": True},
+    {"log": True, "shared_scale": True, "slope": True},
+]
 
 
 def cfg3(**opts) -> ScaleNormConfig:
@@ -171,7 +184,9 @@ def cfg3(**opts) -> ScaleNormConfig:
 
 def test_options_default_off_and_round_trip():
     assert not ScaleNormConfig().log and not ScaleNormConfig().shared_scale
-    cfg = cfg3(log=True, shared_scale=True)
+    assert not ScaleNormConfig().slope and ScaleNormConfig(channels=3).n_features == 3
+    cfg = cfg3(log=True, shared_scale=True, slope=True)
+    assert cfg.n_features == 6
     assert ScaleNormConfig.from_dict(cfg.to_dict()) == cfg
     assert ScaleNormConfig.from_dict({"kind": "scalenorm", "log": True}).log
     with pytest.raises(ValueError, match="unknown field"):
@@ -220,7 +235,7 @@ def test_step_with_options_equals_forward_in_any_chunking(opts, sizes):
         sizes = np.random.default_rng(2).integers(1, 23, size=300).tolist()
     want = ScaleNorm(cfg)(x)
     got = run_steps(ScaleNormStep(ScaleNorm(cfg), torch.float64), x, sizes)
-    assert got.shape == want.shape == (2, 300, 3)
+    assert got.shape == want.shape == (2, 300, cfg.n_features)
     assert (got - want).abs().max().item() <= 1e-9
 
 
@@ -292,6 +307,27 @@ def test_gradient_with_options_is_finite(opts):
     assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize(("a", "b"), [(1000.0, 5000.0), (-10.0, 3.0)])
+def test_slope_frames_are_invariant_to_gain_and_offset_and_see_a_sharp_beat(a, b):
+    """g keeps z's invariance (x → a·x + b, a > 0; a < 0 flips f and leaves g); on a
+    spike train it is large in the frames that hold a spike, where f nearly cancels. (Frame
+    0 differs by ε = 1e-12 against a variance of a few samples: compared from frame 1.)"""
+    cfg = ScaleNormConfig(sample_rate=125, channels=1, tau_s=2.0, hop=10, slope=True)
+    x = torch.zeros(1, 2500, 1, dtype=torch.float64)
+    x[0, 5::100, 0] = 1.0  # a 1-sample up then a down, every 0.8 s, at the start of a frame
+    x[0, 6::100, 0] = -1.0
+    x = x + 0.01 * torch.randn(1, 2500, 1, generator=torch.Generator().manual_seed(0))
+    y = ScaleNorm(cfg)(x)
+    y2 = ScaleNorm(cfg)(a * x + b)
+    sign = torch.tensor([1.0 if a > 0 else -1.0, 1.0], dtype=torch.float64)
+    assert (y2 - y * sign)[:, 1:].abs().max().item() <= 1e-9
+    f, g = y[0, 50:, 0], y[0, 50:, 1]
+    beat = torch.zeros_like(g, dtype=torch.bool)
+    beat[::10] = True  # frame k holds the spike when k ≡ 0 (mod 10)
+    assert g[beat].min() > 5 * g[~beat].max()
+    assert f[beat].abs().max() < g[beat].min()
+
+
 # ------------------------------------------------------------------ as a model's front end
 
 
@@ -326,6 +362,16 @@ def test_model_streams_exactly_in_float64(decoder, hop):
     got = run_steps_model(m.streaming(dtype=torch.float64), x, [1, 3, 4, 97, 5, 300, 490])
     assert want.shape == (2, 900, 1)
     assert (got - want).abs().max().item() <= 1e-9
+
+
+def test_model_with_slope_streams_exactly_in_float64():
+    """The slope features (two more state tensors) through the model's step form."""
+    m = sn_model(torch.float64, hop=10, slope=True, channels=2)
+    x = signal(L=900) * 30 + 500
+    want = m.forward_steps(x)
+    got = run_steps_model(m.streaming(dtype=torch.float64), x, [1, 3, 4, 97, 5, 300, 490])
+    assert (got - want).abs().max().item() <= 1e-9
+    assert want.abs().max().item() > 0
 
 
 def run_steps_model(sm, x: torch.Tensor, sizes) -> torch.Tensor:
@@ -414,6 +460,29 @@ def test_onnx_graph_with_log_and_shared_scale_equals_the_forward(tmp_path, chunk
     assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
     gains = np.array([0.01, 5.0], dtype=np.float32)  # the streamer accepts |x| ≤ 1e6
     assert np.abs(onnx_stream(path, x * gains, sizes) - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", [1, 7, 125, "random"])
+def test_onnx_graph_with_slope_equals_the_forward(tmp_path, chunk):
+    """The slope features through the exporter (pooled by 10, as the ECG models): within
+    1e-4·max|y| of the float64 forward in any chunking, and the same for other units."""
+    from liquid_stream.export.pipeline import export_model
+
+    m = sn_model(hop=10, slope=True, channels=2)
+    assert m.encoder.weight.shape[1] == 4
+    path = tmp_path / "slope.onnx"
+    export_model(m, path, chunk=125)
+    x = (signal(B=1, L=3000).numpy() * 50 + 3e4).astype(np.float32)
+    rng = np.random.default_rng(8)
+    sizes = rng.integers(1, 126, 200).tolist() if chunk == "random" else [chunk] * 3000
+    with torch.no_grad():
+        ref = m.double().forward_steps(torch.from_numpy(x).double()).numpy()
+    assert np.abs(ref).max() > 0
+    y = onnx_stream(path, x, sizes)
+    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
+    y_units = onnx_stream(path, ((x.astype(np.float64) - 3e4) * 0.01).astype(np.float32), sizes)
+    assert np.abs(y_units - ref).max() <= 1e-4 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("first", [None, 0.0, -7.0, 1e-38])
