@@ -14,7 +14,7 @@ PIP    := $(PY) -m pip
 # torch is installed first, pinned: an unpinned resolve pulls a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 STAMP  := $(VENV)/.installed-stamp
-# The onnxruntime C API header of the fused LTC custom op (liquid_stream/ltc_ort.py; the
+# The onnxruntime C API header of the fused LTC custom op (liquid_stream/runtime/ltc_ort.py; the
 # PyPI wheel has no headers): one file from Debian's libonnxruntime-dev, pinned and checked.
 ORT_H  := $(VENV)/include/onnxruntime/onnxruntime_c_api.h
 # Debian packages: the synthetic Speech Commands generator (training/data/speech_synth.py:

@@ -24,7 +24,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from liquid_stream.bidmc_vocab import UNITS, VITALS
+from liquid_stream.io.bidmc_vocab import UNITS, VITALS
 
 DEFAULT_MARGIN = {"hr": 5.0, "rr": 3.0, "spo2": 2.0}
 DEFAULT_HOLD_S = 5

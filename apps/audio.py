@@ -5,13 +5,13 @@
         for block in src.blocks():                # float32 mono blocks at src.rate
             ...
 
-- :func:`read_wav` / :func:`write_wav` are those of :mod:`liquid_stream.wav` (RIFF/WAVE
+- :func:`read_wav` / :func:`write_wav` are those of :mod:`liquid_stream.io.wav` (RIFF/WAVE
   PCM 8/16/24/32-bit, IEEE float 32/64, WAVE_FORMAT_EXTENSIBLE), with a missing file, a
   non-WAV file or a truncated WAV each raised as a clear :class:`AudioError`.
   Multichannel files are reduced to channel 0 (the caller gets a note to show).
 - :class:`WavSource` yields a file in blocks, paced to real time (as a microphone would)
   or as fast as the consumer takes them (``realtime=False``). It reads the file as it
-  goes (:class:`liquid_stream.wav.WavReader`, a slab of at most ``READ_FRAMES`` frames at
+  goes (:class:`liquid_stream.io.wav.WavReader`, a slab of at most ``READ_FRAMES`` frames at
   a time), so its memory does not grow with the file's length (a day-long recording
   streams in a few MB); a bad header or a truncated file is still refused when the
   source is opened, before any block.
@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream import wav
-from liquid_stream.wav import write_wav
+from liquid_stream.io import wav
+from liquid_stream.io.wav import write_wav
 
 from .resample import StreamResampler
 
@@ -56,7 +56,7 @@ class AudioError(ValueError):
 
 
 def read_wav(path: str | os.PathLike) -> tuple[np.ndarray, int, list[str]]:
-    """:func:`liquid_stream.wav.read_wav` (float32 mono in [-1, 1]: ``(samples, rate,
+    """:func:`liquid_stream.io.wav.read_wav` (float32 mono in [-1, 1]: ``(samples, rate,
     notes)``), its errors raised as :class:`AudioError` with the same message."""
     try:
         return wav.read_wav(path)

@@ -25,7 +25,7 @@ from liquid_stream.apps.audio import stream_resampler
 from liquid_stream.apps.batch_session import BatchedSession, check_rate
 from liquid_stream.apps.kws import KeywordSpotter, KeywordTracker, KwsInputError, mono_frame
 from liquid_stream.apps.resample import StreamResampler
-from liquid_stream.validate import StreamInputError, check_dtype, check_values
+from liquid_stream.runtime.validate import StreamInputError, check_dtype, check_values
 
 MAX_PENDING_S = 60.0  # most seconds of audio a stream may have waiting for step()
 

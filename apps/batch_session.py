@@ -31,11 +31,11 @@ of one frame, one group —, plus streams in their first ~80 s by the weight).
 Why it is exact. The graph computes every batch element with the same operations on its
 own slice (the batch axis is never reduced over); the only coupling is the shared states,
 which the grouping makes equal. So a stream's outputs and state equal those of an
-:class:`~liquid_stream.onnx_streamer.OnnxStreamer` fed the same chunks, up to float32
+:class:`~liquid_stream.runtime.onnx_streamer.OnnxStreamer` fed the same chunks, up to float32
 rounding where a kernel's summation order depends on the batch size (measured: a few
 float32 ulps of the outputs; the tests allow rtol 1e-5).
 
-Input guard: the policy of :mod:`liquid_stream.validate` (as :class:`OnnxStreamer`), per
+Input guard: the policy of :mod:`liquid_stream.runtime.validate` (as :class:`OnnxStreamer`), per
 stream: a block of the wrong shape or dtype, holding NaN / ±inf or a sample beyond the
 bound, or whose outputs or new state would not be finite, is refused for that stream
 alone: it is left out of :meth:`step`'s result, its :class:`StreamInputError` is in
@@ -51,8 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.onnx_streamer import OnnxStreamer
-from liquid_stream.validate import (
+from liquid_stream.runtime.onnx_streamer import OnnxStreamer
+from liquid_stream.runtime.validate import (
     StreamInputError,
     check_dtype,
     check_finite_result,

@@ -31,7 +31,7 @@ import numpy as np
 from liquid_stream.apps.batch_session import BatchedSession, check_rate
 from liquid_stream.apps.vitals_model import VitalModel
 from liquid_stream.apps.vitals_monitor import DEFAULT_MAX_GAP_S, Estimate, VitalsMonitor
-from liquid_stream.bidmc_vocab import strip_name
+from liquid_stream.io.bidmc_vocab import strip_name
 
 MAX_PENDING_S = 60.0  # most seconds of input a bed may buffer between steps
 MAX_CHANNELS = 64

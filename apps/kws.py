@@ -19,14 +19,14 @@ since the start (or the last ``reset()``), at sample resolution.
 
 Frames are float in [-1, 1] or int16 (scaled by 1/32768), at the model's
 ``sample_rate`` (resample first, see :class:`~liquid_stream.apps.resample.StreamResampler`).
-The model's metadata is read through :class:`~liquid_stream.meta.ModelMeta`. The
+The model's metadata is read through :class:`~liquid_stream.runtime.meta.ModelMeta`. The
 no-keyword class is its ``silence_class`` when present, else the label named
 ``_silence_``, ``silence`` or ``_unknown_``. Models that are not per-step audio
 classifiers, and malformed metadata, are refused with :class:`KwsModelError`.
 
 Bad samples: a frame holding NaN, ±inf or a sample beyond the model's input bound
 (10⁶ input standard deviations from the input mean, e.g. a float WAV holding 1e30; the
-policy of :mod:`liquid_stream.validate`) is refused with :class:`KwsInputError`, which
+policy of :mod:`liquid_stream.runtime.validate`) is refused with :class:`KwsInputError`, which
 names the stream time of the first bad sample (``time_s``). The spotter is then exactly
 as before the frame (model state, smoothing, time, arming), so nothing detected earlier
 is lost and feeding can go on with good frames.
@@ -46,9 +46,9 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.labels import TrueEvent
-from liquid_stream.meta import MetaError, ModelMeta
-from liquid_stream.onnx_streamer import OnnxModelError, OnnxStreamer, StreamInputError
+from liquid_stream.io.labels import TrueEvent
+from liquid_stream.runtime.meta import MetaError, ModelMeta
+from liquid_stream.runtime.onnx_streamer import OnnxModelError, OnnxStreamer, StreamInputError
 
 SILENCE_NAMES = ("_silence_", "silence", "_unknown_")
 DEFAULT_THRESHOLD = 0.8  # of a model with no tuned threshold in its metadata (kws-tune)

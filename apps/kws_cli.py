@@ -34,7 +34,7 @@ prints a summary: detections, mean / p95 chunk latency, real-time factor (comput
 audio time), CPU % (process CPU time / wall time) and dropped blocks.
 
 A sample the model refuses (NaN, ±inf, or beyond the model's input bound of 10⁶ input
-standard deviations, e.g. a float WAV holding 1e30; see :mod:`liquid_stream.validate`)
+standard deviations, e.g. a float WAV holding 1e30; see :mod:`liquid_stream.runtime.validate`)
 stops the run at that sample, without a traceback: ``kws`` prints the detections before
 it and the summary, then fails with one line ``FILE: input refused at T s: why``
 (T in seconds of the file); ``kws-eval`` scores (and writes with ``--out``) the audio
@@ -577,8 +577,8 @@ def kws_eval_cmd(
     import json
     from pathlib import Path
 
-    from liquid_stream.atomic import atomic_path, atomic_write_bytes
-    from liquid_stream.labels import read_label_csv
+    from liquid_stream.io.atomic import atomic_path, atomic_write_bytes
+    from liquid_stream.io.labels import read_label_csv
 
     from .kws import evaluate_detections
 
@@ -746,8 +746,8 @@ def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, chunk_
     import json
     from pathlib import Path
 
-    from liquid_stream.atomic import atomic_write_bytes
-    from liquid_stream.labels import read_label_csv
+    from liquid_stream.io.atomic import atomic_write_bytes
+    from liquid_stream.io.labels import read_label_csv
 
     from .audio import AudioError, read_wav
     from .kws import KwsModelError

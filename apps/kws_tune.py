@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.atomic import atomic_path
-from liquid_stream.labels import TrueEvent
-from liquid_stream.meta import VERSION_KEY, ModelMeta
+from liquid_stream.io.atomic import atomic_path
+from liquid_stream.io.labels import TrueEvent
+from liquid_stream.runtime.meta import VERSION_KEY, ModelMeta
 
 from .kws import Detection, KeywordSpotter, detect_events, evaluate_detections
 
@@ -173,16 +173,16 @@ def choose(table: list[dict], max_fa_per_hour: float) -> dict:
 
 def write_tuning(model: str | os.PathLike, result: TuneResult, source: str) -> None:
     """Store the chosen threshold and smoothing in the ONNX file's metadata (atomically):
-    the file's entries read and written back through :class:`~liquid_stream.meta.ModelMeta`
-    (a malformed one is a :class:`~liquid_stream.meta.MetaError`); a graph from before the
+    the file's entries read and written back through :class:`~liquid_stream.runtime.meta.ModelMeta`
+    (a malformed one is a :class:`~liquid_stream.runtime.meta.MetaError`); a graph from before the
     schema (no ``meta_schema``) is left without one. The graph must match its content hash
     (a corrupt one is refused, ValueError: stamping it would make it look good) and is
-    stamped anew (:mod:`liquid_stream.quantized`). A symlink is written through: its target
+    stamped anew (:mod:`liquid_stream.runtime.quantized`). A symlink is written through: its target
     gets the new content and the link stays a link; the file keeps its permission bits
     (an OSError, e.g. a full disk, leaves the file as it was)."""
     import onnx
 
-    from liquid_stream.quantized import IntegrityError, check_integrity, stamp_integrity
+    from liquid_stream.runtime.quantized import IntegrityError, check_integrity, stamp_integrity
 
     path = Path(model)
     target = path.resolve()  # through symlinks: the file the apps will read

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from liquid_stream.apps.signal_quality import band_pass
-from liquid_stream.bidmc_vocab import channel_key
+from liquid_stream.io.bidmc_vocab import channel_key
 
 BAND_HZ = (0.5, 8.0)
 CHANNELS = ("pleth",)  # channel keys turned the right way up (IR / RED keep their sign:

@@ -68,7 +68,7 @@ steps, so none waits behind seconds of bulk input (docs/serving.md §4).
   forgets it (``bank.close``), the stream count drops; the others go on. A malformed
   message or block is an ``error`` for that stream only, which stays open.
 - A finite sample of a vitals stream beyond its models' input bound (a corrupt value:
-  :mod:`liquid_stream.validate`) is made a NaN, i.e. a gap the monitor's gap rules
+  :mod:`liquid_stream.runtime.validate`) is made a NaN, i.e. a gap the monitor's gap rules
   bridge or reset, as ``vitals --record`` does; the rest of the block is used and the
   client gets one ``error`` event per such block (channel, value, stream time, count).
   Before, the bank refused the whole block (a second of every channel lost for one
@@ -867,7 +867,7 @@ class StreamServer:
     @staticmethod
     def _used_models(host: HostedModel, channels: list[str]) -> list[int]:
         """The indices of ``host``'s models whose channels the stream has (those it runs)."""
-        from liquid_stream.bidmc_vocab import strip_name
+        from liquid_stream.io.bidmc_vocab import strip_name
 
         have = {strip_name(c) for c in channels if isinstance(c, str)}
         return [i for i, need in enumerate(host.needs) if set(need) <= have]
@@ -890,10 +890,10 @@ class StreamServer:
 
     def _set_bound(self, s: _Stream, channels: list[str] | None) -> None:
         """A vitals stream's accepted range per column: within the input bound of every
-        model it runs that reads that channel (:mod:`liquid_stream.validate`)."""
+        model it runs that reads that channel (:mod:`liquid_stream.runtime.validate`)."""
         if s.host.task != "vitals" or not channels:
             return
-        from liquid_stream.bidmc_vocab import strip_name
+        from liquid_stream.io.bidmc_vocab import strip_name
 
         s.names = [strip_name(c) for c in channels]
         lo = np.full(len(channels), -np.inf)
@@ -1196,7 +1196,7 @@ class StreamServer:
         on_event=None,
     ) -> str:
         """Open a vitals stream fed by the live LSL stream ``name``
-        (:class:`liquid_stream.lsl.LslReader`: channels mapped to PLETH / II / RESP, its
+        (:class:`liquid_stream.io.lsl.LslReader`: channels mapped to PLETH / II / RESP, its
         nominal rate resampled by the bed) and return its id (default ``lsl-NAME``). Its
         estimates go to the dashboard (no client reads them) and to ``on_event(event)``
         (called on the server's loop); it ends when the LSL source does. Blocks are
@@ -1204,7 +1204,7 @@ class StreamServer:
         chunks of ``vitals --record``); when the bed's inbox is full the pump waits (the
         inlet buffers meanwhile), so nothing is dropped. ValueError (one line) when the
         stream cannot be found or used."""
-        from liquid_stream.lsl import LslError, LslReader
+        from liquid_stream.io.lsl import LslError, LslReader
 
         loop = asyncio.get_running_loop()
         try:

@@ -75,7 +75,7 @@ from collections import deque
 from pathlib import Path
 
 from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
-from liquid_stream.bidmc_vocab import UNITS, VITALS
+from liquid_stream.io.bidmc_vocab import UNITS, VITALS
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
 DISPLAY = {"hr": "HR", "rr": "RR", "spo2": "SpO2"}  # a target's name on the dashboard

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from liquid_stream.bidmc_vocab import channel_key
+from liquid_stream.io.bidmc_vocab import channel_key
 
 SHORT_S = 2.0  # window of the flat / quantisation / clipping tests
 LONG_S = 8.0  # window of the spectral and periodicity tests

@@ -295,8 +295,8 @@ def vitals_cmd(
     from liquid_stream.apps.vitals_run import open_record, run_record
 
     if not models:  # the shipped models that fit the record's channels
+        from liquid_stream.io.wfdb import WfdbError, read_header, record_path
         from liquid_stream.models import ShippedModelMissing, vitals_for
-        from liquid_stream.wfdb import WfdbError, read_header, record_path
 
         try:
             models = [str(p) for p in vitals_for(read_header(record_path(record)).sig_name)]
@@ -376,7 +376,7 @@ def _run_record(monitor, source, speed, no_ui: bool, echo, run_record):
 def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo) -> None:
     """``<stem>_vitals.csv``, ``_vitals.png`` and ``_summary.json`` into ``out``; prints the
     summary and the paths. The three are written to hidden temporary files first and
-    renamed into place only when all three are complete (:mod:`liquid_stream.atomic`), so a
+    renamed into place only when all three are complete (:mod:`liquid_stream.io.atomic`), so a
     full disk or any other failed write publishes none of them (an older run's files stay
     as they were) and is a one-line error after the printed summary: nothing of the run is
     lost from the terminal, and no CSV is left without its summary."""
@@ -384,7 +384,7 @@ def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo
     from contextlib import ExitStack
 
     from liquid_stream.apps.plots import NO_PLOT, can_plot
-    from liquid_stream.atomic import atomic_path
+    from liquid_stream.io.atomic import atomic_path
 
     plot = can_plot()
     paths = [out / f"{stem}_vitals.csv", out / f"{stem}_summary.json"]
@@ -449,7 +449,7 @@ def _vitals_lsl(
     from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
     from liquid_stream.apps.vitals_lsl import LslSource, monitor_for, run_lsl
     from liquid_stream.apps.vitals_model import VitalsError
-    from liquid_stream.lsl import ESTIMATE_LABELS, LslError, LslPublisher, LslReader
+    from liquid_stream.io.lsl import ESTIMATE_LABELS, LslError, LslPublisher, LslReader
 
     echo = click.echo
     try:

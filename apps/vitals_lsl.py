@@ -8,7 +8,7 @@ an LSL stream (no torch).
         result = run_lsl(monitor, reader, pub, on_estimate=print)     # until the stream ends
     result.write_csv("v.csv")                                          # vitals_run.RunResult
 
-The stream (:class:`~liquid_stream.lsl.LslReader`: channels mapped to PLETH / II / RESP)
+The stream (:class:`~liquid_stream.io.lsl.LslReader`: channels mapped to PLETH / II / RESP)
 feeds :class:`~liquid_stream.apps.vitals_monitor.VitalsMonitor` at its nominal rate (another
 rate than the models' is resampled by the monitor). By default the samples are pushed in
 blocks of one second of the stream (``block_s = 1``: sample ``round(k * fs)`` starts block
@@ -46,7 +46,7 @@ from liquid_stream.apps.vitals_monitor import (
     VitalsMonitor,
 )
 from liquid_stream.apps.vitals_run import EstimateLog, RunResult, monitor_result
-from liquid_stream.lsl import DEFAULT_TIMEOUT_S, LslPublisher, LslReader
+from liquid_stream.io.lsl import DEFAULT_TIMEOUT_S, LslPublisher, LslReader
 
 
 @dataclass

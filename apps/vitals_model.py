@@ -5,7 +5,7 @@ says (onnxruntime only, no torch).
 
 Each model (``task = "bidmc"``) names its ``target`` (hr / rr / spo2), its input
 ``channels`` (record channel names without BIDMC's trailing comma), ``sample_rate`` and
-decoder ``window`` W (read through :class:`~liquid_stream.meta.ModelMeta`; a graph without
+decoder ``window`` W (read through :class:`~liquid_stream.runtime.meta.ModelMeta`; a graph without
 ``window`` uses its model config's decoder window). Its output at a sample is the estimate
 over the trailing W samples. A file that is not such a model raises :class:`VitalsError`,
 the error of every part of the monitor (model, record, setting).
@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from liquid_stream.bidmc_vocab import UNITS, VITALS, strip_name
-from liquid_stream.meta import MetaError, ModelMeta
-from liquid_stream.wfdb import FS_RANGE
+from liquid_stream.io.bidmc_vocab import UNITS, VITALS, strip_name
+from liquid_stream.io.wfdb import FS_RANGE
+from liquid_stream.runtime.meta import MetaError, ModelMeta
 
 TASK = "bidmc"
 
@@ -46,7 +46,7 @@ class VitalModel:
 
 def load_model(path: str | Path, threads: int | None = 1) -> VitalModel:
     """Open ``path`` with onnxruntime and check it is a vital-sign (``bidmc``) model."""
-    from liquid_stream.onnx_streamer import OnnxModelError, OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxModelError, OnnxStreamer
 
     path = Path(path)
     try:
@@ -77,7 +77,7 @@ def load_model(path: str | Path, threads: int | None = 1) -> VitalModel:
         )
     if not s.sample_rate or s.sample_rate <= 0:
         raise VitalsError(f"{path.name}: metadata has no sample_rate")
-    if s.sample_rate > FS_RANGE[1]:  # the highest rate a record may have (liquid_stream.wfdb)
+    if s.sample_rate > FS_RANGE[1]:  # the highest rate a record may have (liquid_stream.io.wfdb)
         raise VitalsError(
             f"{path.name}: metadata sample_rate {s.sample_rate:g} Hz is above the "
             f"highest vital-sign input rate, {FS_RANGE[1]:g} Hz"

@@ -23,7 +23,7 @@ Signal problems, per model (its own channels):
   sample (one right after a long gap follows the same rule), so the chunking of the
   stream changes nothing.
 - **out-of-range sample** (finite, but beyond the model's input bound: more than 10⁶
-  input standard deviations from its input mean, :mod:`liquid_stream.validate`; a corrupt
+  input standard deviations from its input mean, :mod:`liquid_stream.runtime.validate`; a corrupt
   value such as a 1e6 in a PLETH channel, never a real signal): the models would refuse
   it. ``VitalsMonitor`` refuses the chunk by default (``out_of_range="refuse"``:
   :class:`VitalsInputError`, the monitor unchanged); a record
@@ -67,8 +67,8 @@ from liquid_stream.apps.ppg_polarity import needs_polarity, polarity
 from liquid_stream.apps.resample import StreamResampler
 from liquid_stream.apps.signal_quality import LONG_S, channel_kind, judge, technical_message
 from liquid_stream.apps.vitals_model import VitalModel, VitalsError, load_model
-from liquid_stream.bidmc_vocab import VITALS, strip_name
-from liquid_stream.validate import MAX_STD, StreamInputError
+from liquid_stream.io.bidmc_vocab import VITALS, strip_name
+from liquid_stream.runtime.validate import MAX_STD, StreamInputError
 
 DEFAULT_MAX_GAP_S = 2.0
 OUT_OF_RANGE = ("refuse", "gap")
@@ -444,7 +444,7 @@ class VitalsMonitor:
         max_gap_s: longest NaN gap that is interpolated; longer gaps reset the model.
         threads: onnxruntime intra-op threads per model.
         out_of_range: what a finite sample beyond a model's input bound (its input mean ±
-            10⁶ input standard deviations, :mod:`liquid_stream.validate`; a corrupt value,
+            10⁶ input standard deviations, :mod:`liquid_stream.runtime.validate`; a corrupt value,
             never a real signal) does: ``"refuse"`` (default) the chunk, with
             :class:`VitalsInputError`; ``"gap"``: the sample is invalid for that model,
             like a NaN (bridged or reset by the gap rules, counted in

@@ -6,12 +6,12 @@ references of its ``<record>n`` numerics record (no torch).
         ...
     window_ref, ref_1hz = source.reference("hr", time_s=40, window_s=32.0)
 
-The WFDB files are read by :mod:`liquid_stream.wfdb`, which refuses bad headers (a sampling
+The WFDB files are read by :mod:`liquid_stream.io.wfdb`, which refuses bad headers (a sampling
 rate outside its range, unnamed or twice-named channels) and signal files whose size does
 not fit the header's format; a truncated signal file is streamed as far as it goes (with a
 warning). The monitor takes records sampled at :data:`MIN_FS` Hz or faster. The signals are
 read by sample ranges of :data:`BLOCK_FRAMES` frames as the stream goes
-(:class:`~liquid_stream.wfdb.SampleReader`), so memory does not grow with the record's
+(:class:`~liquid_stream.io.wfdb.SampleReader`), so memory does not grow with the record's
 length; the chunks are the same numbers as a whole read. References
 (numerics record ``<record>n``, 1 Hz, reading i describes second [i, i+1)): the estimate
 at time k s (samples up to k*fs) is compared with the *window* reference, the mean of the
@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from liquid_stream.apps.vitals_model import VitalsError
-from liquid_stream.bidmc_vocab import NUMERICS_CHANNEL, strip_name
-from liquid_stream.wfdb import (
+from liquid_stream.io.bidmc_vocab import NUMERICS_CHANNEL, strip_name
+from liquid_stream.io.wfdb import (
     SampleReader,
     WfdbError,
     complete_samples,

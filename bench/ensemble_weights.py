@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from vitals_stream import streamed  # noqa: E402
 
-from liquid_stream.atomic import atomic_open  # noqa: E402
+from liquid_stream.io.atomic import atomic_open  # noqa: E402
 from liquid_stream.training.data.bidmc import list_records, wfdb_dir  # noqa: E402
 
 

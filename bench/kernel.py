@@ -129,8 +129,8 @@ def worker(cfg: Config) -> dict[str, Any]:
     u = torch.randn(cfg["B"], cfg["L"], cfg["H"])
     rel_err = None
     if cfg["naive"]:
-        import liquid_stream.dplr as dplr
-        import liquid_stream.layer as layer_module
+        import liquid_stream.nn.dplr as dplr
+        import liquid_stream.nn.layer as layer_module
 
         with torch.no_grad():
             ref = layer(u)

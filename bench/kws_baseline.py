@@ -44,7 +44,8 @@ from liquid_stream.apps.kws_tune import (
     replay,
     smooth,
 )
-from liquid_stream.labels import read_label_csv
+from liquid_stream.io.labels import read_label_csv
+from liquid_stream.io.wav import read_pcm16
 from liquid_stream.training.data.kws_baseline import (
     TemplateMatcher,
     load_templates,
@@ -52,7 +53,6 @@ from liquid_stream.training.data.kws_baseline import (
     score_frames,
 )
 from liquid_stream.training.data.kws_stream import SC10
-from liquid_stream.wav import read_pcm16
 
 BUDGETS = (5.0, 10.0, 20.0)
 

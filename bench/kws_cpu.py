@@ -93,9 +93,9 @@ def keyword_stream(
     """Write a 16 kHz int16 WAV of ~``seconds`` of spoken words (SC10 keywords with share
     ``keyword_share``, else one of :data:`OTHER_WORDS`) by 12 espeak-ng speakers, 1 s clips
     with 0.2–1.0 s noise gaps; returns ``{"path", "seconds", "words", "keywords"}``."""
+    from liquid_stream.io.wav import write_pcm16
     from liquid_stream.training.data.speech import SC10_WORDS, SR
     from liquid_stream.training.data.speech_synth import ClipJob, make_speakers, render_clip
-    from liquid_stream.wav import write_pcm16
 
     rng = np.random.default_rng(seed)
     speakers = make_speakers(12, seed, engines=("espeak-ng",))
@@ -244,7 +244,7 @@ def run_inproc(wav: Path, model: Path, path: str) -> dict:
     from liquid_stream.apps.audio import WavSource
     from liquid_stream.apps.kws import KeywordSpotter
     from liquid_stream.apps.kws_cli import KwsWorker
-    from liquid_stream.wav import read_wav
+    from liquid_stream.io.wav import read_wav
 
     chunk_ms = 100.0 if path == "100 ms" else 10.0
     spotter = KeywordSpotter(model, chunk_ms=chunk_ms, threads=1)
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             wav = a.keep or a.wav or tmp / "stream.wav"
             print(f"generating a {a.minutes:g}-minute keyword stream → {wav}", file=sys.stderr)
             info = keyword_stream(wav, 60 * a.minutes, a.seed)
-        from liquid_stream.wav import read_wav
+        from liquid_stream.io.wav import read_wav
 
         x, rate, _ = read_wav(wav)
         audio_s = len(x) / rate

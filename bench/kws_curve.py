@@ -32,8 +32,8 @@ from liquid_stream.apps.kws_tune import (  # noqa: E402
     posterior_trace,
     smooth,
 )
-from liquid_stream.labels import read_label_csv  # noqa: E402
-from liquid_stream.wav import read_pcm16  # noqa: E402
+from liquid_stream.io.labels import read_label_csv  # noqa: E402
+from liquid_stream.io.wav import read_pcm16  # noqa: E402
 
 BUDGETS = (2.0, 4.0, 6.0, 8.0, 10.0, 20.0)
 

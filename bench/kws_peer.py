@@ -101,10 +101,10 @@ from liquid_stream.apps.kws_tune import (
     replay,
     smooth,
 )
-from liquid_stream.labels import TrueEvent, read_label_csv
+from liquid_stream.io.labels import TrueEvent, read_label_csv
+from liquid_stream.io.wav import read_pcm16
 from liquid_stream.models import KWS, shipped
 from liquid_stream.training.data.kws_stream import SC10, noise_crop, noise_source
-from liquid_stream.wav import read_pcm16
 
 ROOT = Path(__file__).resolve().parents[1]
 SR = 16000

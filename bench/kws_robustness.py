@@ -46,7 +46,7 @@ from scipy.signal import resample_poly
 
 from liquid_stream.apps.audio import read_wav
 from liquid_stream.apps.kws_cli import kws_eval_cmd
-from liquid_stream.labels import read_label_csv
+from liquid_stream.io.labels import read_label_csv
 from liquid_stream.training.data.augment import (
     apply_gain,
     band_limit,

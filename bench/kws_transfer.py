@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from liquid_stream.apps.kws_tune import choose, tune_thresholds
-from liquid_stream.labels import read_label_csv
-from liquid_stream.wav import read_pcm16
+from liquid_stream.io.labels import read_label_csv
+from liquid_stream.io.wav import read_pcm16
 
 
 def point(rows: list[dict], pick: dict) -> dict:

@@ -4,7 +4,7 @@
     python bench/ltc_fidelity.py runs/ltc-init/legs/ltc/best.pt …  # trained checkpoints too
 
 ``liquid="ltc"`` runs x_t = (Ā + B̃ tanh u_t) x_{t−1} + B̄ u_t with the liquid coefficient
-B̃ = B̄ · min(1, ρ(1 − |Ā|)/|B̄|) (liquid_stream/ltc.py): where the clamp is active, B̃ ≠ B̄
+B̃ = B̄ · min(1, ρ(1 − |Ā|)/|B̄|) (liquid_stream/nn/ltc.py): where the clamp is active, B̃ ≠ B̄
 and the mode is not eq. (10) with the paper's coefficient. For every LTC layer this prints
 the fraction of (channel, mode) pairs whose clamp is active and the median and minimum of
 |B̃|/|B̄|, for the ``legs`` init (S4D-LegS) and ``legs-inside`` (B scaled per mode at init so
@@ -19,9 +19,9 @@ import sys
 
 import torch
 
-from liquid_stream.checkpoint import model_from_checkpoint
-from liquid_stream.layer import LiquidS4
-from liquid_stream.ltc import ltc_system
+from liquid_stream.nn.checkpoint import model_from_checkpoint
+from liquid_stream.nn.layer import LiquidS4
+from liquid_stream.nn.ltc import ltc_system
 
 
 def clamp_stats(layers: list[LiquidS4]) -> tuple[float, float, float]:

@@ -34,9 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from stream import SR, paper_model  # noqa: E402
 
-from liquid_stream import OnnxStreamer, ltc_ort  # noqa: E402
+from liquid_stream import OnnxStreamer  # noqa: E402
 from liquid_stream.export import pipeline  # noqa: E402
 from liquid_stream.export.pipeline import export_model  # noqa: E402
+from liquid_stream.runtime import ltc_ort  # noqa: E402
 
 
 def exporter_at(rev: str):

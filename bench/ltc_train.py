@@ -8,7 +8,7 @@
 What is timed: one ``forward + backward`` of ``LiquidS4(d_model=H, d_state=N, mode="diag",
 liquid=…, liquid_order=2)`` on ``u (B, L, H)``, loss ``y.square().mean()`` (as bench/kernel.py),
 for three configurations: ``LTC fused`` (``liquid="ltc"``, the C++ kernel of
-liquid_stream/ltc_kernel.py, ``LIQUID_STREAM_LTC_KERNEL=fused``), ``LTC torch`` (the same
+liquid_stream/nn/ltc_kernel.py, ``LIQUID_STREAM_LTC_KERNEL=fused``), ``LTC torch`` (the same
 layer through the blocked torch scan ``_LTCScan``, ``=torch``) and ``PB`` (``liquid="pb"``,
 p = 2, the same mode). Per thread count (``torch.set_num_threads``) the configurations are
 interleaved over ``--rounds`` rounds, the order rotated every round, ``--reps`` calls each
@@ -21,7 +21,7 @@ Weights and inputs are random (the time does not depend on them); every configur
 thread count sees the same ``u``.
 
 With ``--device cuda`` the layers and ``u`` live on the GPU, ``LTC fused`` is the Triton
-kernel of liquid_stream/ltc_triton.py, every call is bracketed by ``torch.cuda.synchronize``,
+kernel of liquid_stream/nn/ltc_triton.py, every call is bracketed by ``torch.cuda.synchronize``,
 the thread count is not varied (``—``) and the CPU-time column gives the peak GPU memory of
 the configuration (GB, ``torch.cuda.max_memory_allocated``) instead.
 """
@@ -37,8 +37,9 @@ import time
 
 import torch
 
-from liquid_stream import LiquidS4, ltc_kernel
-from liquid_stream.ltc import ltc_path, ltc_system
+from liquid_stream import LiquidS4
+from liquid_stream.nn import ltc_kernel
+from liquid_stream.nn.ltc import ltc_path, ltc_system
 
 CONFIGS = {"LTC fused": ("ltc", "fused"), "LTC torch": ("ltc", "torch"), "PB": ("pb", None)}
 

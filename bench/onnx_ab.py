@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from liquid_stream.onnx_streamer import OnnxStreamer
+from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
 
 def main() -> None:

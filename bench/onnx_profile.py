@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream import ltc_ort
-from liquid_stream.onnx_streamer import OnnxStreamer
+from liquid_stream.runtime import ltc_ort
+from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
 
 def main() -> None:

@@ -105,7 +105,7 @@ def speech_deviation(name: str, out: Path, wav: Path, seconds: float = 30.0) -> 
     """Relative max and RMS |Δy| of the int8 graphs (the shipped method, + SSM tables,
     + front end) vs the float32 graph on ``seconds`` of real speech (1 min into ``wav``),
     10 ms chunks."""
-    from liquid_stream.wav import read_wav
+    from liquid_stream.io.wav import read_wav
 
     x, rate, _ = read_wav(wav)
     x = np.asarray(x, np.float32)[:, None]

@@ -95,8 +95,8 @@ def export_spo2(path: Path) -> Path:
 
     from liquid_stream import LiquidS4Model
     from liquid_stream.export.pipeline import export_model
-    from liquid_stream.meta import ModelMeta
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.meta import ModelMeta
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     hr = OnnxStreamer(shipped("vitals-ppg-ecg-hr"), providers=["CPUExecutionProvider"])
     config = json.loads(hr.metadata["model_config"])
@@ -414,7 +414,7 @@ def batched_vs_single(paths: list[Path], n: int, T0: int, reps: int = 2) -> dict
     batched (one ``BatchedSession.step`` per model) vs ``n`` batch-1 ``process`` calls
     per model (one streamer, each stream's state swapped in)."""
     from liquid_stream.apps.batch import BatchedSession
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     batched = single = 0.0
     for p in paths:
@@ -446,7 +446,7 @@ def session_share(paths: list[Path], n: int, T0: int) -> float:
     """The fraction of ``BatchedSession.step`` spent inside onnxruntime's ``run`` for n
     streams of one chunk (the rest: gather, checks, scatter in python/numpy)."""
     from liquid_stream.apps.batch import BatchedSession
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     tot = inner = 0.0
     for p in paths:

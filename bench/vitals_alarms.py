@@ -47,7 +47,7 @@ from pathlib import Path
 
 from liquid_stream.apps.alarms import check_alarm
 from liquid_stream.apps.vitals_run import open_record, run_record
-from liquid_stream.checkpoint import split_records
+from liquid_stream.nn.checkpoint import split_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

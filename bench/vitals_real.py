@@ -60,10 +60,10 @@ from pathlib import Path
 import numpy as np
 
 from liquid_stream.apps.vitals_run import open_record, run_record
-from liquid_stream.bidmc_vocab import WITHIN, channel_key, strip_name
+from liquid_stream.io.bidmc_vocab import WITHIN, channel_key, strip_name
+from liquid_stream.io.wfdb import read_header, read_record, signals_by_name
 from liquid_stream.models import ShippedModelMissing, shipped, vitals_for
 from liquid_stream.training.data.real_samples import RealSamplesError, read_manifest
-from liquid_stream.wfdb import read_header, read_record, signals_by_name
 
 RR_CONSTANT = 21.5  # mean of U(8, 35), the training simulator's base RR draw (docstring)
 VALID = ("ok", "bridged")

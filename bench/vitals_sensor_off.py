@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-from liquid_stream.onnx_streamer import OnnxStreamer
+from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 from liquid_stream.training.data.bidmc_baseline import (
     HR_RANGE,
     ecg_peaks,

@@ -1,4 +1,4 @@
-"""Reading WFDB records: liquid_stream.wfdb's fast path against ``wfdb.rdrecord``.
+"""Reading WFDB records: liquid_stream.io.wfdb's fast path against ``wfdb.rdrecord``.
 
     python bench/wfdb_read.py ROOT [--records N] [--rounds R]
 
@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
+from liquid_stream.io.wfdb import read_record
 from liquid_stream.training.data.bidmc import list_records, wfdb_dir
-from liquid_stream.wfdb import read_record
 
 
 def same(a, b) -> bool:
@@ -50,12 +50,12 @@ def main() -> None:
     paths = [d / n for n in list_records(args.root)[: args.records]]
     paths = [q for p in paths for q in (p, p.with_name(p.name + "n"))]
     equal = sum(same(read_record(p), wfdb.rdrecord(str(p), return_res=64)) for p in paths)
-    times: dict[str, list[float]] = {"liquid_stream.wfdb": [], "wfdb.rdrecord": []}
+    times: dict[str, list[float]] = {"liquid_stream.io.wfdb": [], "wfdb.rdrecord": []}
     for _ in range(args.rounds):
         t = time.perf_counter()
         for p in paths:
             read_record(p)
-        times["liquid_stream.wfdb"].append(time.perf_counter() - t)
+        times["liquid_stream.io.wfdb"].append(time.perf_counter() - t)
         t = time.perf_counter()
         for p in paths:
             wfdb.rdrecord(str(p), return_res=64)
@@ -67,7 +67,7 @@ def main() -> None:
     print("| reader | ms per record pair (median of rounds) | / fast |")
     print("|---|---|---|")
     for k, v in ms.items():
-        print(f"| {k} | {v:.2f} | {v / ms['liquid_stream.wfdb']:.1f}× |")
+        print(f"| {k} | {v:.2f} | {v / ms['liquid_stream.io.wfdb']:.1f}× |")
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def export_cmd(
     Several checkpoints of one classifier task: one graph whose posteriors are the mean
     of theirs, or with --weights their weighted mean (an ensemble, export/ensemble.py;
     --verify checks each member and the mean)."""
-    from liquid_stream.checkpoint import CheckpointError
+    from liquid_stream.nn.checkpoint import CheckpointError
 
     from .ensemble import export_ensemble
     from .pipeline import describe, export_checkpoint

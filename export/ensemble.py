@@ -58,10 +58,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from liquid_stream.atomic import atomic_write_bytes
-from liquid_stream.checkpoint import model_from_checkpoint
-from liquid_stream.meta import SAME_ESTIMATE, ModelMeta, ensemble_weights
-from liquid_stream.quantized import INTEGRITY_KEY, stamp_integrity
+from liquid_stream.io.atomic import atomic_write_bytes
+from liquid_stream.nn.checkpoint import model_from_checkpoint
+from liquid_stream.runtime.meta import SAME_ESTIMATE, ModelMeta, ensemble_weights
+from liquid_stream.runtime.quantized import INTEGRITY_KEY, stamp_integrity
 
 from .pipeline import (
     CONTRACT_RTOL,
@@ -322,7 +322,7 @@ def export_ensemble(
         props = meta.to_onnx_props()
         for key, value in props.items():
             model.metadata_props.add(key=key, value=value)
-        stamp_integrity(model)  # the content hash, last (liquid_stream/quantized.py)
+        stamp_integrity(model)  # the content hash, last (liquid_stream/runtime/quantized.py)
         path = Path(tmp) / "ensemble.onnx"
         path.write_bytes(model.SerializeToString())
         if verify:
@@ -361,7 +361,7 @@ def verify_ensemble(
     members' outputs (max |Δy|, max |y|)."""
     import torch
 
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     streamer = OnnxStreamer(onnx_path, batch=1)
     rng = np.random.default_rng(seed)

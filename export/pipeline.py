@@ -11,12 +11,12 @@ Publishing: the graph is written to a hidden sibling of the output, verified the
 renamed onto the output only once it passed (``os.replace``: atomic). So the output is
 never an unverified graph (a kill during verification leaves the hidden file only), and a
 failed verification leaves an existing output as it was (re-exporting over a good graph
-cannot lose it). Every graph carries the content hash of :mod:`liquid_stream.quantized`.
+cannot lose it). Every graph carries the content hash of :mod:`liquid_stream.runtime.quantized`.
 
 The checkpoint's ``meta`` is copied into the graph's metadata through the schema of
-:mod:`liquid_stream.meta`: an unknown (e.g. renamed) key or a malformed value, and for a
+:mod:`liquid_stream.runtime.meta`: an unknown (e.g. renamed) key or a malformed value, and for a
 checkpoint of a training task a key it must carry and lacks, is a
-:class:`~liquid_stream.meta.MetaError` here, before any file is written.
+:class:`~liquid_stream.runtime.meta.MetaError` here, before any file is written.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import numpy as np
 import onnx
 import torch
 
-from liquid_stream.atomic import atomic_path, atomic_write_bytes
-from liquid_stream.checkpoint import model_from_checkpoint
-from liquid_stream.meta import ModelMeta
-from liquid_stream.model import LiquidS4Model
-from liquid_stream.quantized import stamp_integrity
+from liquid_stream.io.atomic import atomic_path, atomic_write_bytes
+from liquid_stream.nn.checkpoint import model_from_checkpoint
+from liquid_stream.nn.model import LiquidS4Model
+from liquid_stream.runtime.meta import ModelMeta
+from liquid_stream.runtime.quantized import stamp_integrity
 
 from .quantize import QuantVerifyReport, quantize_file
 from .to_onnx import build_onnx, default_sub_block, metadata_props
@@ -78,7 +78,7 @@ def export_model(
     ModelMeta.from_onnx_props(props, strict=True)  # every entry readable by the apps
     for key, value in props.items():
         model_proto.metadata_props.add(key=key, value=value)
-    stamp_integrity(model_proto)  # the content hash, last (liquid_stream/quantized.py)
+    stamp_integrity(model_proto)  # the content hash, last (liquid_stream/runtime/quantized.py)
     onnx.checker.check_model(model_proto)
     out = Path(out)
     atomic_write_bytes(out, model_proto.SerializeToString())
@@ -152,7 +152,7 @@ def verify_onnx(
 ) -> VerifyReport:
     """Stream random input through the ONNX graph in chunks (:func:`stream_random_chunks`)
     and compare with the torch convolutional forward (:meth:`LiquidS4Model.forward_steps`)."""
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     streamer = OnnxStreamer(onnx_path, batch=batch)
     rng = np.random.default_rng(seed)
@@ -213,7 +213,7 @@ def _export_verified(
     """Export to a hidden sibling of ``out``, verify that file (with ``verify``), and only
     then rename it onto ``out`` (module docstring): ``out`` never holds an unverified graph,
     a failed verification leaves an old ``out`` as it was, a kill leaves at most the
-    hidden sibling (removed by the next write into the folder, liquid_stream/atomic.py)."""
+    hidden sibling (removed by the next write into the folder, liquid_stream/io/atomic.py)."""
     report = None
     with atomic_path(out) as tmp:
         info = export_model(model, tmp, chunk, opset, sub_block, meta, ltc_op=ltc_op)

@@ -38,10 +38,10 @@ Everything else stays as exported, in float32: the state inputs and outputs (the
 ``state_spec`` is unchanged), the scan and its tables (elementwise ops on float32
 constants), the norms, the activations, the PB term, the decoder's window sums.
 
-Metadata: ``quantization`` (:mod:`liquid_stream.meta`) = ``{"method": "dynamic", "bits": 8,
+Metadata: ``quantization`` (:mod:`liquid_stream.runtime.meta`) = ``{"method": "dynamic", "bits": 8,
 "tool", "weights", "activations", "quantized": [nodes], "float32": {"ssm": [...],
 "frontend": [...]}, "rtol": QUANT_RTOL, "params": {tensor: checksum}}``; the checksums
-(:mod:`liquid_stream.quantized`) let a loader refuse a graph whose scales were changed.
+(:mod:`liquid_stream.runtime.quantized`) let a loader refuse a graph whose scales were changed.
 
 Verification (:func:`verify_quantized`): the same random input, in random chunk sizes,
 through the float32 graph and the int8 graph; passes if max|Δy| ≤ :data:`QUANT_RTOL` ·
@@ -74,9 +74,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from liquid_stream.atomic import atomic_path
-from liquid_stream.meta import ModelMeta
-from liquid_stream.quantized import (
+from liquid_stream.io.atomic import atomic_path
+from liquid_stream.runtime.meta import ModelMeta
+from liquid_stream.runtime.quantized import (
     INTEGRITY_KEY,
     IntegrityError,
     QuantizationError,
@@ -241,7 +241,7 @@ def quantize_graph(
             weight_type=QuantType.QUInt8,
             per_channel=False,
             # DefaultTensorType: onnx's shape inference gives no type past a custom op
-            # (the fused LTC op, liquid_stream/ltc_ort.py); every activation is float32
+            # (the fused LTC op, liquid_stream/runtime/ltc_ort.py); every activation is float32
             extra_options={
                 "EnableSubgraph": True,
                 "MatMulConstBOnly": False,
@@ -274,7 +274,7 @@ def quantize_graph(
     ModelMeta.from_onnx_props(props, strict=True)  # every entry readable by the apps
     for key, value in props.items():
         q.metadata_props.add(key=key, value=value)
-    stamp_integrity(q)  # the content hash, last (liquid_stream/quantized.py)
+    stamp_integrity(q)  # the content hash, last (liquid_stream/runtime/quantized.py)
     onnx.checker.check_model(q)
     return q, record
 
@@ -377,7 +377,7 @@ def verify_quantized(
     i.e. ``input_mean + input_std · z`` raw) in random chunk sizes (1 … chunk) through
     both graphs and compare (module docstring). A graph whose quantization parameters do
     not match their checksums raises :class:`QuantizationError` first."""
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     int8_path = Path(int8_path)
     model = onnx.load(int8_path)

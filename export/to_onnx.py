@@ -1,4 +1,4 @@
-"""Write a :class:`~liquid_stream.model.StreamingModel` as an ONNX graph with explicit state.
+"""Write a :class:`~liquid_stream.nn.model.StreamingModel` as an ONNX graph with explicit state.
 
 Graph signature (``batch`` and ``T`` dynamic; each state is an input and, updated, an output):
 
@@ -6,7 +6,7 @@ Graph signature (``batch`` and ``T`` dynamic; each state is an input and, update
     outputs: y (batch, T, d_output), next.<name> …
 
 The graph computes what :meth:`StreamingModel.step` computes, with the same chunked
-algorithm (:mod:`liquid_stream.chunked`) and tables built in float64 from the same
+algorithm (:mod:`liquid_stream.nn.chunked`) and tables built in float64 from the same
 exact systems, written op by op in real float32 arithmetic. Inside, activations are
 channel-first ``(H, batch, T)``, so that per layer the SSM is two batched MatMuls
 over ``(H, batch·n_blocks, ·)`` views (the local Toeplitz, D·u and the sub-block
@@ -18,7 +18,7 @@ states are those of the torch step form, laid out as in the table below; the
 
 Step by step (:class:`_Emitter`, one method per torch step, same names; ↔ in each docstring):
 
-    torch (liquid_stream/layer.py, chunked.py)    graph (_Emitter)
+    torch (liquid_stream/nn/layer.py, chunked.py)    graph (_Emitter)
     LiquidS4Step.forward                          layer   (ltc: ltc_layer ↔ ltc.ltc_scan)
       LiquidS4Step.correlations                   correlations
       ChunkedSSM.sub_blocks                       sub_blocks   (+ next ssm.buf)
@@ -76,13 +76,13 @@ import numpy as np
 import onnx
 import torch
 
-from liquid_stream.chunked import chunk_tables
-from liquid_stream.frontend import LogMelStep
-from liquid_stream.ltc_ort import DOMAIN as LTC_DOMAIN
-from liquid_stream.ltc_ort import OP as LTC_OP
-from liquid_stream.ltc_ort import library_path as ltc_library_path
-from liquid_stream.meta import ModelMeta
-from liquid_stream.scalenorm import LOG_FLOOR, LOG_RATIO
+from liquid_stream.nn.chunked import chunk_tables
+from liquid_stream.nn.frontend import LogMelStep
+from liquid_stream.nn.scalenorm import LOG_FLOOR, LOG_RATIO
+from liquid_stream.runtime.ltc_ort import DOMAIN as LTC_DOMAIN
+from liquid_stream.runtime.ltc_ort import OP as LTC_OP
+from liquid_stream.runtime.ltc_ort import library_path as ltc_library_path
+from liquid_stream.runtime.meta import ModelMeta
 
 from .graph import DTYPES, Graph
 
@@ -261,8 +261,8 @@ class _Emitter:
         return g.op("Mul", g.op("Mul", x, g.op("Add", e, g.const(1.0))), g.const(0.5))
 
     # ------------------------------------------------------------------ SSM layer
-    # A chunked layer is LiquidS4Step.forward and ChunkedSSM._chunk (liquid_stream/layer.py,
-    # liquid_stream/chunked.py) step by step, one method per torch step under the same name
+    # A chunked layer is LiquidS4Step.forward and ChunkedSSM._chunk (liquid_stream/nn/layer.py,
+    # liquid_stream/nn/chunked.py) step by step, one method per torch step under the same name
     # (each docstring names its counterpart with ↔). What differs is layout (channel-first;
     # the state table in the module docstring) and fusion: D·u joins the local Toeplitz,
     # the R inputs share one MatMul, and the next-state slices are taken where their values
@@ -451,7 +451,7 @@ class _Emitter:
 
             x_{−1} = z,   x_j = Ā x_{j−1} + b v_j,   y_j = c·x_j + D v_j,   next z = x_{T₀−1}
 
-        — the recurrence of :mod:`liquid_stream.chunked` (S = 1) run literally on unit
+        — the recurrence of :mod:`liquid_stream.nn.chunked` (S = 1) run literally on unit
         inputs, in float64."""
         T0, H, Mr = self.call_steps, step.H, step.ssm.Mr
         A, b, c = step.ssm.A64.double(), step.ssm.b64.double()[0], step.ssm.c64.double()
@@ -747,7 +747,7 @@ class _Emitter:
         A mode with |B̄| < :data:`LTC_MIN_B` gets B̄ = LTC_MIN_B (its input term is then
         1e-20·u instead of ~0).
 
-        A blocked scan (the decomposition of :func:`liquid_stream.ltc._scan_tf`). The chunk
+        A blocked scan (the decomposition of :func:`liquid_stream.nn.ltc._scan_tf`). The chunk
         is cut into n_b sub-blocks of Q steps, with ``pad`` < Q steps of u = 0 after it, and
         every value of a position q is a tensor ``(B, n_b, M, H)`` (M the modes), its Re and
         Im parts apart: the fewest elementwise passes, and every broadcast of a ``(M, H)``
@@ -1052,7 +1052,7 @@ class _Emitter:
         return h
 
     def logmel(self, seg: str) -> str:
-        """:class:`~liquid_stream.frontend.LogMel` frames of ``seg (B, (F−1)·R + W)``
+        """:class:`~liquid_stream.nn.frontend.LogMel` frames of ``seg (B, (F−1)·R + W)``
         → channel-first features ``(n_mels, B, F)``: the DFT as a stride-R Conv."""
         g, cfg = self.g, self.sm.frontend.cfg
         nf = cfg.n_freq
@@ -1154,7 +1154,7 @@ class _Emitter:
         }
 
     def ema_chunk(self, u: str, s0: str, tab: dict[str, str]) -> tuple[str, str]:
-        """↔ :func:`liquid_stream.ema.ema` with a carried start, along the last axis:
+        """↔ :func:`liquid_stream.nn.ema.ema` with a carried start, along the last axis:
         s_t = β·s_{t−1} + (1−β)·u_t over the chunk ``u (B, C, T)`` from ``s0 (B, C)`` →
         (s ``(B, C, T)``, s_{T−1} ``(B, C)``), in closed form without a loop over steps
         (``tab``: :meth:`ema_tables`). The chunk is cut into n = ⌈T/Q⌉ blocks of Q steps
@@ -1183,7 +1183,7 @@ class _Emitter:
         return seq, last
 
     def scalenorm_centred(self, x: str, origin: str) -> str:
-        """↔ :func:`liquid_stream.scalenorm.centred`: ``x (B, C, T)``, ``origin (B, C)`` →
+        """↔ :func:`liquid_stream.nn.scalenorm.centred`: ``x (B, C, T)``, ``origin (B, C)`` →
         u = x − x₀, or with ``log`` u = Log(Min(Max(Max(x, φ)/Max(x₀, φ), 1e−30), 1e30))
         (the ratio first, then the log: precision for x ≈ x₀ in float32; an overflow of the
         ratio to inf, or its underflow to 0, lands on the clamp)."""
@@ -1197,7 +1197,7 @@ class _Emitter:
         return g.op("Log", g.op("Min", g.op("Max", ratio, lo), hi))
 
     def scalenorm_frames(self, x: str, own: dict[str, str], phase: str, n: str) -> str:
-        """↔ :meth:`ScaleNormStep.forward` (:mod:`liquid_stream.scalenorm`): the centred
+        """↔ :meth:`ScaleNormStep.forward` (:mod:`liquid_stream.nn.scalenorm`): the centred
         input (:meth:`scalenorm_centred`), the running mean and variance of the whole chunk
         in closed form (:meth:`ema_chunk`: two small matrix products per EMA instead of a
         loop over samples), the weight w_t = 1 − (1 − w_{−1})·β^{t+1}, each channel divided
@@ -1265,7 +1265,7 @@ class _Emitter:
         """↔ :meth:`StreamingModel._step` with a front end: raw samples ``x (B, T, 1)`` →
         front-end frames (log-mel or scale-normalised) → the stack at the frame rate →
         per-sample held outputs
-        ``(B, T, d_output)`` (:mod:`liquid_stream.frontend`).
+        ``(B, T, d_output)`` (:mod:`liquid_stream.nn.frontend`).
 
         A chunk that completes no frame must leave the stack's state untouched, and the
         stack's graph cannot run on zero steps, so the stack sits in an ``If`` on F > 0
@@ -1384,8 +1384,9 @@ def build_onnx(
     """ONNX graph of a float32 :class:`StreamingModel` and its ``info`` (state spec, sub-block,
     longest chunk per call). ``sub_block`` defaults to :func:`default_sub_block` of max_chunk.
     The graph takes raw input: (x − input_mean)/input_std is folded into the encoder.
-    ``ltc_op`` (:data:`LTC_OPS`): the LTC layers as standard ops (``graph``, portable) or as
-    the custom op of :mod:`liquid_stream.ltc_ort` (``fused``: onnxruntime with that library)."""
+    ``ltc_op`` (:data:`LTC_OPS`): the LTC layers as standard ops (``graph``, portable) or
+    as the custom op of :mod:`liquid_stream.runtime.ltc_ort` (``fused``: onnxruntime with
+    that library)."""
     if sm.dtype != torch.float32:
         raise ValueError(f"ONNX export needs a float32 streaming model, got {sm.dtype}")
     if opset < 17:
@@ -1427,8 +1428,8 @@ GRAPH_KEYS = (
 
 def metadata_props(sm, info: dict, extra: dict | None = None) -> dict[str, str]:
     """The graph's metadata stored in the ONNX file, encoded by
-    :meth:`ModelMeta.to_onnx_props <liquid_stream.meta.ModelMeta.to_onnx_props>`:
-    :data:`GRAPH_KEYS`, then ``extra`` (more :class:`~liquid_stream.meta.ModelMeta` fields,
+    :meth:`ModelMeta.to_onnx_props <liquid_stream.runtime.meta.ModelMeta.to_onnx_props>`:
+    :data:`GRAPH_KEYS`, then ``extra`` (more :class:`~liquid_stream.runtime.meta.ModelMeta` fields,
     e.g. ``chunk``). ``meta_schema`` is left to the task's entries merged after these."""
     extra = extra or {}
     props = ModelMeta(
@@ -1449,7 +1450,7 @@ def metadata_props(sm, info: dict, extra: dict | None = None) -> dict[str, str]:
 def onnx_state_from_torch(
     state: dict[str, torch.Tensor], spec: list[dict]
 ) -> dict[str, np.ndarray]:
-    """A torch :class:`~liquid_stream.model.StreamingModel`'s ``state`` as the graph's,
+    """A torch :class:`~liquid_stream.nn.model.StreamingModel`'s ``state`` as the graph's,
     converted per the module docstring's table: ``state_spec`` name → array of its shape and
     dtype (the graph takes each as the input ``state.<name>``). The torch model must stream
     with the graph's sub-block S (``sm = model.streaming(sub_block=info["sub_block"])``);

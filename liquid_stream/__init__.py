@@ -28,15 +28,15 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "LiquidS4": "liquid_stream.layer",
-    "LiquidS4Step": "liquid_stream.layer",
-    "SSMConfig": "liquid_stream.layer",
-    "LiquidS4Block": "liquid_stream.model",
-    "LiquidS4Model": "liquid_stream.model",
-    "StreamingModel": "liquid_stream.model",
-    "make_optimizer": "liquid_stream.model",
-    "parameter_groups": "liquid_stream.model",
-    "OnnxStreamer": "liquid_stream.onnx_streamer",
+    "LiquidS4": "liquid_stream.nn.layer",
+    "LiquidS4Step": "liquid_stream.nn.layer",
+    "SSMConfig": "liquid_stream.nn.layer",
+    "LiquidS4Block": "liquid_stream.nn.model",
+    "LiquidS4Model": "liquid_stream.nn.model",
+    "StreamingModel": "liquid_stream.nn.model",
+    "make_optimizer": "liquid_stream.nn.model",
+    "parameter_groups": "liquid_stream.nn.model",
+    "OnnxStreamer": "liquid_stream.runtime.onnx_streamer",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

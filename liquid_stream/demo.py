@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from liquid_stream import LiquidS4Model, OnnxStreamer, make_optimizer
-from liquid_stream.checkpoint import save_checkpoint
 from liquid_stream.export.pipeline import export_model, verify_onnx
+from liquid_stream.nn.checkpoint import save_checkpoint
 from liquid_stream.training.data.tones import TONE_LABELS, tone_bursts
 
 SR = 8000

@@ -231,7 +231,7 @@ def run_step(i: int, n: int, step: Step, force: bool, log) -> float:
 
 def held_out_record(checkpoint: Path) -> str:
     """The first recording of the checkpoint's test split (record protocol)."""
-    from liquid_stream.checkpoint import CheckpointError, split_records
+    from liquid_stream.nn.checkpoint import CheckpointError, split_records
 
     try:
         return str(split_records(checkpoint, "test")[0])

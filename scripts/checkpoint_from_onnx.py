@@ -47,9 +47,9 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from liquid_stream.checkpoint import save_checkpoint
-from liquid_stream.meta import ModelMeta
-from liquid_stream.model import LiquidS4Model
+from liquid_stream.nn.checkpoint import save_checkpoint
+from liquid_stream.nn.model import LiquidS4Model
+from liquid_stream.runtime.meta import ModelMeta
 
 
 def tables_in_order(model: onnx.ModelProto, prefix: str = "") -> list[tuple[str, np.ndarray]]:

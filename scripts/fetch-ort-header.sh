@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The onnxruntime C API header, which the PyPI onnxruntime wheel does not ship, for the fused
-# LTC custom op (liquid_stream/ltc_ort.py): one file, onnxruntime_c_api.h, taken from Debian's
+# LTC custom op (liquid_stream/runtime/ltc_ort.py): one file, onnxruntime_c_api.h, taken from Debian's
 # libonnxruntime-dev package (a pinned version, checked by its SHA-256). The C API is
 # versioned and append-only: the 1.21 header serves onnxruntime >= 1.21.
 #   bash scripts/fetch-ort-header.sh DEST_DIR      (writes DEST_DIR/onnxruntime_c_api.h)

@@ -1,4 +1,4 @@
-"""Add the content hash (the ``integrity`` metadata entry, liquid_stream/quantized.py) to
+"""Add the content hash (the ``integrity`` metadata entry, liquid_stream/runtime/quantized.py) to
 graphs exported before it existed, changing nothing else, and prove it.
 
     python scripts/stamp_integrity.py liquid_stream/models/*.onnx
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import onnx
 
-from liquid_stream.atomic import atomic_path
-from liquid_stream.quantized import INTEGRITY_KEY, check_integrity, stamp_integrity
+from liquid_stream.io.atomic import atomic_path
+from liquid_stream.runtime.quantized import INTEGRITY_KEY, check_integrity, stamp_integrity
 
 
 def stamp_file(path: Path) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from liquid_stream.bidmc_vocab import WITHIN
+from liquid_stream.io.bidmc_vocab import WITHIN
 from liquid_stream.training.data.bidmc_baseline import baseline_name
 from liquid_stream.training.data.pulse_eq import gain_bound_db
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from liquid_stream.checkpoint import model_from_checkpoint, save_checkpoint
-from liquid_stream.model import LiquidS4Model
+from liquid_stream.nn.checkpoint import model_from_checkpoint, save_checkpoint
+from liquid_stream.nn.model import LiquidS4Model
 
 
 def widen(model: LiquidS4Model, meta: dict, channels: list[str]) -> tuple[LiquidS4Model, dict]:

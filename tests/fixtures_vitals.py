@@ -29,7 +29,7 @@ STATS = {
 def tiny_model(d_input: int = 2, window: int = 250, seed: int = 0, shift: float = 0.0, **kw):
     import torch
 
-    from liquid_stream.model import LiquidS4Model
+    from liquid_stream.nn.model import LiquidS4Model
 
     torch.manual_seed(seed)
     args = dict(

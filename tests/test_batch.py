@@ -31,7 +31,7 @@ from liquid_stream.apps.kws import KeywordSpotter, KwsInputError, mono_frame
 from liquid_stream.apps.vitals_monitor import VitalsInputError, VitalsMonitor
 from liquid_stream.export.pipeline import export_model
 from liquid_stream.models import shipped
-from liquid_stream.onnx_streamer import OnnxStreamer
+from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
 RTOL = 1e-5
 

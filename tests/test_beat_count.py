@@ -148,7 +148,7 @@ def test_mse_beats_is_the_label_loss_plus_the_weighted_frame_loss_and_trains_eve
 
 def test_an_ecg_only_run_with_beats_trains_and_exports_a_plain_vital_sign_graph(rich, tmp_path):
     from liquid_stream.cli import main
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
     from liquid_stream.training.cli import train_cmd
 
     out = tmp_path / "b"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from liquid_stream.checkpoint import (
+from liquid_stream.nn.checkpoint import (
     load_checkpoint,
     model_from_checkpoint,
     split_records,
@@ -116,7 +116,7 @@ def test_train_evaluate_export(tmp_path, records):
 
     # export: ONNX in physical units, same numbers as the torch model (docs/design.md §5)
     from liquid_stream.export.pipeline import export_model, verify_onnx
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     info = export_model(model, tmp_path / "hr.onnx", chunk=125, meta=meta)
     report = verify_onnx(model, info["path"], length=3000, meta=meta)
@@ -139,7 +139,7 @@ def test_spo2_has_no_classical_baseline(tmp_path, records):
 
 def test_training_reduces_the_loss(records):
     """A few optimiser steps on the same batch reduce the (standardised) MSE."""
-    from liquid_stream.model import LiquidS4Model, make_optimizer
+    from liquid_stream.nn.model import LiquidS4Model, make_optimizer
     from liquid_stream.training.metrics import compute_loss
     from liquid_stream.training.tasks import build_bidmc
 
@@ -226,7 +226,7 @@ def test_spo2_from_the_oximeter_trains_exports_and_has_the_ratio_baseline(tmp_pa
     res = json.loads(next(out.glob("agreement_spo2_*_test.json")).read_text())
     assert res["baseline_n"] == res["n"] > 0  # an estimate for every window
     from liquid_stream.cli import main
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     onnx = tmp_path / "spo2.onnx"
     r = CliRunner().invoke(
@@ -374,7 +374,7 @@ def test_mean_of_members_with_different_hops_is_taken_per_sample():
     """Members pooling by 5 and by 10 samples: ``MeanOf`` averages what each one's graph
     emits per input sample (the last frame it completed), so its last row is the mean of
     the members' last frames and row t is the ensemble graph's output at sample t."""
-    from liquid_stream.model import LiquidS4Model
+    from liquid_stream.nn.model import LiquidS4Model
     from liquid_stream.training.evaluate_vitals import MeanOf
 
     torch.manual_seed(0)

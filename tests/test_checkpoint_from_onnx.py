@@ -16,9 +16,9 @@ import onnx
 import pytest
 import torch
 
-from liquid_stream.checkpoint import model_from_checkpoint, save_checkpoint
 from liquid_stream.export.pipeline import export_checkpoint
-from liquid_stream.model import LiquidS4Model
+from liquid_stream.nn.checkpoint import model_from_checkpoint, save_checkpoint
+from liquid_stream.nn.model import LiquidS4Model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,7 +136,7 @@ def test_reexport_takes_the_new_graphs_metadata(tmp_path):
     assert int(props["max_chunk"]) == info["max_chunk"] == 1600
     assert props["labels"] == json.dumps(META["labels"])
     # the two graphs compute one model
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     x = (0.1 * np.random.default_rng(0).standard_normal(4800)).astype(np.float32)
     ya = OnnxStreamer(str(graph)).process(x)

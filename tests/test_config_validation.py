@@ -179,7 +179,7 @@ def test_every_field_has_a_rule():
     every task config file and preset passes validation."""
     import inspect
 
-    from liquid_stream.model import LiquidS4Model
+    from liquid_stream.nn.model import LiquidS4Model
     from liquid_stream.training.config import data_fields, model_fields
 
     for task in TASKS:
@@ -203,7 +203,7 @@ def test_every_field_has_a_rule():
 
 def test_allowed_choices_are_what_the_model_builds():
     """Each choice the config allows builds a model (the lists come from the model code)."""
-    from liquid_stream.model import LiquidS4Model
+    from liquid_stream.nn.model import LiquidS4Model
     from liquid_stream.training.config import model_fields
 
     fields = model_fields()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from liquid_stream.checkpoint import BEST_KEY
+from liquid_stream.nn.checkpoint import BEST_KEY
 from liquid_stream.training.trainer import KILL_ENV
 
 pytestmark = pytest.mark.slow

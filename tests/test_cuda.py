@@ -82,7 +82,7 @@ def test_cuda_ltc_matches_cpu_forward_gradients_and_streaming():
     equal the CPU results (float64)."""
     from test_streaming import chunk_sizes, stream
 
-    from liquid_stream.layer import LiquidS4Step
+    from liquid_stream.nn.layer import LiquidS4Step
 
     torch.manual_seed(0)
     cpu = randomize(LiquidS4(16, d_state=32, mode="diag", liquid="ltc")).double()

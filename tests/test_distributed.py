@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from liquid_stream.checkpoint import load_checkpoint
+from liquid_stream.nn.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -115,7 +115,7 @@ def test_ecg_model_counts_every_beat_of_a_bigeminy():
     alone give ~39. Once the 32 s window has filled, the estimate stays within 5 bpm of the
     window's mean label."""
     from liquid_stream.models import shipped
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     rec = ecg_record(5, 3.0, **BIGEMINY)
     x = rec["signals"].astype(np.float32)

@@ -14,11 +14,11 @@ import torch
 from click.testing import CliRunner
 
 from liquid_stream import LiquidS4Model
-from liquid_stream.checkpoint import save_checkpoint
 from liquid_stream.cli import main as cli
 from liquid_stream.export.ensemble import export_ensemble
-from liquid_stream.meta import ModelMeta
-from liquid_stream.onnx_streamer import OnnxStreamer
+from liquid_stream.nn.checkpoint import save_checkpoint
+from liquid_stream.runtime.meta import ModelMeta
+from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
 SR = 16000
 LABELS = ["yes", "no", "_silence_"]

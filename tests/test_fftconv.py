@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from liquid_stream.fftconv import causal_fft_conv
+from liquid_stream.nn.fftconv import causal_fft_conv
 
 
 def brute(K: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

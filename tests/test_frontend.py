@@ -1,4 +1,4 @@
-"""The log-mel front end (liquid_stream/frontend.py): the features against a literal float64
+"""The log-mel front end (liquid_stream/nn/frontend.py): the features against a literal float64
 reference, and the exactness contract (docs/design.md §5) for whole models that take raw
 samples: step form = forward to 1e-9 in float64 and ONNX within 1e-4·max|y| in float32,
 for chunks that are shorter than the hop and not aligned with it."""
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from liquid_stream import LiquidS4Model
-from liquid_stream.frontend import LogMel, LogMelConfig, LogMelStep, hold
-from liquid_stream.onnx_streamer import OnnxStreamer
+from liquid_stream.nn.frontend import LogMel, LogMelConfig, LogMelStep, hold
+from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
 pytest.importorskip("onnxruntime")
 from liquid_stream.export.pipeline import export_model  # noqa: E402

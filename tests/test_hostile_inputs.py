@@ -56,14 +56,14 @@ from fixtures_vitals import export_vital_model, signals, truncate_record, write_
 from hostile import assert_one_line_error, invoke, with_metadata
 
 from liquid_stream import LiquidS4Model, OnnxStreamer
-from liquid_stream.checkpoint import (
+from liquid_stream.nn.checkpoint import (
     CheckpointError,
     load_checkpoint,
     model_from_checkpoint,
     save_checkpoint,
 )
-from liquid_stream.onnx_streamer import OnnxModelError
-from liquid_stream.validate import StreamInputError
+from liquid_stream.runtime.onnx_streamer import OnnxModelError
+from liquid_stream.runtime.validate import StreamInputError
 
 TOL = 0.25  # a tone keyword is detected within [start, start + TOL] s
 BAD_S = 5.5  # the NaN / 1e30 sample of the bad WAVs: after three keywords (<= 4.9 s)

@@ -41,11 +41,12 @@ from fixtures_kws import train_tone_spotter, write_labels_csv, write_tone_wav
 from fixtures_vitals import export_vital_model
 from hostile import assert_one_line_error, invoke, small_tmpfs, with_metadata
 
-from liquid_stream import LiquidS4Model, OnnxStreamer, atomic
-from liquid_stream.checkpoint import save_checkpoint
-from liquid_stream.meta import MetaError, ModelMeta
+from liquid_stream import LiquidS4Model, OnnxStreamer
+from liquid_stream.io import atomic
 from liquid_stream.models import available, shipped
-from liquid_stream.onnx_streamer import OnnxModelError
+from liquid_stream.nn.checkpoint import save_checkpoint
+from liquid_stream.runtime.meta import MetaError, ModelMeta
+from liquid_stream.runtime.onnx_streamer import OnnxModelError
 
 TOY_META = {
     "task": "toy",
@@ -63,9 +64,9 @@ TOY_META = {
 
 
 def check_integrity(model: onnx.ModelProto) -> bool:
-    """liquid_stream.quantized.check_integrity (imported here: the tests also run, and
+    """liquid_stream.runtime.quantized.check_integrity (imported here: the tests also run, and
     fail, on the code before it)."""
-    from liquid_stream.quantized import check_integrity as check
+    from liquid_stream.runtime.quantized import check_integrity as check
 
     return check(model)
 
@@ -302,7 +303,7 @@ def test_kws_tune_keeps_the_mode_and_writes_through_a_symlink(M, tmp_path):
 
 
 def test_stale_temporaries_are_removed_and_live_ones_kept(tmp_path):
-    """The rule of liquid_stream/atomic.py, with real processes: a dead writer's file
+    """The rule of liquid_stream/io/atomic.py, with real processes: a dead writer's file
     goes, a live one's stays, another machine's stays, an unmarked one goes only when
     older than STALE_AFTER_S; also the folders of data builds (cache.atomic_dir)."""
     from liquid_stream.training.data.cache import atomic_dir
@@ -455,7 +456,7 @@ def test_a_bad_cached_library_is_rebuilt_not_loaded(tmp_path, monkeypatch):
     that the file is not the one its stamp records and compiles it again."""
     import ctypes
 
-    from liquid_stream import ltc_cpp
+    from liquid_stream.runtime import ltc_cpp
 
     cxx = ltc_cpp.compiler()
     if cxx is None:

@@ -311,7 +311,7 @@ def test_record_source_streams_block_by_block_the_same_numbers(R, monkeypatch, t
     import wfdb
 
     import liquid_stream.apps.vitals_record as vr
-    from liquid_stream.wfdb import read_record
+    from liquid_stream.io.wfdb import read_record
 
     x = np.random.default_rng(1).normal(size=(3000, 3))
     x[100:120, 1] = np.nan
@@ -372,7 +372,7 @@ def test_cli_vitals_out_on_a_full_disk_publishes_nothing_half(R, work, small_dis
 def test_truncated_fixture_is_still_truncation(R, tmp_path):
     """tests/test_hostile_inputs.py's truncation (half the bytes plus one) stays a
     truncated record, not a format mismatch."""
-    from liquid_stream.wfdb import complete_samples, read_header
+    from liquid_stream.io.wfdb import complete_samples, read_header
 
     p = write_record(tmp_path, "trunc", seconds=20)
     truncate_record(p, 0.5)

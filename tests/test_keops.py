@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from liquid_stream import cauchy_keops as ck
+from liquid_stream.nn import cauchy_keops as ck
 
 pytestmark = pytest.mark.slow
 

@@ -321,7 +321,7 @@ def test_kws_eval_on_tone_stream(tone_model, tone_wavs, tmp_path):
 
 def test_evaluate_detections_counts_false_accepts():
     from liquid_stream.apps.kws import Detection
-    from liquid_stream.labels import TrueEvent
+    from liquid_stream.io.labels import TrueEvent
 
     truth = [
         TrueEvent(1.0, 1.5, "yes", True),

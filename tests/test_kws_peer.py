@@ -31,7 +31,7 @@ import pytest
 
 from liquid_stream.apps.audio import read_wav
 from liquid_stream.apps.kws import Detection
-from liquid_stream.labels import TrueEvent
+from liquid_stream.io.labels import TrueEvent
 
 ROOT = Path(__file__).resolve().parents[1]
 SR = 16000

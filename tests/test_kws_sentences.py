@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from liquid_stream.labels import read_label_csv
+from liquid_stream.io.labels import read_label_csv
+from liquid_stream.io.wav import read_wav
 from liquid_stream.training.data import phonetic
 from liquid_stream.training.data.cli import kws_neighbours_cmd, kws_stream_cmd
 from liquid_stream.training.data.kws_stream import (
@@ -27,7 +28,6 @@ from liquid_stream.training.data.kws_stream import (
     speech_span,
     write_kws_stream,
 )
-from liquid_stream.wav import read_wav
 
 needs_dict = pytest.mark.skipif(
     not phonetic.dict_available(),

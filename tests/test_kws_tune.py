@@ -15,7 +15,7 @@ from test_kws import tone_model  # noqa: F401 - the session fixture (a trained t
 from liquid_stream.apps.kws import KeywordSpotter, detect_events
 from liquid_stream.apps.kws_cli import kws_eval_cmd, kws_tune_cmd
 from liquid_stream.apps.kws_tune import smooth, tune_thresholds
-from liquid_stream.labels import read_label_csv
+from liquid_stream.io.labels import read_label_csv
 
 
 def literal_rule(s, thresholds, refractory):

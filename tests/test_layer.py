@@ -10,7 +10,7 @@ import torch
 from reference import liquid_literal, recurrence_s4
 
 from liquid_stream import LiquidS4, SSMConfig
-from liquid_stream.kernel_base import complex_param
+from liquid_stream.nn.kernel_base import complex_param
 
 
 def randomize(layer: LiquidS4, seed: int = 0) -> LiquidS4:
@@ -121,7 +121,7 @@ def test_dplr_structured_power_equals_dense_and_the_recurrence(monkeypatch, L):
     """C Āᴸ by O(Mf) structured steps (checkpointed segments, the path for large N) gives
     the same forward — equal to the literal recurrence — and the same gradient for every
     parameter as the dense repeated squaring."""
-    from liquid_stream import dplr
+    from liquid_stream.nn import dplr
 
     u = torch.randn(2, L, 3, dtype=torch.float64)
     runs = []
@@ -302,7 +302,7 @@ HAVE_PYKEOPS = __import__("importlib").util.find_spec("pykeops") is not None
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_PYKEOPS, reason="pykeops is not installed (pip install -e '.[keops]')")
 def test_keops_backend_agrees_with_torch():
-    from liquid_stream.cauchy_keops import keops_available
+    from liquid_stream.nn.cauchy_keops import keops_available
 
     assert keops_available(), "pykeops is installed but does not work here"
     torch.manual_seed(0)
@@ -321,7 +321,7 @@ def test_keops_backend_agrees_with_torch():
 def test_keops_fallback_warns_once_and_matches_torch(monkeypatch):
     import warnings
 
-    from liquid_stream import cauchy
+    from liquid_stream.nn import cauchy
 
     monkeypatch.setattr(cauchy, "_keops", lambda: None)  # as if pykeops were missing
     monkeypatch.setattr(cauchy, "_KEOPS_WARNED", False)

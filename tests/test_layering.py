@@ -149,7 +149,7 @@ def test_every_layer_is_checked():
     names = {module_name(p) for p in source_files()}
     assert {
         "liquid_stream.cli",
-        "liquid_stream.model",
+        "liquid_stream.nn.model",
         "liquid_stream.training.trainer",
         "liquid_stream.training.data.cli",
         "liquid_stream.export.cli",
@@ -191,14 +191,14 @@ def test_cli_and_help_import_no_torch():
     ("module", "source", "expected"),
     [
         # the core importing a layer, at module level or inside a function
-        ("liquid_stream.model", "import liquid_stream.training.trainer\n", ["core", "training"]),
+        ("liquid_stream.nn.model", "import liquid_stream.training.trainer\n", ["core", "training"]),
         (
-            "liquid_stream.model",
+            "liquid_stream.nn.model",
             "def f():\n    from liquid_stream.export import to_onnx\n",
             ["core", "export"],
         ),
         (
-            "liquid_stream.layer",
+            "liquid_stream.nn.layer",
             "import importlib\nimportlib.import_module('liquid_stream.apps.kws')\n",
             ["core", "apps"],
         ),
@@ -233,19 +233,20 @@ def test_checker_finds_an_upward_import(module, source, expected):
 @pytest.mark.parametrize(
     ("module", "source"),
     [
-        ("liquid_stream.model", "import torch\nfrom .layer import LiquidS4\n"),
+        ("liquid_stream.nn.model", "import torch\nfrom .layer import LiquidS4\n"),
         (
             "liquid_stream.training.trainer",
-            "from liquid_stream.model import LiquidS4Model\nfrom .data import speech\n",
+            "from liquid_stream.nn.model import LiquidS4Model\nfrom .data import speech\n",
         ),
         (
             "liquid_stream.export.cli",
             "from .pipeline import describe\n"
-            "from liquid_stream.checkpoint import CheckpointError\n",
+            "from liquid_stream.nn.checkpoint import CheckpointError\n",
         ),
         (
             "liquid_stream.apps.kws",
-            "from liquid_stream.onnx_streamer import OnnxStreamer\nfrom .audio import read_wav\n",
+            "from liquid_stream.runtime.onnx_streamer import OnnxStreamer\n"
+            "from .audio import read_wav\n",
         ),
         # the entry points may import every layer
         ("liquid_stream.cli", "from liquid_stream.apps import kws_cli\n"),
@@ -265,8 +266,11 @@ def test_checker_fails_on_an_upward_import_in_a_copy_of_the_tree(tmp_path):
         skip = shutil.ignore_patterns("__pycache__", "*.onnx", "*.png")
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=skip)
     assert tree_violations(tmp_path) == []
-    target = tmp_path / "liquid_stream" / "validate.py"
+    target = tmp_path / "liquid_stream" / "runtime" / "validate.py"
     target.write_text(target.read_text() + "\n\ndef _f():\n    from .apps import kws\n")
     bad = tree_violations(tmp_path)
-    assert len(bad) == 1 and bad[0].startswith("liquid_stream/validate.py:"), bad
-    assert "core module liquid_stream.validate imports apps module liquid_stream.apps.kws" in bad[0]
+    assert len(bad) == 1 and bad[0].startswith("liquid_stream/runtime/validate.py:"), bad
+    assert (
+        "core module liquid_stream.runtime.validate imports apps module liquid_stream.apps.kws"
+        in bad[0]
+    )

@@ -208,8 +208,8 @@ def test_train_cli_runs_the_pair_and_checkpointed_tasks(tmp_path):
     the best checkpoints load back (weights_only) as the same kind of model."""
     from click.testing import CliRunner
 
-    from liquid_stream.checkpoint import model_from_checkpoint
     from liquid_stream.cli import main
+    from liquid_stream.nn.checkpoint import model_from_checkpoint
     from liquid_stream.training.data import pathfinder as pf
     from liquid_stream.training.data.lra_text import write_aan
 

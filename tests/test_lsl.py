@@ -1,4 +1,4 @@
-"""Live input and output over Lab Streaming Layer (liquid_stream/lsl.py, apps/vitals_lsl.py,
+"""Live input and output over Lab Streaming Layer (liquid_stream/io/lsl.py, apps/vitals_lsl.py,
 ``vitals --lsl``, ``data lsl-replay``) with the real liblsl, kept on this machine.
 
 The module points LSLAPICFG at the machine-local config (resolve scope ``machine``, IPv6
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from liquid_stream import lsl
+from liquid_stream.io import lsl
 
 os.environ[lsl.CONFIG_ENV] = str(lsl.write_config(lsl.local_config_path()))  # before liblsl
 # onnxruntime >= 1.29 on Linux sends telemetry (DNS for mobile.events.data.microsoft.com)
@@ -40,8 +40,8 @@ from liquid_stream.apps.vitals_lsl import open_lsl, run_lsl  # noqa: E402
 from liquid_stream.apps.vitals_model import VitalsError  # noqa: E402
 from liquid_stream.apps.vitals_record import RecordSource  # noqa: E402
 from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
-from liquid_stream.bidmc_vocab import SIGNALS, signal_channel  # noqa: E402
 from liquid_stream.cli import main  # noqa: E402
+from liquid_stream.io.bidmc_vocab import SIGNALS, signal_channel  # noqa: E402
 
 SPEED = 20.0  # replays run 20x real time: a 30-s record in 1.5 s
 TIMEOUT = 10.0

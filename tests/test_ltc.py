@@ -10,8 +10,8 @@ from reference import recurrence_ltc
 from test_layer import randomize
 
 from liquid_stream import LiquidS4, LiquidS4Model
-from liquid_stream.layer import LiquidS4Step
-from liquid_stream.ltc import LTC_RHO, linear_scan, ltc_scan, ltc_system
+from liquid_stream.nn.layer import LiquidS4Step
+from liquid_stream.nn.ltc import LTC_RHO, linear_scan, ltc_scan, ltc_system
 
 
 def rel(a, b):

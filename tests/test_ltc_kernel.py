@@ -1,4 +1,4 @@
-"""The fused CPU kernel of the LTC recurrence (liquid_stream/ltc_kernel.py): forward and
+"""The fused CPU kernel of the LTC recurrence (liquid_stream/nn/ltc_kernel.py): forward and
 gradients against the literal loop in float64, against the torch scan, float32 accuracy over
 16 000 steps, the shapes at the edges of its blocking, extreme inputs, and the switch that
 selects it (``LIQUID_STREAM_LTC_KERNEL``)."""
@@ -16,8 +16,8 @@ from reference import recurrence_ltc
 from test_ltc import ltc_layer, mats_of
 
 from liquid_stream import LiquidS4
-from liquid_stream import ltc_kernel as lk
-from liquid_stream.ltc import LTC_RHO, LTCSystem, ltc_path, ltc_scan, ltc_system
+from liquid_stream.nn import ltc_kernel as lk
+from liquid_stream.nn.ltc import LTC_RHO, LTCSystem, ltc_path, ltc_scan, ltc_system
 
 pytestmark = pytest.mark.skipif(
     shutil.which(os.environ.get("CXX") or "g++") is None,
@@ -206,8 +206,8 @@ def test_chunks_carry_the_state(fused):
 
 
 def test_extreme_inputs_stay_finite(fused):
-    """±1e4 inputs over 10⁵ steps (float32): finite, within the module bound of liquid_stream.ltc,
-    and gradients finite."""
+    """±1e4 inputs over 10⁵ steps (float32): finite, within the module bound of
+    liquid_stream.nn.ltc, and gradients finite."""
     torch.manual_seed(0)
     layer = LiquidS4(4, d_state=16, mode="diag", liquid="ltc")
     system = ltc_system(layer.kernel)
@@ -266,7 +266,7 @@ def test_a_failed_build_warns_once_and_runs_the_torch_scan(tmp_path):
     when the kernel is asked for explicitly."""
     code = (
         "import warnings, torch\n"
-        "from liquid_stream.ltc import ltc_path, ltc_scan, ltc_system\n"
+        "from liquid_stream.nn.ltc import ltc_path, ltc_scan, ltc_system\n"
         "from liquid_stream import LiquidS4\n"
         "layer = LiquidS4(3, d_state=8, mode='diag', liquid='ltc')\n"
         "u = torch.randn(1, 3, 50)\n"

@@ -1,4 +1,4 @@
-"""The fused LTC custom op (liquid_stream/ltc_ort.py, ``ai.liquid_stream::LtcScan``): the op
+"""The fused LTC custom op (liquid_stream/runtime/ltc_ort.py, ``ai.liquid_stream::LtcScan``): the op
 alone in float64 against a literal loop written here (1e-9), thread-count independence, clear
 errors for bad operands; a model exported with ``--ltc-op fused`` against the float64 model
 over chunks 1, 7, 160, 1600 and mixes (docs/design.md §5), its state interchangeable with the
@@ -15,13 +15,14 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 from test_ltc_onnx import ltc_model, stream
 
-from liquid_stream import OnnxStreamer, ltc_ort
-from liquid_stream.checkpoint import save_checkpoint
+from liquid_stream import OnnxStreamer
 from liquid_stream.cli import main
 from liquid_stream.export.ensemble import export_ensemble
 from liquid_stream.export.pipeline import export_model
 from liquid_stream.export.quantize import quantize_file
-from liquid_stream.onnx_streamer import OnnxModelError
+from liquid_stream.nn.checkpoint import save_checkpoint
+from liquid_stream.runtime import ltc_ort
+from liquid_stream.runtime.onnx_streamer import OnnxModelError
 
 try:
     ltc_ort.library_path()

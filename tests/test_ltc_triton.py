@@ -1,4 +1,4 @@
-"""The Triton kernel of the LTC recurrence (liquid_stream/ltc_triton.py): forward and
+"""The Triton kernel of the LTC recurrence (liquid_stream/nn/ltc_triton.py): forward and
 gradients against the literal loop in float64 (shapes at the edges of its tiling and
 segments), float32 accuracy over 16 000 steps, chunks carrying the state, and the dispatch.
 
@@ -19,8 +19,8 @@ import pytest
 import torch
 from test_ltc_kernel import coefs, literal, random_system, rel
 
-from liquid_stream import ltc_triton as lt
-from liquid_stream.ltc import LTCSystem, ltc_path, ltc_scan
+from liquid_stream.nn import ltc_triton as lt
+from liquid_stream.nn.ltc import LTCSystem, ltc_path, ltc_scan
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 CUDA = HAS_TRITON and torch.cuda.is_available()
@@ -107,7 +107,7 @@ def test_cuda_dispatch_and_float32_over_16000_steps(monkeypatch):
     """On CUDA, ``auto`` and ``fused`` pick the Triton kernel; float32 is within 1e-5 of
     float64 over 16 000 steps (LegS init, Δ down to 1e-3), forward and gradient."""
     from liquid_stream import LiquidS4
-    from liquid_stream.ltc import ltc_system
+    from liquid_stream.nn.ltc import ltc_system
 
     torch.manual_seed(0)
     layer = LiquidS4(4, d_state=64, mode="diag", liquid="ltc", dt_min=1e-3, dt_max=0.1)

@@ -1,4 +1,4 @@
-"""The metadata schema (liquid_stream/meta.py) on real files: written by export into a real
+"""The metadata schema (liquid_stream/runtime/meta.py) on real files: written by export into a real
 ONNX graph and read back through onnx and onnxruntime, graphs written before the schema
 (no version) read as they are, malformed or renamed keys refused at export time with a
 one-line error, and the module importable without torch or numpy."""
@@ -16,16 +16,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from fixtures_vitals import export_vital_model, tiny_model, vital_meta  # noqa: E402
 
-from liquid_stream.checkpoint import save_checkpoint  # noqa: E402
 from liquid_stream.export.pipeline import export_checkpoint, export_model  # noqa: E402
-from liquid_stream.meta import (  # noqa: E402
+from liquid_stream.models import KWS, shipped  # noqa: E402
+from liquid_stream.nn.checkpoint import save_checkpoint  # noqa: E402
+from liquid_stream.runtime.meta import (  # noqa: E402
     LEGACY_VERSION,
     SCHEMA_VERSION,
     VERSION_KEY,
     MetaError,
     ModelMeta,
 )
-from liquid_stream.models import KWS, shipped  # noqa: E402
 
 
 def _props(path: Path) -> dict[str, str]:
@@ -111,7 +111,7 @@ def test_export_checkpoint_refuses_a_task_key_training_must_write(tmp_path):
 def test_meta_imports_neither_torch_nor_numpy():
     code = (
         "import sys\n"
-        "import liquid_stream.meta, liquid_stream.bidmc_vocab\n"
+        "import liquid_stream.runtime.meta, liquid_stream.io.bidmc_vocab\n"
         "bad = sorted(m for m in ('torch', 'numpy') if m in sys.modules)\n"
         "assert not bad, bad\n"
     )

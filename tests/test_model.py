@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from liquid_stream import LiquidS4, LiquidS4Model, SSMConfig, make_optimizer
-from liquid_stream.checkpoint import (
+from liquid_stream.nn.checkpoint import (
     CheckpointError,
     load_checkpoint,
     model_from_checkpoint,
     save_checkpoint,
     split_records,
 )
-from liquid_stream.kernel_base import SSM_PARAMETER_NAMES
+from liquid_stream.nn.kernel_base import SSM_PARAMETER_NAMES
 
 
 def model(**kw) -> LiquidS4Model:

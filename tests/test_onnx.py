@@ -15,11 +15,11 @@ from test_layer import randomize
 from test_streaming import chunk_sizes
 
 from liquid_stream import LiquidS4Model, OnnxStreamer
-from liquid_stream.checkpoint import save_checkpoint
 from liquid_stream.cli import main
 from liquid_stream.export.pipeline import export_model, verify_onnx
-from liquid_stream.onnx_streamer import OnnxModelError
-from liquid_stream.quantized import stamp_integrity
+from liquid_stream.nn.checkpoint import save_checkpoint
+from liquid_stream.runtime.onnx_streamer import OnnxModelError
+from liquid_stream.runtime.quantized import stamp_integrity
 
 
 def model(mode, liquid, P, norm, decoder="window", d_state=7, seed=0, **kw):

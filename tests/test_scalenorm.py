@@ -1,4 +1,4 @@
-"""The scale-normalisation front end (liquid_stream/scalenorm.py): an O(L²) weighted-sum
+"""The scale-normalisation front end (liquid_stream/nn/scalenorm.py): an O(L²) weighted-sum
 oracle in float64, the step form in any chunking, exact invariance to x → a·x + b, and
 bounded, finite outputs through sensor-off stretches and returns; with the oximeter
 options (``log``, ``shared_scale``): invariance to a gain per channel, the ratio of the
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from liquid_stream.ema import ema
-from liquid_stream.scalenorm import ScaleNorm, ScaleNormConfig, ScaleNormStep
+from liquid_stream.nn.ema import ema
+from liquid_stream.nn.scalenorm import ScaleNorm, ScaleNormConfig, ScaleNormStep
 
 
 def oracle(x: np.ndarray, cfg: ScaleNormConfig) -> np.ndarray:
@@ -333,7 +333,7 @@ def test_slope_frames_are_invariant_to_gain_and_offset_and_see_a_sharp_beat(a, b
 
 def sn_model(dtype=torch.float32, decoder: str = "window", **opts) -> torch.nn.Module:
     """A small model on the scale-norm front end (``opts``: more front-end fields)."""
-    from liquid_stream.model import LiquidS4Model
+    from liquid_stream.nn.model import LiquidS4Model
 
     torch.manual_seed(0)
     m = LiquidS4Model(
@@ -385,7 +385,7 @@ def run_steps_model(sm, x: torch.Tensor, sizes) -> torch.Tensor:
 
 
 def test_model_checks_its_channels():
-    from liquid_stream.model import LiquidS4Model
+    from liquid_stream.nn.model import LiquidS4Model
 
     with pytest.raises(ValueError, match="frontend.channels 3 differs from d_input 2"):
         LiquidS4Model(d_input=2, d_output=1, frontend={"kind": "scalenorm", "channels": 3})
@@ -421,7 +421,7 @@ def onnx_stream(path, xs: np.ndarray, sizes, graph: bool = False):
     """``xs`` through an :class:`OnnxStreamer` of ``path`` in chunks of ``sizes`` → the
     outputs; ``graph``: straight through its session (no input range check, no finite
     check, chunks ≤ the graph's max_chunk) → the outputs and the last state."""
-    from liquid_stream.onnx_streamer import OnnxStreamer
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 
     s, ys, i = OnnxStreamer(path, batch=xs.shape[0]), [], 0
     state = s.state
@@ -508,8 +508,8 @@ def test_log_front_end_takes_raw_adc_counts_and_refuses_beyond_1e30(tmp_path):
     (torch step form and ONNX alike; the default front end refuses them beyond 1e6), and
     1e31 is refused with the one-line error, leaving the state as it was."""
     from liquid_stream.export.pipeline import export_model
-    from liquid_stream.model import StreamingModel
-    from liquid_stream.onnx_streamer import OnnxStreamer, StreamInputError
+    from liquid_stream.nn.model import StreamingModel
+    from liquid_stream.runtime.onnx_streamer import OnnxStreamer, StreamInputError
 
     m = sn_model(log=True, shared_scale=True, channels=2)
     path = tmp_path / "ox.onnx"

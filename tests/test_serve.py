@@ -34,7 +34,7 @@ from pathlib import Path
 # unless this is set before its first session: off, so these tests reach no other address
 # (the serve subprocesses inherit it).
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-from liquid_stream import lsl  # noqa: E402
+from liquid_stream.io import lsl  # noqa: E402
 
 os.environ[lsl.CONFIG_ENV] = str(lsl.write_config(lsl.local_config_path()))  # before liblsl
 

@@ -12,9 +12,9 @@ import torch
 from click.testing import CliRunner
 from fixtures_speech import tiny_root
 
-from liquid_stream.checkpoint import load_checkpoint, model_from_checkpoint
-from liquid_stream.frontend import LogMelConfig, mel_filterbank
-from liquid_stream.model import LiquidS4Model
+from liquid_stream.nn.checkpoint import load_checkpoint, model_from_checkpoint
+from liquid_stream.nn.frontend import LogMelConfig, mel_filterbank
+from liquid_stream.nn.model import LiquidS4Model
 from liquid_stream.training.cli import train_cmd
 from liquid_stream.training.data.spec_augment import (
     SpecAugment,

@@ -8,7 +8,7 @@ import torch
 from click.testing import CliRunner
 from fixtures_speech import FIXTURE_WORDS, tiny_root
 
-from liquid_stream.checkpoint import load_checkpoint, model_from_checkpoint
+from liquid_stream.nn.checkpoint import load_checkpoint, model_from_checkpoint
 from liquid_stream.training.cli import evaluate_cmd, train_cmd
 from liquid_stream.training.config import load_config
 from liquid_stream.training.data.speech import SC10_WORDS
@@ -29,7 +29,7 @@ SMALL = [
 
 
 def test_config_presets():
-    from liquid_stream.frontend import LogMelConfig
+    from liquid_stream.nn.frontend import LogMelConfig
 
     for name in ("cpu", "ship"):  # the log-mel recipe: stack at 100 frames/s, augmentation
         cpu = load_config("speech-stream", name)

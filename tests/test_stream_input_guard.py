@@ -1,4 +1,4 @@
-"""The streaming input guard (liquid_stream.validate): huge, NaN and malformed input is
+"""The streaming input guard (liquid_stream.runtime.validate): huge, NaN and malformed input is
 refused by the ONNX streamer, the torch step form and the keyword-spotting app, with a
 clear error, and never leaves the model's state non-finite or changed."""
 
@@ -25,7 +25,7 @@ from liquid_stream import LiquidS4Model, OnnxStreamer
 from liquid_stream.apps.kws import KeywordSpotter, KwsInputError
 from liquid_stream.apps.kws_cli import kws_cmd, kws_eval_cmd
 from liquid_stream.export.pipeline import export_model
-from liquid_stream.validate import MAX_STD, StreamInputError
+from liquid_stream.runtime.validate import MAX_STD, StreamInputError
 
 MEAN, STD = 0.5, 2.0  # the exported model's input standardisation: bound 0.5 ± 2e6
 SPIKE_S = 5.5  # the 1e30 sample of the spike WAVs: after three tone keywords (≤ 4.9 s)

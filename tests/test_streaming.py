@@ -9,7 +9,7 @@ import torch
 from test_layer import make, randomize
 
 from liquid_stream import LiquidS4, LiquidS4Model
-from liquid_stream.layer import LiquidS4Step
+from liquid_stream.nn.layer import LiquidS4Step
 
 
 def chunk_sizes(kind, L: int, seed: int = 0) -> list[int]:

@@ -9,7 +9,7 @@ import json
 import torch
 from click.testing import CliRunner
 
-from liquid_stream.checkpoint import load_checkpoint
+from liquid_stream.nn.checkpoint import load_checkpoint
 from liquid_stream.training.cli import train_cmd
 from liquid_stream.training.config import load_config
 from liquid_stream.training.run import inherit_frontend_stats, make_trainer, train

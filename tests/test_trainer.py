@@ -9,8 +9,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from liquid_stream.checkpoint import CheckpointError, load_checkpoint
-from liquid_stream.model import LiquidS4Model
+from liquid_stream.nn.checkpoint import CheckpointError, load_checkpoint
+from liquid_stream.nn.model import LiquidS4Model
 from liquid_stream.training.cli import evaluate_cmd, train_cmd
 from liquid_stream.training.config import ConfigError, OptimConfig, TrainConfig, load_config
 from liquid_stream.training.rng import seed_everything

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from liquid_stream.models import ShippedModelMissing, available, card, shipped, vitals_for
-from liquid_stream.onnx_streamer import OnnxStreamer
+from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 from liquid_stream.training.data.bidmc_sim import SIG_NAMES, write_record
 from liquid_stream.training.data.vitals_sim import IR, RED, simulate_randomised
 

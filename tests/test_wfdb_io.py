@@ -1,4 +1,4 @@
-"""liquid_stream.wfdb's own header parser and sample reader against the ``wfdb`` package.
+"""liquid_stream.io.wfdb's own header parser and sample reader against the ``wfdb`` package.
 
 Every record here is written by ``wfdb.wrsamp`` (or as a header text, for layouts it does
 not write) and read both ways: the fast path must give a ``wfdb.Record`` equal to
@@ -15,7 +15,7 @@ import pytest
 
 wfdb = pytest.importorskip("wfdb")
 
-from liquid_stream import wfdb as lw  # noqa: E402
+from liquid_stream.io import wfdb as lw  # noqa: E402
 
 
 def same(a, b) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from liquid_stream.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
-from liquid_stream.model import LiquidS4Model
+from liquid_stream.nn.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
+from liquid_stream.nn.model import LiquidS4Model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "widen_channels.py"

@@ -119,7 +119,7 @@ def train_cmd(
     name = cfg["task"] + (f"-{cfg['data']['target']}" if "target" in cfg["data"] else "")
     out = Path(out_dir or Path("runs") / (name + (f"-{preset}" if preset else "")))
 
-    from liquid_stream.checkpoint import CheckpointError
+    from liquid_stream.nn.checkpoint import CheckpointError
 
     from .run import RunError, train
     from .trainer import NonFiniteLossError
@@ -134,7 +134,7 @@ def _run_config(task: str, preset: str | None, overrides: list[str], resume) -> 
     """The config of the run: the task's (preset, overrides), or with ``resume`` the stored
     run's plus this command's overrides. Every field is checked before anything is built
     or written."""
-    from liquid_stream.checkpoint import CheckpointError, load_checkpoint
+    from liquid_stream.nn.checkpoint import CheckpointError, load_checkpoint
 
     from .config import ConfigError, load_config, resume_config
     from .run import one_line
@@ -226,7 +226,7 @@ def _load_for_evaluation(checkpoint, data_root):
     one, the root it was trained on), ``stats`` the input statistics or None."""
     import copy
 
-    from liquid_stream.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint
+    from liquid_stream.nn.checkpoint import CheckpointError, load_checkpoint, model_from_checkpoint
 
     try:
         ckpt = load_checkpoint(checkpoint)
@@ -250,7 +250,7 @@ def _evaluate_mean(
     """``evaluate --mean``: the bidmc checkpoints' mean (or ``weights``-weighted mean)
     estimate scored as one model, on the data of the first (the members must list the same
     ``split`` records and input statistics, else a one-line error)."""
-    from liquid_stream.meta import SAME_ESTIMATE, MetaError, ensemble_weights
+    from liquid_stream.runtime.meta import SAME_ESTIMATE, MetaError, ensemble_weights
 
     from .evaluate_vitals import MeanOf, evaluate_vitals
     from .rng import resolve_device

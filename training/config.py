@@ -152,7 +152,7 @@ def _merge(base: dict, upd: dict, where: str) -> None:
 
 
 def _model_keys() -> set[str]:
-    from liquid_stream.model import LiquidS4Model
+    from liquid_stream.nn.model import LiquidS4Model
 
     sig = inspect.signature(LiquidS4Model.__init__)
     return {k for k in sig.parameters if k != "self"} - set(MODEL_RESERVED)
@@ -427,18 +427,18 @@ TRAIN_FIELDS: dict[str, Spec] = {
     "checkpoint_blocks": boolean(),
     "init": path(null=True),
 }
-# LiquidS4 (liquid_stream/layer.py) takes these; it names no constant for them.
+# LiquidS4 (liquid_stream/nn/layer.py) takes these; it names no constant for them.
 SSM_MODES = ("dplr", "diag")
-DISCRETISATIONS = ("bilinear", "zoh")  # zoh: diag only (liquid_stream.dplr / diag)
+DISCRETISATIONS = ("bilinear", "zoh")  # zoh: diag only (liquid_stream.nn.dplr / diag)
 
 
 def _d_state() -> Spec:
     """``model.d_state``: an integer in 2 .. MAX_D_STATE (the dense LegS initialisation's
-    bound, :mod:`liquid_stream.hippo`: ``d_state=100000`` would need a 149 GiB matrix)."""
-    from liquid_stream.hippo import MAX_D_STATE
+    bound, :mod:`liquid_stream.nn.hippo`: ``d_state=100000`` would need a 149 GiB matrix)."""
+    from liquid_stream.nn.hippo import MAX_D_STATE
 
     return Spec(
-        f"an integer >= 2 and <= {MAX_D_STATE} (MAX_D_STATE in liquid_stream/hippo.py: "
+        f"an integer >= 2 and <= {MAX_D_STATE} (MAX_D_STATE in liquid_stream/nn/hippo.py: "
         "the LegS initialisation eigendecomposes a dense d_state x d_state matrix)",
         integer(2, MAX_D_STATE).coerce,
     )
@@ -446,11 +446,11 @@ def _d_state() -> Spec:
 
 def model_fields() -> dict[str, Spec]:
     """The spec of every ``model:`` key (the arguments of ``LiquidS4Model``), with the
-    choices the model code accepts (:mod:`liquid_stream.model`, ``.liquid``, ``.cauchy``)."""
-    from liquid_stream.cauchy import BACKENDS
-    from liquid_stream.diag import DIAG_INITS
-    from liquid_stream.liquid import LIQUID_KINDS, MAX_LIQUID_ORDER
-    from liquid_stream.model import DECODERS, NORMS
+    choices the model code accepts (:mod:`liquid_stream.nn.model`, ``.liquid``, ``.cauchy``)."""
+    from liquid_stream.nn.cauchy import BACKENDS
+    from liquid_stream.nn.diag import DIAG_INITS
+    from liquid_stream.nn.liquid import LIQUID_KINDS, MAX_LIQUID_ORDER
+    from liquid_stream.nn.model import DECODERS, NORMS
 
     return {
         "d_model": integer(1),
@@ -500,7 +500,7 @@ def _check_model(m: dict) -> None:
     refuses is a config error now, before any data is loaded or any file written."""
     import torch
 
-    from liquid_stream.model import LiquidS4Model
+    from liquid_stream.nn.model import LiquidS4Model
 
     params = inspect.signature(LiquidS4Model.__init__).parameters.items()
     defaults = {k: p.default for k, p in params if p.default is not inspect.Parameter.empty}
@@ -561,7 +561,7 @@ def _speech_rates():
 
 
 def _bidmc_targets():
-    from liquid_stream.bidmc_vocab import TARGETS
+    from liquid_stream.io.bidmc_vocab import TARGETS
 
     return tuple(TARGETS)
 

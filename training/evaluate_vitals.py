@@ -20,8 +20,8 @@ import click
 import numpy as np
 import torch
 
-from liquid_stream.bidmc_vocab import WITHIN
-from liquid_stream.meta import ensemble_weights
+from liquid_stream.io.bidmc_vocab import WITHIN
+from liquid_stream.runtime.meta import ensemble_weights
 
 from .data.bidmc_baseline import agreement, baseline_estimates, baseline_name
 
@@ -249,7 +249,7 @@ def stream_agreement(
     and the next starts from a zero state), scored every second that has a full window
     behind it inside its stretch against that window's label (the mean of the 1 Hz
     numerics over it, as for windows: training/data/bidmc_crops.py ``crop_targets``)."""
-    from liquid_stream.bidmc_vocab import TARGETS
+    from liquid_stream.io.bidmc_vocab import TARGETS
 
     from .data.bidmc import _numeric, read_record
     from .data.bidmc_crops import crop_targets

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from liquid_stream.liquid import causal_window_sum
+from liquid_stream.nn.liquid import causal_window_sum
 
 LOSSES = ("ce", "mse", "ce_per_step", "mse_per_step", "mse_beats")
 REGRESSION = ("mse", "mse_per_step", "mse_beats")

@@ -13,7 +13,7 @@ constants of that checkpoint are kept, :func:`init_constants`), trains
 tests best.pt on the test split (``test_metrics.json``). Errors a user can fix before
 training starts (missing or bad data, a model the data does not fit, an unusable
 ``train.init``) raise :class:`RunError` with a one-line message; a bad ``resume``
-checkpoint raises :class:`~liquid_stream.checkpoint.CheckpointError`, a NaN/inf loss
+checkpoint raises :class:`~liquid_stream.nn.checkpoint.CheckpointError`, a NaN/inf loss
 :class:`~.trainer.NonFiniteLossError`.
 """
 
@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from liquid_stream.checkpoint import CheckpointError, load_checkpoint
-from liquid_stream.model import LiquidS4Model
+from liquid_stream.nn.checkpoint import CheckpointError, load_checkpoint
+from liquid_stream.nn.model import LiquidS4Model
 
 from .config import OptimConfig, TrainConfig, dump_config
 from .rng import seed_everything

@@ -2,7 +2,7 @@
 
 A builder takes the resolved config (see :mod:`.config`) and returns three map-style
 datasets yielding ``(x (L, d_input) float32, y)``, the task ``meta`` (stored in every
-checkpoint: a :class:`~liquid_stream.meta.ModelMeta` as a plain dict, ``task``,
+checkpoint: a :class:`~liquid_stream.runtime.meta.ModelMeta` as a plain dict, ``task``,
 ``labels``, ``sample_rate``, ``input_mean``, ``input_std``, ``d_input``, ``d_output``,
 ...) and the loss kind (``"ce"``, ``"mse"`` or
 ``"ce_per_step"``). Every builder has a ``data_defaults`` dict: the keys allowed in the
@@ -28,8 +28,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from liquid_stream.bidmc_vocab import TARGETS as BIDMC_TARGETS
-from liquid_stream.meta import ModelMeta
+from liquid_stream.io.bidmc_vocab import TARGETS as BIDMC_TARGETS
+from liquid_stream.runtime.meta import ModelMeta
 
 from .data.tones import TONE_LABELS, tone_bursts
 
@@ -315,7 +315,7 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
             raise ValueError("a log-mel model is evaluated at its 16 kHz front end only")
         root = d["root"] or _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
         normalizer = (0.0, 1.0)
-        from liquid_stream.frontend import LogMelConfig
+        from liquid_stream.nn.frontend import LogMelConfig
 
         hop = LogMelConfig.from_dict(frontend).hop
     else:
@@ -389,7 +389,7 @@ def logmel_stats(train, frontend: dict, n_items: int = 64) -> dict:
     (epoch 0; the train set's epoch is restored), as plain lists for the model config."""
     import torch
 
-    from liquid_stream.frontend import LogMel, LogMelConfig
+    from liquid_stream.nn.frontend import LogMel, LogMelConfig
 
     cfg = LogMelConfig.from_dict({k: v for k, v in frontend.items() if k not in ("mean", "std")})
     epoch = train.epoch

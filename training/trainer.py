@@ -25,7 +25,7 @@ Outputs in ``out_dir``: the logs (:mod:`.runlog`: ``metrics.csv``, ``steps.csv``
 
 Crash consistency: ``last.pt`` is the run's single source of truth. It records the best
 checkpoint so far (its state, or just its metrics when it is ``last.pt``'s own state: see
-:func:`~liquid_stream.checkpoint.embedded_best`) and how many rows of ``metrics.csv`` and
+:func:`~liquid_stream.nn.checkpoint.embedded_best`) and how many rows of ``metrics.csv`` and
 ``steps.csv`` it covers; rows are appended before the checkpoint that covers them, and
 ``best.pt`` is written after ``last.pt``. A kill anywhere, then a resume from ``last.pt``,
 cuts the logs to exactly those rows (TensorBoard: purges the steps after them), rewrites
@@ -57,7 +57,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from liquid_stream.checkpoint import (
+from liquid_stream.nn.checkpoint import (
     BEST_KEY,
     CheckpointError,
     atomic_torch_save,
@@ -65,7 +65,7 @@ from liquid_stream.checkpoint import (
     embedded_best,
     load_checkpoint,
 )
-from liquid_stream.model import make_optimizer
+from liquid_stream.nn.model import make_optimizer
 
 from .config import OptimConfig, TrainConfig
 from .distributed import DistInfo, SyncBatchNorm1d, all_reduce_sum, barrier, init_from_env

@@ -1,4 +1,4 @@
-"""Tile sizes of the Triton LTC kernel (liquid_stream/ltc_triton.py) on a CUDA device.
+"""Tile sizes of the Triton LTC kernel (liquid_stream/nn/ltc_triton.py) on a CUDA device.
 
     python experiments/2026-11-27-ltc-tiles/ltc_tiles.py   # needs CUDA and Triton
 
@@ -20,8 +20,8 @@ import time
 
 import torch
 
-from liquid_stream import ltc_triton as lt
-from liquid_stream.ltc import LTC_BLOCK, LTC_RHO, _LTCScan
+from liquid_stream.nn import ltc_triton as lt
+from liquid_stream.nn.ltc import LTC_BLOCK, LTC_RHO, _LTCScan
 
 TILES = [(32, 1), (64, 1), (64, 2), (128, 1), (256, 1), (512, 2), (1024, 4)]
 SIZES = [(2, 16000, 128), (16, 16384, 512)]

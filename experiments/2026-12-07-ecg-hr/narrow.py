@@ -3,8 +3,8 @@ columns removed): equal to the old model with those channels' normalised input 0
 
 import sys
 
-from liquid_stream.checkpoint import model_from_checkpoint, save_checkpoint
-from liquid_stream.model import LiquidS4Model
+from liquid_stream.nn.checkpoint import model_from_checkpoint, save_checkpoint
+from liquid_stream.nn.model import LiquidS4Model
 
 src, out, keep = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 model, meta = model_from_checkpoint(src)

@@ -17,7 +17,7 @@ import argparse
 import numpy as np
 
 from liquid_stream.apps.vitals_monitor import VitalsMonitor
-from liquid_stream.onnx_streamer import OnnxStreamer
+from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
 
 FS = 125

@@ -3,7 +3,7 @@
     python experiments/2026-12-08-ecg-slope/widen_slope.py IN.pt OUT.pt
 
 The encoder is the only layer that sees the front end's features; with ``slope`` they are
-(f, g) per channel (liquid_stream/scalenorm.py), so W' = [W, 0] (H, 2C) reads exactly what
+(f, g) per channel (liquid_stream/nn/scalenorm.py), so W' = [W, 0] (H, 2C) reads exactly what
 the old model read, whatever g carries. Checked on random input (float64, every output).
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from liquid_stream.checkpoint import model_from_checkpoint, save_checkpoint
-from liquid_stream.model import LiquidS4Model
+from liquid_stream.nn.checkpoint import model_from_checkpoint, save_checkpoint
+from liquid_stream.nn.model import LiquidS4Model
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from liquid_stream.bidmc_vocab import channel_key
+from liquid_stream.io.bidmc_vocab import channel_key
 
 HERE = Path(__file__).resolve().parent
 KWS = "kws-sc10"  # the keyword spotter `liquid-stream kws` uses when no MODEL is given

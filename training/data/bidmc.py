@@ -8,8 +8,8 @@ Two real on-disk formats are read (torch is imported only by :class:`WindowDatas
                                  "RESP," "PLETH," "V," "AVR," "II," (order varies by record)
     <root>/bidmcNNn.hea + .dat   1 Hz numerics: "HR," "PULSE," "RESP," "SpO2,"
 
-The files are read by :mod:`liquid_stream.wfdb` (the reader the vitals app uses); the BIDMC
-names by :mod:`liquid_stream.bidmc_vocab`. Channel names are matched ignoring the trailing
+The files are read by :mod:`liquid_stream.io.wfdb` (the reader the vitals app uses); the BIDMC
+names by :mod:`liquid_stream.io.bidmc_vocab`. Channel names are matched ignoring the trailing
 comma, surrounding blanks and case. Windows of ``window`` samples are cut every ``hop``
 samples (starts ``0, hop, ...`` while the window fits). A window starting at sample ``s``
 covers the seconds ``k`` with ``floor(s/fs) <= k < ceil((s+window)/fs)`` (32 numerics for
@@ -57,9 +57,9 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.bidmc_vocab import TARGETS, channel_key
-from liquid_stream.wfdb import WfdbError, signals_by_name
-from liquid_stream.wfdb import read_record as read_wfdb_record
+from liquid_stream.io.bidmc_vocab import TARGETS, channel_key
+from liquid_stream.io.wfdb import WfdbError, signals_by_name
+from liquid_stream.io.wfdb import read_record as read_wfdb_record
 
 TS_NAMES = {"hr": "HR", "rr": "RR", "spo2": "SpO2"}  # BIDMC32<name>_TRAIN.ts
 TS_CHANNELS = ("PLETH", "II")  # the .ts dimensions: PPG, ECG
@@ -162,7 +162,7 @@ def list_records(root: str | os.PathLike) -> list[str]:
 
 
 def read_whole_record(path: Path, what: str):
-    """The whole record ``path`` (:mod:`liquid_stream.wfdb`); a missing, unreadable or
+    """The whole record ``path`` (:mod:`liquid_stream.io.wfdb`); a missing, unreadable or
     truncated one is a :class:`BidmcDataError` (this loader never reads part of one)."""
     hea = path.with_suffix(".hea")
     if not hea.is_file():

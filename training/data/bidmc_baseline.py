@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from liquid_stream.bidmc_vocab import channel_key
+from liquid_stream.io.bidmc_vocab import channel_key
 
 from .bidmc import SAMPLE_RATE, BidmcDataError, Windows, read_whole_record, wfdb_dir
 

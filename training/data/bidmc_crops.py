@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from liquid_stream.bidmc_vocab import TARGETS
+from liquid_stream.io.bidmc_vocab import TARGETS
 
 from .bidmc import (
     BidmcDataError,

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
-from liquid_stream.atomic import atomic_path, owner_tag, remove_stale
+from liquid_stream.io.atomic import atomic_path, owner_tag, remove_stale
 
 
 def cache_dir() -> Path:
@@ -73,11 +73,11 @@ def atomic_dir(out: Path) -> Iterator[Path]:
     """Yield a new hidden sibling folder ``.<name>.tmp-<host>-<pid>-<random>`` of ``out``
     (mode 755); when the block ends normally it replaces ``out`` (an old ``out`` is removed
     first), on any exception it is removed. So ``out`` is always complete or absent
-    (:func:`liquid_stream.atomic.atomic_path`). The folders of killed builds into ``out``
-    are removed first when stale (:func:`liquid_stream.atomic.remove_stale`: their process
+    (:func:`liquid_stream.io.atomic.atomic_path`). The folders of killed builds into ``out``
+    are removed first when stale (:func:`liquid_stream.io.atomic.remove_stale`: their process
     is gone; never a live build's)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(out)  # killed builds' folders (the rule: liquid_stream/atomic.py)
+    remove_stale(out)  # killed builds' folders (the rule: liquid_stream/io/atomic.py)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{owner_tag()}-", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the dataset is an ordinary folder
     with atomic_path(out, tmp) as tmp:
@@ -88,7 +88,7 @@ def atomic_dir(out: Path) -> Iterator[Path]:
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     """Yield the hidden sibling ``.<name>.tmp`` of ``path`` to write; when the block ends
     normally it replaces ``path``, on any exception it is removed. So ``path`` is always
-    complete (the old or the new content; :func:`liquid_stream.atomic.atomic_path`, with the
+    complete (the old or the new content; :func:`liquid_stream.io.atomic.atomic_path`, with the
     file mode of an ordinary file)."""
     path = Path(path)
     with atomic_path(path, path.with_name(f".{path.name}.tmp")) as tmp:

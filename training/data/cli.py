@@ -590,8 +590,8 @@ def lsl_replay_cmd(record, name, speed, loop, renames, wait, linger):
     rate, paced at --speed times real time; channel labels and units in its description,
     its length under replay/samples) for demos and tests of `liquid-stream vitals --lsl`.
     LSL stays on this machine unless LSLAPICFG names another config (docs/lsl.md)."""
-    from liquid_stream.lsl import LslError, replay_record
-    from liquid_stream.wfdb import WfdbError
+    from liquid_stream.io.lsl import LslError, replay_record
+    from liquid_stream.io.wfdb import WfdbError
 
     rename = {}
     for r in renames:

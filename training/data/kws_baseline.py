@@ -6,7 +6,7 @@ keyword are the templates, and every incoming frame extends a dynamic-time-warpi
 of every template that may have started at any earlier frame.
 
 Features (:func:`mfcc`): the log-mel frames of the models' own front end
-(:class:`~liquid_stream.frontend.LogMel`, 25 ms / 10 ms, 40 bands), an orthonormal DCT-II
+(:class:`~liquid_stream.nn.frontend.LogMel`, 25 ms / 10 ms, 40 bands), an orthonormal DCT-II
 over the bands, cepstra 1 … 12 (c0, the log energy, is left out: a gain moves only c0),
 and in its place the frame's level above the background — its mel energy in dB minus
 the least of that over the last 2 s (a causal noise-floor tracker), capped at 20 dB — so
@@ -60,7 +60,7 @@ import numpy as np
 import torch
 from scipy.special import logsumexp
 
-from liquid_stream.frontend import LogMel, LogMelConfig
+from liquid_stream.nn.frontend import LogMel, LogMelConfig
 
 from .kws_stream import SR, noise_crop, noise_source, speech_span
 from .speech import read_wav, scan_split

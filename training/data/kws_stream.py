@@ -10,7 +10,7 @@ The stream is a sequence of clips separated by random gaps (``gap_s``); each cli
 keyword (one of ``keywords``) with probability ``keyword_prob``, else a non-keyword (any
 other word of the split; none present → keywords only). A crop of the
 ``_background_noise_`` recordings (concatenated and looped) is added under everything at
-``noise_gain``. ``rows`` hold one :class:`~liquid_stream.labels.TrueEvent` per clip:
+``noise_gain``. ``rows`` hold one :class:`~liquid_stream.io.labels.TrueEvent` per clip:
 ``start_s`` / ``end_s`` are the first / one-past-last sample of the clip's speech (10 ms
 blocks within 40 dB of its loudest block, as the ``speech-stream`` task's ``speech_end``),
 ``is_keyword`` says whether the word is a keyword. A clip is drawn uniformly from its
@@ -21,7 +21,7 @@ comes back before every clip of its word has been used: with replacement an hour
 times. Everything is a function of ``seed``. Torch-free.
 
 The streams are evaluation data of the keyword-spotting app (``kws-eval``, ``kws-tune``
-read them through :mod:`liquid_stream.labels`); the builder lives with the data tools
+read them through :mod:`liquid_stream.io.labels`); the builder lives with the data tools
 because, without a Speech Commands root, ``liquid-stream data kws-stream`` uses the
 cached synthetic set (:func:`.speech_synth.ensure_synth`), and the apps import no training
 code (tests/test_layering.py).
@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from liquid_stream.labels import TrueEvent, write_label_csv
-from liquid_stream.wav import WavError, read_wav, write_wav
+from liquid_stream.io.labels import TrueEvent, write_label_csv
+from liquid_stream.io.wav import WavError, read_wav, write_wav
 
 if TYPE_CHECKING:
     from .speech_synth import Voice

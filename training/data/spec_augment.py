@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from liquid_stream.frontend import mel_edges
+from liquid_stream.nn.frontend import mel_edges
 
 NEEDS_LOGMEL = "data.spec_augment needs a log-mel front end (model.frontend.kind: logmel)"
 
@@ -88,7 +88,7 @@ class SpecAugmentConfig:
 
 def mel_centres(n_mels: int, fmin: float, fmax: float) -> Tensor:
     """float64 ``(n_mels,)``: the centre frequencies (Hz) of the front end's mel bands
-    (:func:`liquid_stream.frontend.mel_edges`: band m peaks at edge m + 1)."""
+    (:func:`liquid_stream.nn.frontend.mel_edges`: band m peaks at edge m + 1)."""
     return mel_edges(n_mels, fmin, fmax)[1:-1]
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset
 
-from liquid_stream.wav import read_pcm16
+from liquid_stream.io.wav import read_pcm16
 
 from .augment import AugmentConfig, Augmenter, speed_perturb
 from .kws_stream import speech_span
@@ -97,7 +97,7 @@ LIST_FILES = {"val": "validation_list.txt", "test": "testing_list.txt"}
 
 def read_wav(path: str | os.PathLike, max_samples: int | None = SR) -> np.ndarray:
     """Read a 16 kHz mono 16-bit PCM WAV as int16, with errors that name the file
-    (:func:`liquid_stream.wav.read_pcm16` at 16 kHz).
+    (:func:`liquid_stream.io.wav.read_pcm16` at 16 kHz).
 
     Raises ``FileNotFoundError`` if it is missing, ``ValueError`` if it is unreadable,
     truncated (fewer data bytes than its header says), not 16 kHz, not mono, not

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.wav import write_pcm16
+from liquid_stream.io.wav import write_pcm16
 
 from . import cache, piper_voice
 from .speech import SC35_WORDS, SR
@@ -612,7 +612,7 @@ def render_clip(
 
 
 def write_wav(path: str | os.PathLike, x: np.ndarray, rate: int = SR) -> None:
-    """Write int16 mono WAV (:func:`liquid_stream.wav.write_pcm16`, 16 kHz by default)."""
+    """Write int16 mono WAV (:func:`liquid_stream.io.wav.write_pcm16`, 16 kHz by default)."""
     write_pcm16(path, x, rate)
 
 

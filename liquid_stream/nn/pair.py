@@ -1,7 +1,7 @@
 """The ``pair`` decoder of LRA retrieval (AAN): two sequences per example, offline only.
 
 For ``x (B, 2, L, d_input)`` both sequences go through the same encoder and blocks
-(:meth:`~liquid_stream.model.LiquidS4Model.features`, as one batch of 2B rows) and are
+(:meth:`~liquid_stream.nn.model.LiquidS4Model.features`, as one batch of 2B rows) and are
 mean-pooled over time; the two encodings are compared by a small MLP:
 
     a = mean_t f(x[:, 0]),   b = mean_t f(x[:, 1])              (B, H)

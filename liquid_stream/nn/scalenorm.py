@@ -1,6 +1,6 @@
 """Streaming-exact scale normalisation front end: the model's answer in any signal units.
 
-With ``frontend = {"kind": "scalenorm", ...}`` a :class:`~liquid_stream.model.LiquidS4Model`
+With ``frontend = {"kind": "scalenorm", ...}`` a :class:`~liquid_stream.nn.model.LiquidS4Model`
 takes raw biosignal samples ``x (B, L, C)`` in whatever units the sensor writes (ADC counts,
 mV, "NU") and each channel is first standardised by its own causal running mean and
 running RMS (by default; the ``log`` and ``shared_scale`` options below), then
@@ -65,7 +65,7 @@ holds the QRS and near 0 elsewhere, whatever the QRS's polarity. g is a function
 it keeps z's invariance to x → a·x + b. Off by default (every shipped model).
 
 A sequence of L samples gives ⌊L/R⌋ frames (the last L mod R samples wait for the next).
-The training forward computes m and v blockwise (:func:`~liquid_stream.ema.ema_mean`: a
+The training forward computes m and v blockwise (:func:`~liquid_stream.nn.ema.ema_mean`: a
 Toeplitz product within blocks of 64 samples, a scan across them); the step form runs the
 recurrence literally.
 

@@ -1,6 +1,6 @@
 """KeOps backend for the Cauchy sum of the DPLR (S4-LegS) kernel.
 
-Contract (same as :func:`liquid_stream.cauchy.cauchy_torch`)::
+Contract (same as :func:`liquid_stream.nn.cauchy.cauchy_torch`)::
 
     out[h, r, l] = Σ_m v[h, r, m] / (z[l] − w[h, m])
 

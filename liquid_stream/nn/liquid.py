@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .kernel_base import Discrete
 
-LIQUID_KINDS = (None, "pb", "kb", "ltc")  # ltc: liquid_stream.ltc (diag mode only)
+LIQUID_KINDS = (None, "pb", "kb", "ltc")  # ltc: liquid_stream.nn.ltc (diag mode only)
 MAX_LIQUID_ORDER = 10
 
 

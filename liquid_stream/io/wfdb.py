@@ -23,7 +23,7 @@ same records, with a :class:`WfdbError` naming the header and the field):
   slow numerics up to fast electrophysiology); an omitted rate is WFDB's default of
   250 Hz. (``wfdb`` would read ``-125`` as the default 250 Hz and ``1e9`` as 1 Hz.)
 - a name for every signal, and no name twice (compared as the BIDMC names are matched,
-  :func:`~liquid_stream.bidmc_vocab.channel_key`): a reader that picks channels by name
+  :func:`~liquid_stream.io.bidmc_vocab.channel_key`): a reader that picks channels by name
   would otherwise take the first of two ``II`` without a word.
 - the text is UTF-8 (ASCII is a part of it), so a record named ``réc_ü`` reads; ``wfdb``
   itself drops the non-ASCII letters, so such a record needs a format of the fast path.

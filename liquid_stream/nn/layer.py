@@ -1,12 +1,12 @@
 """The Liquid-S4 layer: S4 convolution + D·u + the liquid (PB or KB) term, or the exact
-linear-LTC recurrence (``liquid="ltc"``, :mod:`liquid_stream.ltc`).
+linear-LTC recurrence (``liquid="ltc"``, :mod:`liquid_stream.nn.ltc`).
 
 For each of H channels (batch-first input ``u (B, L, H)``):
 
     y[t] = Σ_{j≤t} K̄[j] u[t−j] + D u[t] + y_liquid[t]
 
 with K̄ from a DPLR (S4-LegS) or diagonal (S4D) kernel and y_liquid from
-:mod:`liquid_stream.liquid`. Everything is causal unless ``bidirectional=True``,
+:mod:`liquid_stream.nn.liquid`. Everything is causal unless ``bidirectional=True``,
 which adds an anti-causal kernel over the future (offline use only; such a
 layer has no streaming form).
 
@@ -16,7 +16,7 @@ The layer equals the recurrence (docs/design.md §2)
 
 with the matrices of :meth:`LiquidS4.ssm_matrices`, to float64 precision. With
 ``liquid="ltc"`` the layer is instead the input-dependent recurrence of
-:mod:`liquid_stream.ltc` (evaluated by a scan, not a convolution).
+:mod:`liquid_stream.nn.ltc` (evaluated by a scan, not a convolution).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ NOT_STREAMABLE = (
 @dataclass(frozen=True)
 class SSMConfig:
     """The arguments of one :class:`LiquidS4` layer but its width H, defined once: the
-    layer, the block and :class:`~liquid_stream.model.LiquidS4Model` take this object.
+    layer, the block and :class:`~liquid_stream.nn.model.LiquidS4Model` take this object.
     Checkpoints and YAML configs hold its fields flat (``d_state: 64``, ``mode: dplr``, …):
     ``SSMConfig(**flat)`` / :meth:`from_dict` and :meth:`as_dict` convert; the model and the
     layer also take the flat keywords (:func:`ssm_keywords`).
@@ -89,7 +89,7 @@ class SSMConfig:
         bidirectional: add an anti-causal kernel (non-streamable).
         init: diagonal init for ``mode="diag"``: ``legs``, ``lin``, ``inv``, or
             ``legs-inside`` (LegS with B scaled per mode so that the LTC liquid coefficient
-            is B̄ itself at init: |B̄| ≤ ½ρ(1 − |Ā|), :class:`~liquid_stream.diag.DiagKernel`).
+            is B̄ itself at init: |B̄| ≤ ½ρ(1 − |Ā|), :class:`~liquid_stream.nn.diag.DiagKernel`).
         disc: ``bilinear`` (default) or ``zoh`` (diag only).
         backend: Cauchy backend for dplr: ``auto``, ``torch`` or ``keops``.
 
@@ -279,9 +279,9 @@ class LiquidS4(nn.Module):
         Returns ``A_bar (H, M, M)``, ``B_bar (H, M)``, ``C (H, M)``, ``D (H,)``, ``scale``,
         in the liquid basis, such that x_t = Ā x_{t−1} + B̄ u_t,
         y_t = scale·Re(C x_t) + D u_t reproduces the S4 part of :meth:`forward`; the liquid
-        terms follow from B̄^{∘p} and C as in :mod:`liquid_stream.liquid`. Also returns
+        terms follow from B̄^{∘p} and C as in :mod:`liquid_stream.nn.liquid`. Also returns
         ``pb_coef (P−1, H)`` and the liquid settings. For ``liquid="ltc"`` these are the
-        linear part of its recurrence; :func:`liquid_stream.ltc.ltc_system` gives the rest.
+        linear part of its recurrence; :func:`liquid_stream.nn.ltc.ltc_system` gives the rest.
         """
         if not self.is_causal:
             raise ValueError("a bidirectional layer has no causal recurrence (ssm_matrices)")
@@ -449,7 +449,7 @@ class LiquidS4Step(nn.Module):
         """``u (B, T, H)`` → ``y (B, T, H)`` and the state after the chunk.
 
         Steps: :meth:`correlations` → the chunked SSM on the stacked signals
-        (:meth:`ChunkedSSM._chunk <liquid_stream.chunked.ChunkedSSM._chunk>`) → + D·u →
+        (:meth:`ChunkedSSM._chunk <liquid_stream.nn.chunked.ChunkedSSM._chunk>`) → + D·u →
         :meth:`pb_term`; the ONNX exporter (:mod:`liquid_stream.export.to_onnx`) emits the
         same steps under the same names."""
         if self.liquid == "ltc":
@@ -485,7 +485,7 @@ class LiquidS4Step(nn.Module):
         return corr, ext[:, -(P - 1) :]
 
     def pb_term(self, corr: list[Tensor], w_buf: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        """The PB term (step form of :func:`~liquid_stream.liquid.pb_term`):
+        """The PB term (step form of :func:`~liquid_stream.nn.liquid.pb_term`):
         w[t] = Σ_p pb_coef[p] v_p[t], summed over the last L̃ steps (the earlier L̃−1 values
         in ``w_buf (B, L̃−1, H)``); returns it (B, T, H) and the new w_buf (None for L̃ = 1)."""
         mixed = torch.einsum("ph,pbth->bth", self.pb_coef, torch.stack(corr))

@@ -16,7 +16,7 @@ Signal labels (:data:`SIGNAL_ALIASES`): a label names a channel of :data:`SIGNAL
 own name or one of its aliases: PLETH (``PPG``, ``BVP``, ...), II (``ECG``, ``ECG II``,
 ``Lead II``, ``EKG``, ...: a single-lead ECG is taken as lead II), RESP (``Resp``,
 ``Respiration``, ``RSP``, ...), IR (``Infrared``, ``SpO2 IR``, ...), RED (``Red intensity``,
-``SpO2 red``, ...). Live inputs (:mod:`liquid_stream.lsl`) map their labels this
+``SpO2 red``, ...). Live inputs (:mod:`liquid_stream.io.lsl`) map their labels this
 way.
 
 Used by the training data (``training/data/bidmc.py``), the task's checkpoint metadata, the

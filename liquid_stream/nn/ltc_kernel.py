@@ -1,13 +1,13 @@
-"""A fused CPU kernel for the LTC recurrence (:mod:`liquid_stream.ltc`): forward and backward
+"""A fused CPU kernel for the LTC recurrence (:mod:`liquid_stream.nn.ltc`): forward and backward
 of ``_LTCScan`` as one sequential C++ scan per channel, compiled at first use.
 
-Per channel (b, h) and mode m, exactly the recurrence of :mod:`liquid_stream.ltc`:
+Per channel (b, h) and mode m, exactly the recurrence of :mod:`liquid_stream.nn.ltc`:
 
     a_t = Ā + B̃ g_t,  g_t = tanh(u_t),   x_t = a_t x_{t−1} + B̄ u_t,   y_t = s·Re Σ_m C_m x_t
 
 The C++ source (forward and backward: the algorithm) and its build live in
-:mod:`liquid_stream.ltc_cpp`, which has no torch import (onnxruntime's custom op of
-the same scan, :mod:`liquid_stream.ltc_ort`, compiles it too). This module calls it through
+:mod:`liquid_stream.runtime.ltc_cpp`, which has no torch import (onnxruntime's custom op of
+the same scan, :mod:`liquid_stream.runtime.ltc_ort`, compiles it too). This module calls it through
 ctypes on the tensors' memory.
 
 **Threads.** Channel groups are shared out over ``torch.get_num_threads()`` threads (one
@@ -15,7 +15,7 @@ thread below ~65 k mode-steps); every channel's sums have one owner, so the resu
 depend on the thread count.
 
 **Selection.** ``LIQUID_STREAM_LTC_KERNEL=torch|fused|auto`` (default ``auto``; read at every
-call): see :func:`liquid_stream.ltc.ltc_scan`.
+call): see :func:`liquid_stream.nn.ltc.ltc_scan`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from .ltc_cpp import SEGMENT, SERIAL_BELOW, build, compiler
+from ..runtime.ltc_cpp import SEGMENT, SERIAL_BELOW, build, compiler
 
 KERNEL_ENV = "LIQUID_STREAM_LTC_KERNEL"
 KERNEL_CHOICES = ("auto", "fused", "torch")
@@ -138,7 +138,7 @@ def _forward(u: Tensor, g: Tensor, coefs, x0: Tensor, scale: float, keep: bool):
 
 class _LTCFused(torch.autograd.Function):
     """y, x_last = LTC(u) (time-first ``u (L, B, H)``) by the fused kernel; the same inputs,
-    outputs and gradients as :class:`liquid_stream.ltc._LTCScan`."""
+    outputs and gradients as :class:`liquid_stream.nn.ltc._LTCScan`."""
 
     @staticmethod
     def forward(ctx, u, A, Bl, Bb, C, x0, scale):

@@ -22,12 +22,12 @@ the apps read them back. Fields (None: not stored):
 - graph (export): ``liquid_stream_version``, ``model_config``, ``decoder``, ``rate``,
   ``sub_block``, ``max_chunk``, ``chunk``, ``state_spec``, and for an int8 graph
   ``quantization`` (method, the quantized and the float32 nodes, the verify tolerance, the
-  checksums of the quantization parameters: :mod:`liquid_stream.quantized`), and for
+  checksums of the quantization parameters: :mod:`liquid_stream.runtime.quantized`), and for
   an ensemble ``ensemble`` (members, how they are combined — the mean, or the weighted
   mean with ``weights`` summing to 1 (:func:`ensemble_weights`), of classifiers' posteriors
   or of regressors' estimates — their graphs' SHA-256: export/ensemble.py); and last,
   ``integrity``: the content hash of the graph and of every other entry, written by
-  every tool that writes a graph and checked by every load (:mod:`liquid_stream.quantized`);
+  every tool that writes a graph and checked by every load (:mod:`liquid_stream.runtime.quantized`);
 - tuning (``kws-tune``): ``kws_threshold``, ``kws_smooth_ms``, ``kws_tuning``;
 - ``extra``: the tasks' provenance (``PROVENANCE``: data root, split records, subset, ...),
   which no reader relies on.
@@ -307,7 +307,7 @@ _NAMES: dict[str, str] = {f.name: f.metadata["kind"] for f in _FIELDS}
 def _unknown_key(key: str) -> str:
     return (
         f"unknown metadata key {key!r} (renamed? the schema, version {SCHEMA_VERSION}, "
-        "is liquid_stream/meta.py)"
+        "is liquid_stream/runtime/meta.py)"
     )
 
 

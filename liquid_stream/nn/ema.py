@@ -3,9 +3,9 @@
     s_t = β·s_{t−1} + (1−β)·x_t,   s_{−1} = 0                         x (B, L, C)
     w_t = 1 − β^{t+1},   μ_t = s_t / w_t     (the mean of x_0 … x_t, weights summing to one)
 
-Used by the scale normaliser of biosignals (:mod:`liquid_stream.scalenorm`: running mean
+Used by the scale normaliser of biosignals (:mod:`liquid_stream.nn.scalenorm`: running mean
 and variance per sample) and by the log-mel front end's running per-band mean
-(:mod:`liquid_stream.frontend`, ``cmn_s``). Their step forms run the recurrence literally,
+(:mod:`liquid_stream.nn.frontend`, ``cmn_s``). Their step forms run the recurrence literally,
 one sample or frame at a time; this is the training forward's closed form.
 """
 

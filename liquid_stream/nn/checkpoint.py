@@ -9,8 +9,8 @@ A checkpoint is a dict loadable with ``torch.load(path, weights_only=True)``:
               "input_mean": ..., "input_std": ..., "d_input": ..., "d_output": ..., ...},
      ... (trainer state: optimizer, scheduler, RNG, epoch — added by the trainer)}
 
-``meta`` is :meth:`ModelMeta.to_dict() <liquid_stream.meta.ModelMeta.to_dict>`: its keys
-and their kinds are the schema of :mod:`liquid_stream.meta` (the task's keys, e.g.
+``meta`` is :meth:`ModelMeta.to_dict() <liquid_stream.runtime.meta.ModelMeta.to_dict>`: its keys
+and their kinds are the schema of :mod:`liquid_stream.runtime.meta` (the task's keys, e.g.
 ``target``, ``units``, ``channels``, ``target_mean`` / ``target_std`` for ``bidmc``;
 ``silence_class``, ``class_weights``, ``frontend_stats`` for ``speech-stream``; the tasks'
 provenance). A checkpoint without ``meta_schema`` predates the schema (version 0).
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from .atomic import atomic_open
+from ..io.atomic import atomic_open
 from .model import LiquidS4Model
 
 FORMAT = "liquid-stream/checkpoint"
@@ -45,7 +45,7 @@ class CheckpointError(ValueError):
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     """torch.save to a temporary file in the same folder, fsync, then rename over ``path``
-    (:func:`liquid_stream.atomic.atomic_open`)."""
+    (:func:`liquid_stream.io.atomic.atomic_open`)."""
     with atomic_open(path, fsync=True) as f:
         torch.save(obj, f)
 

@@ -1,7 +1,7 @@
-"""A fused GPU kernel for the LTC recurrence (:mod:`liquid_stream.ltc`), written in Triton:
+"""A fused GPU kernel for the LTC recurrence (:mod:`liquid_stream.nn.ltc`), written in Triton:
 forward and backward of ``_LTCScan`` as one sequential scan over time per block of channels.
 
-Per channel c = b·H + h and mode m, exactly the recurrence of :mod:`liquid_stream.ltc`:
+Per channel c = b·H + h and mode m, exactly the recurrence of :mod:`liquid_stream.nn.ltc`:
 
     a_t = Ā + B̃ g_t,  g_t = tanh(u_t),   x_t = a_t x_{t−1} + B̄ u_t,   y_t = s·Re Σ_m C_m x_t
 
@@ -31,9 +31,9 @@ summed over time per channel in the kernel, over the batch by torch. The same pr
 sums of numbers of modulus < 1 as the torch path (no divisions, no reversed recurrence):
 nothing new can overflow. float32 and float64 alike (the arithmetic is that of the inputs).
 
-**When.** :func:`liquid_stream.ltc.ltc_path` picks it for CUDA tensors when Triton imports
+**When.** :func:`liquid_stream.nn.ltc.ltc_path` picks it for CUDA tensors when Triton imports
 (``LIQUID_STREAM_LTC_KERNEL=torch|fused|auto``: ``fused`` means this kernel on a GPU and the
-C++ kernel of :mod:`liquid_stream.ltc_kernel` on the CPU). Triton is never a dependency:
+C++ kernel of :mod:`liquid_stream.nn.ltc_kernel` on the CPU). Triton is never a dependency:
 without it the torch scan runs. ``TRITON_INTERPRET=1`` runs the same kernels on the CPU
 through Triton's interpreter (slow; the tests use it where Triton is installed).
 """
@@ -134,7 +134,7 @@ def _forward(u: Tensor, g: Tensor, coef: Tensor, x0: Tensor, scale: float, keep:
 
 class _LTCTriton(torch.autograd.Function):
     """y, x_last = LTC(u) (channel-major ``u (B, H, L)``) by the Triton kernels; the same
-    outputs and gradients as :class:`liquid_stream.ltc._LTCScan` (which is time-first)."""
+    outputs and gradients as :class:`liquid_stream.nn.ltc._LTCScan` (which is time-first)."""
 
     @staticmethod
     def forward(ctx, u, A, Bl, Bb, C, x0, scale):

@@ -12,7 +12,7 @@ Decoders (``(B, L, H)`` → logits):
 - ``pair``:   two sequences per example, ``x (B, 2, L, d_input)`` (LRA retrieval): both
               encoded by the same blocks and mean-pooled to a, b, then
               Linear(4H→H) → GELU → Linear(H→d_output) on [a, b, a·b, a − b] → ``(B, d_output)``;
-              offline only (:mod:`liquid_stream.pair`): no per-step output, no step form.
+              offline only (:mod:`liquid_stream.nn.pair`): no per-step output, no step form.
 
 Activation checkpointing (``model.checkpoint_blocks = True``, e.g. ``train.checkpoint_blocks``
 for Path-X at L = 16384): in training each block keeps only its input and recomputes its
@@ -33,13 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .frontend import LogMel, LogMelConfig, LogMelStep, hold
-from .kernel_base import SSM_PARAMETER_NAMES, SSMKernel
-from .layer import LiquidS4, LiquidS4Step, SSMConfig, call_arguments, check_input, ssm_keywords
-from .liquid import causal_window_sum
-from .pair import NO_STEPS, NOT_STREAMABLE, PairDecoder
-from .scalenorm import ScaleNorm, ScaleNormConfig, ScaleNormStep
-from .validate import (
+from ..runtime.validate import (
     MAX_STD,
     StreamInputError,
     check_finite_result,
@@ -47,6 +41,12 @@ from .validate import (
     check_values,
     input_bound,
 )
+from .frontend import LogMel, LogMelConfig, LogMelStep, hold
+from .kernel_base import SSM_PARAMETER_NAMES, SSMKernel
+from .layer import LiquidS4, LiquidS4Step, SSMConfig, call_arguments, check_input, ssm_keywords
+from .liquid import causal_window_sum
+from .pair import NO_STEPS, NOT_STREAMABLE, PairDecoder
+from .scalenorm import ScaleNorm, ScaleNormConfig, ScaleNormStep
 
 STEP_DECODERS = ("pool", "last", "window")  # those with a per-step output and a step form
 DECODERS = (*STEP_DECODERS, "pair")
@@ -211,8 +211,8 @@ FRONTENDS = ("raw", "logmel", "scalenorm")
 
 def build_frontend(spec: dict | None, d_input: int) -> LogMel | ScaleNorm | None:
     """The front end a model config's ``frontend`` dict names: None (``raw``, the samples
-    go straight to the encoder), :class:`~liquid_stream.frontend.LogMel` (mono audio →
-    log-mel frames) or :class:`~liquid_stream.scalenorm.ScaleNorm` (any channels → running
+    go straight to the encoder), :class:`~liquid_stream.nn.frontend.LogMel` (mono audio →
+    log-mel frames) or :class:`~liquid_stream.nn.scalenorm.ScaleNorm` (any channels → running
     scale-normalised, pooled frames; ``channels`` defaults to ``d_input``)."""
     kind = (spec or {}).get("kind", "raw")
     if kind not in FRONTENDS:
@@ -242,7 +242,7 @@ class LiquidS4Model(nn.Module):
     ``forward(x (B, L, d_input), rate=1.0)`` returns ``(B, d_output)`` for ``pool``/``last``
     and ``(B, L, d_output)`` for ``window``; ``pair`` takes ``x (B, 2, L, d_input)`` and
     returns ``(B, d_output)``. The layers' arguments (d_state, mode, liquid, …) are the
-    fields of :class:`~liquid_stream.layer.SSMConfig`, taken as flat keywords (the form of
+    fields of :class:`~liquid_stream.nn.layer.SSMConfig`, taken as flat keywords (the form of
     checkpoints and YAML configs; keyword-only, as is every argument after n_layers) and
     given to every block as one SSMConfig. Every constructor argument is kept in
     :attr:`config` (a flat dict), so ``LiquidS4Model(**model.config)`` rebuilds the
@@ -288,7 +288,7 @@ class LiquidS4Model(nn.Module):
             LiquidS4Block(d_model, ssm_config, norm, prenorm, dropout) for _ in range(n_layers)
         )
         self.final_norm = Norm(d_model, norm) if prenorm else nn.Identity()
-        # [a, b, a·b, a − b] → H, then the head (liquid_stream.pair); offline only
+        # [a, b, a·b, a − b] → H, then the head (liquid_stream.nn.pair); offline only
         self.pair_mlp = PairDecoder(d_model) if decoder == "pair" else None
         self.head = nn.Linear(d_model, d_output)
         self.checkpoint_blocks = False  # a training-time switch, not part of the config
@@ -312,8 +312,8 @@ class LiquidS4Model(nn.Module):
 
     def check_streamable(self) -> None:
         """ValueError unless this model has a step form (:meth:`streaming`): the one place
-        that refuses the ``pair`` decoder (:mod:`liquid_stream.pair`) and, through
-        :meth:`SSMConfig.check_streamable <liquid_stream.layer.SSMConfig.check_streamable>`,
+        that refuses the ``pair`` decoder (:mod:`liquid_stream.nn.pair`) and, through
+        :meth:`SSMConfig.check_streamable <liquid_stream.nn.layer.SSMConfig.check_streamable>`,
         bidirectional layers."""
         if self.decoder == "pair":
             raise ValueError(NOT_STREAMABLE)
@@ -354,7 +354,7 @@ class LiquidS4Model(nn.Module):
             return self.window_and_readout(x, rate)
         if steps:
             return self.frame_steps(x, rate)
-        if self.pair_mlp is not None:  # x (B, 2, L, d_input): liquid_stream.pair
+        if self.pair_mlp is not None:  # x (B, 2, L, d_input): liquid_stream.nn.pair
             return self.decode(self.pair_mlp(x, lambda seqs: self.features(seqs, rate)))
         h = self.features(x, rate)
         if self.decoder == "pool":
@@ -390,7 +390,7 @@ class LiquidS4Model(nn.Module):
         ``window``: same as :meth:`forward`; ``last``: the decoder at every step;
         ``pool``: the running mean since the start (the streaming pool output). With a
         front end, each frame's output is held until the next frame completes (zeros
-        before the first, :func:`~liquid_stream.frontend.hold`).
+        before the first, :func:`~liquid_stream.nn.frontend.hold`).
         """
         y = self.frame_steps(x, rate)
         if self.frontend is None:
@@ -437,12 +437,12 @@ class StreamingModel(nn.Module):
     The state is a flat dict of batch-first tensors (see :attr:`state_names`); a new
     stream starts from :meth:`init_state`.
 
-    Input guard (the policy of :mod:`liquid_stream.validate`, shared with
-    :class:`~liquid_stream.onnx_streamer.OnnxStreamer`): a chunk that is not a
+    Input guard (the policy of :mod:`liquid_stream.runtime.validate`, shared with
+    :class:`~liquid_stream.runtime.onnx_streamer.OnnxStreamer`): a chunk that is not a
     ``(B, T ≥ 1, d_input)`` tensor of the model's dtype with B the state's batch, that
     holds NaN, ±inf or a sample with ``|x| > 1e6`` (10⁶ standard deviations of the
     standardised input this model takes), or whose outputs or new state would not be
-    finite, raises :class:`~liquid_stream.validate.StreamInputError` (a ``ValueError``);
+    finite, raises :class:`~liquid_stream.runtime.validate.StreamInputError` (a ``ValueError``);
     so does a state that is not one of this model's (its keys, and each entry's dtype and
     shape, the batch size excepted, must be those of :meth:`init_state`). The state passed
     in is never modified, so after a refusal the caller's state is the one to continue
@@ -529,7 +529,7 @@ class StreamingModel(nn.Module):
     def forward(self, x: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """``x (B, T, d_input)`` → ``y (B, T, d_output)`` and the state after the chunk.
 
-        Raises :class:`~liquid_stream.validate.StreamInputError` for a refused chunk (see
+        Raises :class:`~liquid_stream.runtime.validate.StreamInputError` for a refused chunk (see
         the class docstring); ``state`` itself is never modified.
         """
         self._check_input(x, state)

@@ -4,7 +4,7 @@ The portable LTC graph (``export/to_onnx.py``, ``_Emitter.ltc_layer``) spells th
 dependent transition in ~250 standard elementwise ops a layer; onnxruntime runs those at a
 floor of ~0.3 ns per element plus ~0.5 µs per op (docs/benchmarks.md §2.3), which keeps the
 paper-size LTC model at 1.5–2.4× the PB graph's time. This op runs the same recurrence as the
-fused CPU kernel of training (:mod:`liquid_stream.ltc_cpp`, whose C++ source it compiles in:
+fused CPU kernel of training (:mod:`liquid_stream.runtime.ltc_cpp`, whose C++ source it compiles in:
 one implementation of the scan), per channel and mode m:
 
     a_t = Ā + B̃ g_t,  g_t = tanh(u_t),   x_t = a_t x_{t−1} + B̄ u_t,   y_t = Re Σ_m C'_m x_t
@@ -27,7 +27,7 @@ environment's ``include/onnxruntime`` (where ``make install`` unpacks it from De
 ``libonnxruntime-dev`` package), ``/usr/include/onnxruntime`` and
 ``/usr/local/include/onnxruntime``. The C API is versioned and append-only, so a header of
 an older onnxruntime serves a newer runtime. The library is compiled once and cached next to
-the training kernel's (:func:`liquid_stream.ltc_cpp.cache_dir`). Without a header or a
+the training kernel's (:func:`liquid_stream.runtime.ltc_cpp.cache_dir`). Without a header or a
 compiler, :func:`library_path` raises :class:`LtcOpUnavailable` with the reason: export with
 ``--ltc-op fused`` then fails with that line, and the portable graph (the default) still works.
 """
@@ -49,8 +49,8 @@ HEADER = "onnxruntime_c_api.h"
 INCLUDE_ENV = "LIQUID_STREAM_ORT_INCLUDE"
 
 GLUE = r"""
-// onnxruntime custom op ai.liquid_stream::LtcScan (liquid_stream/ltc_ort.py) on the fused
-// forward of liquid_stream/ltc_cpp.py (compiled above this text in the same unit).
+// onnxruntime custom op ai.liquid_stream::LtcScan (liquid_stream/runtime/ltc_ort.py) on the fused
+// forward of liquid_stream/runtime/ltc_cpp.py (compiled above this text in the same unit).
 #include <onnxruntime_c_api.h>
 #include <climits>
 #include <cstring>

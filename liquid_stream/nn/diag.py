@@ -26,7 +26,7 @@ INSIDE_MARGIN = 0.5
 class DiagKernel(SSMKernel):
     """S4D kernel: inits ``legs`` / ``lin`` / ``inv`` (and ``legs-inside``: LegS with B scaled
     per mode so that |B̄| ≤ ½·ρ(1 − |Ā|), the bound under which the LTC liquid coefficient
-    B̃ = B̄ · min(1, ρ(1 − |Ā|)/|B̄|) is B̄ itself; :mod:`liquid_stream.ltc`); ``bilinear`` or
+    B̃ = B̄ · min(1, ρ(1 − |Ā|)/|B̄|) is B̄ itself; :mod:`liquid_stream.nn.ltc`); ``bilinear`` or
     ``zoh`` discretisation."""
 
     def __init__(

@@ -1,12 +1,12 @@
 """The fused LTC scan in C++: its source and its build (compiled at first use, cached).
 
-Per channel (b, h) and mode m, exactly the recurrence of :mod:`liquid_stream.ltc`:
+Per channel (b, h) and mode m, exactly the recurrence of :mod:`liquid_stream.nn.ltc`:
 
     a_t = Ā + B̃ g_t,  g_t = tanh(u_t),   x_t = a_t x_{t−1} + B̄ u_t,   y_t = s·Re Σ_m C_m x_t
 
 Two libraries are built from :data:`SOURCE`: the training kernel
-(:mod:`liquid_stream.ltc_kernel`, forward and backward through ctypes) and onnxruntime's
-custom op ``ai.liquid_stream::LtcScan`` (:mod:`liquid_stream.ltc_ort`, the forward). This
+(:mod:`liquid_stream.nn.ltc_kernel`, forward and backward through ctypes) and onnxruntime's
+custom op ``ai.liquid_stream::LtcScan`` (:mod:`liquid_stream.runtime.ltc_ort`, the forward). This
 module imports no torch, so an exported graph runs without it.
 
 **Forward.** The state x (M complex numbers per channel) stays in registers or L1 while the
@@ -44,7 +44,7 @@ used only when it has the size and SHA-256 recorded next to it at its build
 (``<name>.so.sha256``, :func:`cached_ok`); otherwise (truncated, emptied, no record) it is
 rebuilt: a truncated library crashes the process that loads it with SIGBUS, no message.
 What a failed build means is the caller's: the training kernel falls back to the torch scan
-with a warning (:func:`liquid_stream.ltc_kernel.library`), the custom op says why it is
+with a warning (:func:`liquid_stream.nn.ltc_kernel.library`), the custom op says why it is
 unavailable.
 """
 
@@ -63,7 +63,7 @@ SEGMENT = 128  # K: steps per checkpointed segment (backward buffers: a few K·W
 SERIAL_BELOW = 1 << 16  # mode-steps (B·H·M·L) under which one thread runs the kernel
 
 SOURCE = r"""
-// Fused LTC scan (liquid_stream/ltc_kernel.py). Layouts (row-major, contiguous):
+// Fused LTC scan (liquid_stream/nn/ltc_kernel.py). Layouts (row-major, contiguous):
 //   u, g, y, gy, gu: (L, C) real, C = B*H channels, c = b*H + h
 //   A, Bl, Bb, Cc:   (H, M, 2) real (re, im) pairs
 //   x0, xlast, gxlast, gx0: (C, M, 2);  ckpt: (nseg, C, M, 2), state entering segment k
@@ -441,7 +441,7 @@ CFLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-pthread"]
 def cache_dir() -> Path:
     """Where the built library is kept: ``.cache/ltc_kernel`` of a source checkout, else
     ``$LIQUID_STREAM_CACHE/ltc_kernel`` (default ``~/.cache/liquid-stream``)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     if (root / "pyproject.toml").is_file() and os.access(root, os.W_OK):
         return root / ".cache" / "ltc_kernel"
     cache = os.environ.get("LIQUID_STREAM_CACHE") or os.path.join("~", ".cache", "liquid-stream")

@@ -1,6 +1,6 @@
 """Streaming-exact log-mel front end: raw samples in, feature frames out, then the stack.
 
-With ``frontend = {"kind": "logmel", ...}`` a :class:`~liquid_stream.model.LiquidS4Model`
+With ``frontend = {"kind": "logmel", ...}`` a :class:`~liquid_stream.nn.model.LiquidS4Model`
 takes raw audio ``x (B, L, 1)`` and its Liquid-S4 stack runs at the frame rate
 ``sample_rate / hop`` (100 Hz for the standard 10 ms hop) instead of the sample rate:
 ~160× fewer steps per second of audio, the reason a keyword spotter trains on 2 CPU cores
@@ -19,7 +19,7 @@ frame exists as soon as its last sample has arrived):
 
 With ``cmn_s`` = τ (off by default), each band's running mean is then taken away
 (streaming cepstral-mean normalisation, on log-mel bands), with β = exp(−(R/fs)/τ) per
-frame, the same weighted mean as the biosignal front end's (:mod:`liquid_stream.scalenorm`):
+frame, the same weighted mean as the biosignal front end's (:mod:`liquid_stream.nn.scalenorm`):
 
     m_k = β·m_{k−1} + (1−β)·z_k,  m_{−1} = 0;   w_k = 1 − β^{k+1}
     ẑ_k = z_k − m_k / w_k                              (ẑ_0 = 0)
@@ -42,7 +42,7 @@ a third of the convolution (6.7 vs 17 ms for 16 × 2 s crops on one thread).
 Streaming (:class:`LogMelStep`): the state is the last W−1 samples (zeros at the start)
 and the phase p = samples seen mod R (shared by the batch, like ``ssm.fill``); with
 ``cmn_s`` also m (B, n_mels) and w (1,), run frame by frame (the training forward takes m
-blockwise, :func:`~liquid_stream.ema.ema_mean`). A chunk
+blockwise, :func:`~liquid_stream.nn.ema.ema_mean`). A chunk
 of T samples completes F = ⌊(p + T)/R⌋ frames; frame i of the chunk ends at chunk
 sample R − p − 1 + i·R.
 

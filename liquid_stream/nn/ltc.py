@@ -25,11 +25,11 @@ every pair, and every higher order.
 
 **Training forward.** The recurrence x_t = a_t x_{t−1} + b_t is a linear scan with
 input-dependent a_t. On the CPU :func:`ltc_scan` runs it by the fused kernel of
-:mod:`liquid_stream.ltc_kernel` when it can be built there: one sequential C++ loop over
+:mod:`liquid_stream.nn.ltc_kernel` when it can be built there: one sequential C++ loop over
 time per channel that keeps the state in registers, reads u and writes y, keeps the state
 every K steps and recomputes a segment's states for the adjoint in the backward pass (the
 same recurrence, gradients and bounds as below). On a GPU the same design written in Triton
-(:mod:`liquid_stream.ltc_triton`) runs when Triton imports;
+(:mod:`liquid_stream.nn.ltc_triton`) runs when Triton imports;
 ``LIQUID_STREAM_LTC_KERNEL=torch|fused|auto`` selects (:func:`ltc_path`). Otherwise (no
 compiler, a failed build, no Triton, or ``torch``) it is evaluated by :class:`_LTCScan` over
 time segments of at most ``max_elements`` states: within a segment by a blocked scan (all
@@ -45,7 +45,7 @@ The coefficients are computed in float64 from the parameters and only then cast:
 of a slow mode sums ~1/(1 − |Ā|) steps, which would amplify float32 rounding of Ā by as
 much (1/(1 − |Ā|) ≈ 2000 at Δ = 10⁻³).
 
-**Streaming.** The step form (:class:`liquid_stream.layer.LiquidS4Step`) carries x
+**Streaming.** The step form (:class:`liquid_stream.nn.layer.LiquidS4Step`) carries x
 (B, H, M) and applies the *same* recurrence to each chunk (:func:`ltc_scan` with x₀), and
 the ONNX graph writes it op by op in real arithmetic: training and streaming compute one
 and the same model.
@@ -98,7 +98,7 @@ def liquid_coefficient(A_bar: Tensor, B_bar: Tensor, rho: float = LTC_RHO) -> Te
 
 
 def ltc_system(kernel, rate: float = 1.0, dtype: torch.dtype = torch.float32) -> LTCSystem:
-    """The LTC coefficients of a :class:`~liquid_stream.diag.DiagKernel`, computed in float64
+    """The LTC coefficients of a :class:`~liquid_stream.nn.diag.DiagKernel`, computed in float64
     (differentiably) and cast to the complex type of ``dtype``."""
     A_bar, B_bar = kernel.bar(rate, torch.float64)
     B_liq = liquid_coefficient(A_bar, B_bar)
@@ -261,8 +261,8 @@ def ltc_path(
     max_elements: int | None = None,
 ) -> str:
     """Which implementation :func:`ltc_scan` runs for these arguments: ``"fused"`` (the C++
-    kernel of :mod:`liquid_stream.ltc_kernel`, CPU), ``"triton"`` (the Triton kernel of
-    :mod:`liquid_stream.ltc_triton`, CUDA) or ``"torch"`` (:class:`_LTCScan`).
+    kernel of :mod:`liquid_stream.nn.ltc_kernel`, CPU), ``"triton"`` (the Triton kernel of
+    :mod:`liquid_stream.nn.ltc_triton`, CUDA) or ``"torch"`` (:class:`_LTCScan`).
 
     ``$LIQUID_STREAM_LTC_KERNEL``: ``torch`` always the torch scan; ``fused`` the device's
     fused kernel wherever it applies (float32 with complex64 or float64 with complex128);

@@ -8,7 +8,7 @@
 The model's state lives in the streamer between calls, so consecutive ``process``
 calls equal one call on the concatenated input (exactly, up to float32 rounding).
 
-Input guard (policy in :mod:`liquid_stream.validate`, shared with the torch
+Input guard (policy in :mod:`liquid_stream.runtime.validate`, shared with the torch
 ``StreamingModel``): ``process`` refuses, with :class:`StreamInputError` (a ``ValueError``
 naming the first offending time step of the block), a block of the wrong shape or of a
 dtype that is not integer or floating (bool, complex, strings), one holding NaN or ±inf,
@@ -21,13 +21,13 @@ as if the refused one had never been sent, and no input can leave the state non-
 
 Model files: a missing, corrupt or foreign file, and a liquid-stream model whose metadata
 is missing or malformed (``state_spec``, ``d_input``, ``d_output``, ``max_chunk``,
-``chunk``, ``sample_rate``, ``labels``; read through :mod:`liquid_stream.meta`'s schema),
+``chunk``, ``sample_rate``, ``labels``; read through :mod:`liquid_stream.runtime.meta`'s schema),
 raise :class:`OnnxModelError` naming the file and the entry (a ``state_spec`` whose shape
 or dtype is not the graph's state input: the state, named, not a failed run later); so
 does a graph whose content does not match its content hash (the ``integrity`` entry: a
 changed weight or node, a changed, removed or added metadata entry), an int8 graph whose
 quantization parameters do not match the checksums in its ``quantization`` entry, or one
-that holds int8 nodes without that entry (:mod:`liquid_stream.quantized`). A graph without
+that holds int8 nodes without that entry (:mod:`liquid_stream.runtime.quantized`). A graph without
 a content hash (exported before it existed) loads with a one-line warning on stderr. The
 file is read once: the bytes checked are the bytes onnxruntime runs.
 """
@@ -64,7 +64,7 @@ _ORT_TYPES = {
     "tensor(int32)": np.dtype(np.int32),
 }
 
-# The metadata entries the streamer reads (schema: liquid_stream/meta.py).
+# The metadata entries the streamer reads (schema: liquid_stream/runtime/meta.py).
 STREAMER_KEYS = (
     "state_spec",
     "d_input",
@@ -156,7 +156,7 @@ class OnnxStreamer:
 
     def _parse_metadata(self) -> None:
         """Read and check every metadata entry the streamer uses through the schema
-        (:meth:`ModelMeta.from_onnx_props <liquid_stream.meta.ModelMeta.from_onnx_props>`),
+        (:meth:`ModelMeta.from_onnx_props <liquid_stream.runtime.meta.ModelMeta.from_onnx_props>`),
         OnnxModelError naming the file and the entry otherwise. Only those entries are
         decoded here: one the streamer does not use (``silence_class``, ``target``, ...) is
         for the app that reads it to check."""
@@ -221,7 +221,7 @@ class OnnxStreamer:
         self.task: str = meta.task or ""
 
     def _check_integrity(self, proto) -> None:
-        """The graph against its content hash (:func:`liquid_stream.quantized.
+        """The graph against its content hash (:func:`liquid_stream.runtime.quantized.
         check_integrity`): OnnxModelError naming the file and what changed; a graph without
         the hash loads, with a one-line warning on stderr (once per file and process)."""
         from .quantized import IntegrityError, check_integrity
@@ -241,7 +241,7 @@ class OnnxStreamer:
 
     def _check_quantized(self, proto) -> None:
         """An int8 graph: its quantization parameters must match the checksums in its
-        metadata (:func:`liquid_stream.quantized.check_quantized`), else OnnxModelError."""
+        metadata (:func:`liquid_stream.runtime.quantized.check_quantized`), else OnnxModelError."""
         from .quantized import QuantizationError, check_quantized
 
         try:
@@ -255,7 +255,7 @@ class OnnxStreamer:
     def _input_range(self) -> tuple[np.ndarray, np.ndarray]:
         """The accepted input ``center ± half_width`` in raw units: ``input_mean ± 1e6 ·
         input_std`` from the metadata (the graph folds that standardisation in); ``0 ± 1e6``
-        when they are absent or unusable; :func:`~liquid_stream.validate.input_bound` when a
+        when they are absent or unusable; :func:`~liquid_stream.runtime.validate.input_bound` when a
         front end takes the raw samples (``0 ± 1e30`` for a log scale-norm)."""
         try:
             config = self.meta_json("model_config", {}) or {}

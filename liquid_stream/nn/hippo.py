@@ -35,7 +35,7 @@ def _check_size(N: int) -> None:
     if N > MAX_D_STATE:
         raise ValueError(
             f"d_state={N} is above the limit of {MAX_D_STATE} (MAX_D_STATE in "
-            f"liquid_stream/hippo.py): the LegS initialisation eigendecomposes a dense "
+            f"liquid_stream/nn/hippo.py): the LegS initialisation eigendecomposes a dense "
             f"{N} x {N} matrix ({16 * N * N / 2**30:.3g} GiB)"
         )
 

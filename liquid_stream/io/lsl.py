@@ -29,7 +29,7 @@ decides who may connect.
 **Channel labels.** An inlet's channels are named by the stream description's
 ``channels/channel/label`` entries (the XDF convention; ``name`` is read when there is no
 ``label``), or by ``labels=`` for a stream without them. Each label is mapped to the
-models' vocabulary by :func:`liquid_stream.bidmc_vocab.signal_channel` (``PPG`` -> PLETH,
+models' vocabulary by :func:`liquid_stream.io.bidmc_vocab.signal_channel` (``PPG`` -> PLETH,
 ``ECG`` / ``ECG II`` -> II, ``Resp`` -> RESP, ...); :class:`LslReader` keeps the mapped
 columns (in stream order) and ignores the others. Two labels of one channel: the one
 spelled like the channel (``PLETH``) wins, else the first. A stream with no mapped
@@ -486,7 +486,7 @@ class ReplayReport:
 def read_replay_record(record: str | Path):
     """``(name, fs, labels, units, signal (T, C) float64)`` of a WFDB record, every
     channel (names without BIDMC's trailing comma); a truncated signal file is read as far
-    as it goes. :class:`~liquid_stream.wfdb.WfdbError` when it cannot be read."""
+    as it goes. :class:`~liquid_stream.io.wfdb.WfdbError` when it cannot be read."""
     from .wfdb import WfdbError, complete_samples, read_header, read_record, record_path
 
     path = record_path(record)

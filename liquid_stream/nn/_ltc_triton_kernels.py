@@ -1,4 +1,4 @@
-"""The Triton kernels of :mod:`liquid_stream.ltc_triton` (the math and the design are
+"""The Triton kernels of :mod:`liquid_stream.nn.ltc_triton` (the math and the design are
 documented there). Imported only by it, and only where Triton imports."""
 
 import triton

@@ -1,7 +1,7 @@
 """The input guard of the streaming runtimes (numpy only: no torch import).
 
-:class:`~liquid_stream.onnx_streamer.OnnxStreamer` and the torch
-:class:`~liquid_stream.model.StreamingModel` both call these checks, so a chunk is
+:class:`~liquid_stream.runtime.onnx_streamer.OnnxStreamer` and the torch
+:class:`~liquid_stream.nn.model.StreamingModel` both call these checks, so a chunk is
 accepted or refused, with the same message, by either runtime.
 
 Policy (a refused chunk raises :class:`StreamInputError`, a ``ValueError``, and the

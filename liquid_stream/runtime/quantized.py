@@ -8,7 +8,7 @@ replaces weight initializers by integer tensors, their scales and zero points. A
 one number that multiplies a whole weight matrix: a scale scaled ×1000 or set to NaN by a
 corrupted file gives a model that still runs, and answers wrongly (or NaN) from then on.
 So the export stamps, in the ``quantization`` metadata entry (schema:
-:mod:`liquid_stream.meta`), ``params``: every initializer the quantization added (the
+:mod:`liquid_stream.runtime.meta`), ``params``: every initializer the quantization added (the
 integer weights, the scales, the zero points) → the first 16 hex digits of the SHA-256 of
 its raw bytes (dtype, shape and values). :func:`check_quantized` recomputes them:
 :class:`QuantizationError` (one line naming the tensor) for a missing tensor, a scale
