@@ -10,14 +10,14 @@ the streams come from ``liquid-stream data kws-stream`` (``--split validation`` 
 
 Both methods are run the same way:
 - one pass over each stream gives a score per keyword every 10 ms — the model's softmax
-  posteriors (:func:`liquid_stream.apps.kws_tune.posterior_trace`, the app's own code path,
+  posteriors (:func:`liquid_stream.apps.kws.tune.posterior_trace`, the app's own code path,
   100 ms chunks), the baseline's standardised minus mean DTW distance
   (:mod:`liquid_stream.training.data.kws_baseline`, templates drawn from the train split);
-- the app's decision rule (:func:`liquid_stream.apps.kws.detect_events`: threshold, re-arm,
+- the app's decision rule (:func:`liquid_stream.apps.kws.spotter.detect_events`: threshold, re-arm,
   1 s refractory) is replayed for every threshold of a grid (the model: kws-tune's grid of
   thresholds × smoothing windows; the baseline: 100 quantiles of its val scores, dense
   toward the top, and one above the top), scored with
-  :func:`~liquid_stream.apps.kws.evaluate_detections` (1 s tolerance);
+  :func:`~liquid_stream.apps.kws.spotter.evaluate_detections` (1 s tolerance);
 - the operating point is chosen on the VALIDATION stream (the highest detection rate at
   ≤ ``--max-fa`` false accepts per hour, kws-tune's rule), then applied once to the test
   stream. The test stream's own best detection at ≤ 5 / 10 / 20 FA/h is printed beside it
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.kws_tune import (
+from liquid_stream.apps.kws.tune import (
     SMOOTH_GRID_MS,
     THRESHOLD_GRID,
     choose,

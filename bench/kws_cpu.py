@@ -29,7 +29,7 @@ compares their times and keywords with the first row's, and every try's with the
 first.
 
 A second table runs the same paths in this process, sample by sample (the worker of
-`kws`, :class:`~liquid_stream.apps.kws_cli.KwsWorker`, in this thread on the WAV's blocks,
+`kws`, :class:`~liquid_stream.apps.kws.cli.KwsWorker`, in this thread on the WAV's blocks,
 no waiting; its CPU time): a live input's 10 ms blocks one call each (the old default),
 100 ms calls, the file's calls of the model's export chunk (the default for ``--input``)
 and a live input's blocks held back while none can fire (a microphone). Their detections
@@ -165,7 +165,7 @@ def extract_rev(rev: str, into: Path) -> Path:
 # file of the kws code it runs (this tree or an extracted commit)
 CHILD = """
 import sys, time
-import liquid_stream.apps.kws_cli as m
+import liquid_stream.apps.kws.cli as m
 sys.stderr.write("bench code: " + m.__file__ + chr(10))
 run = m.run_kws
 def timed(*a, **k):
@@ -220,7 +220,7 @@ def run_kws(
 
 class _LiveSource:
     """The WAV as a live input gives it: ``block``-sample blocks (kind "mic": the worker's
-    live path, as for :class:`~liquid_stream.apps.audio.MicSource`), without waiting."""
+    live path, as for :class:`~liquid_stream.apps.common.audio.MicSource`), without waiting."""
 
     kind, dropped, overflows, name = "mic", 0, 0, "live"
 
@@ -237,13 +237,13 @@ class _LiveSource:
 
 def run_inproc(wav: Path, model: Path, path: str) -> dict:
     """One of :data:`INPROC_ROWS`' paths of `kws` in this process: the WAV through
-    :class:`~liquid_stream.apps.kws_cli.KwsWorker` (run in this thread), the worker's CPU
+    :class:`~liquid_stream.apps.kws.cli.KwsWorker` (run in this thread), the worker's CPU
     time, its detections ``(sample, keyword, score)``, its calls, and whether each
     detection came from a call of its own block alone (on the block's arrival: the latency
     of one call a block)."""
-    from liquid_stream.apps.audio import WavSource
-    from liquid_stream.apps.kws import KeywordSpotter
-    from liquid_stream.apps.kws_cli import KwsWorker
+    from liquid_stream.apps.common.audio import WavSource
+    from liquid_stream.apps.kws.cli import KwsWorker
+    from liquid_stream.apps.kws.spotter import KeywordSpotter
     from liquid_stream.io.wav import read_wav
 
     chunk_ms = 100.0 if path == "100 ms" else 10.0

@@ -4,7 +4,7 @@
 
 For comparing recipes on a VALIDATION stream (``liquid-stream data kws-stream --split
 validation``) without fixing one operating point: each model's posteriors are computed once
-(:func:`liquid_stream.apps.kws_tune.posterior_trace`, 100 ms chunks), and for every
+(:func:`liquid_stream.apps.kws.tune.posterior_trace`, 100 ms chunks), and for every
 smoothing window × threshold of kws-tune's grid the app's rule is replayed and scored (as
 ``kws-tune`` does). Printed per model: the best detection rate at ≤ 2 / 4 / 6 / 8 / 10 /
 20 false accepts per hour (over every smoothing window and threshold), and their mean over
@@ -26,7 +26,7 @@ import sys
 import numpy as np
 from kws_baseline import best_at, sweep  # noqa: E402
 
-from liquid_stream.apps.kws_tune import (  # noqa: E402
+from liquid_stream.apps.kws.tune import (  # noqa: E402
     SMOOTH_GRID_MS,
     THRESHOLD_GRID,
     posterior_trace,

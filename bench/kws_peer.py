@@ -33,7 +33,7 @@ search after each detection, does).
 Three methods, every threshold chosen on the VALIDATION stream only:
 - **kws-sc10, one threshold**: the app's rule (``kws-tune``: one threshold for every
   keyword × smoothing window, the highest detection at ≤ B false accepts / h; replayed
-  on the model's posteriors, :func:`liquid_stream.apps.kws_tune.posterior_trace`, 100 ms
+  on the model's posteriors, :func:`liquid_stream.apps.kws.tune.posterior_trace`, 100 ms
   calls); the model's own shipped point (its metadata) is a row of its own;
 - **kws-sc10, per keyword**: a threshold per keyword (the app takes a dict), and
 - **pocketsphinx, per keyword**: its kws threshold per keyword (or the keyword off),
@@ -91,9 +91,14 @@ import numpy as np
 from kws_robustness import add_noise_over_words, background_noise, span_mask
 from scipy.signal import resample_poly
 
-from liquid_stream.apps.audio import read_wav
-from liquid_stream.apps.kws import Detection, KeywordSpotter, detect_events, evaluate_detections
-from liquid_stream.apps.kws_tune import (
+from liquid_stream.apps.common.audio import read_wav
+from liquid_stream.apps.kws.spotter import (
+    Detection,
+    KeywordSpotter,
+    detect_events,
+    evaluate_detections,
+)
+from liquid_stream.apps.kws.tune import (
     SMOOTH_GRID_MS,
     THRESHOLD_GRID,
     choose,

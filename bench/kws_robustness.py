@@ -44,8 +44,8 @@ import numpy as np
 from scipy.io import wavfile
 from scipy.signal import resample_poly
 
-from liquid_stream.apps.audio import read_wav
-from liquid_stream.apps.kws_cli import kws_eval_cmd
+from liquid_stream.apps.common.audio import read_wav
+from liquid_stream.apps.kws.cli import kws_eval_cmd
 from liquid_stream.io.labels import read_label_csv
 from liquid_stream.training.data.augment import (
     apply_gain,

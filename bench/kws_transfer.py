@@ -4,7 +4,7 @@ each stream in turn, then scored on every other.
     python bench/kws_transfer.py A.onnx [B.onnx …] --streams v1.wav:v1.csv v2.wav:v2.csv …
 
 ``kws-tune`` picks the smoothing window and threshold with the best detection at ≤
-``--max-fa-per-hour`` on one labelled stream (:func:`liquid_stream.apps.kws_tune.choose`).
+``--max-fa-per-hour`` on one labelled stream (:func:`liquid_stream.apps.kws.tune.choose`).
 That point is the best of ~175 tried on that stream, so its false-accept rate there is an
 optimistic estimate of the rate on new audio (the winner's curse), the more so the fewer
 false accepts the budget allows: on a 60-minute stream ≤ 5 / h is at most 5 events. Run it
@@ -18,7 +18,7 @@ streams pooled (their false accepts over their summed duration). Then, with thre
 streams, the same choice made on all streams but one *pooled* (kws-tune's rule on their
 summed false accepts over their summed hours, and their summed detections over their summed
 keywords) and scored on the one left out: does tuning on more hours transfer better? Each
-model's table per stream is kws-tune's own (:func:`~liquid_stream.apps.kws_tune.tune_thresholds`,
+model's table per stream is kws-tune's own (:func:`~liquid_stream.apps.kws.tune.tune_thresholds`,
 100 ms chunks, as ``kws-tune --chunk-ms 100``).
 
 ``--tune-on K [K …]`` adds the rule the main job would follow with K validation hours: the
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.kws_tune import choose, tune_thresholds
+from liquid_stream.apps.kws.tune import choose, tune_thresholds
 from liquid_stream.io.labels import read_label_csv
 from liquid_stream.io.wav import read_pcm16
 

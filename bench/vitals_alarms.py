@@ -9,7 +9,7 @@ training never saw, for ``test``), read from the data root it recorded. Each rec
 streamed from its start through ``liquid-stream vitals``' own code path (``open_record`` +
 ``run_record``, unpaced), and every emitted second is checked against the record's
 reference (the numerics over the model's window:
-:func:`liquid_stream.apps.alarms.check_alarm`, as ``RunResult.alarm_check``):
+:func:`liquid_stream.apps.vitals.alarms.check_alarm`, as ``RunResult.alarm_check``):
 
   active   seconds the alarm was on
   true     of those, seconds whose reference breaches the rule
@@ -25,7 +25,7 @@ scores 0 on. A false *episode* is an alarm episode during which the reference ne
 breached the rule and the reference's alarm was never on: an alarm that should not have
 been raised at all.
 
-``--baseline`` drives the same rules (:class:`liquid_stream.apps.alarms.Alarm`: the same
+``--baseline`` drives the same rules (:class:`liquid_stream.apps.vitals.alarms.Alarm`: the same
 hold and hysteresis) with NeuroKit2's estimates instead, on the same seconds against the
 same references: every second, the rate over the model's trailing window
 (training/data/bidmc_baseline.py, as ``evaluate --baseline``): HR from the ECG's R peaks
@@ -45,8 +45,8 @@ import sys
 import time
 from pathlib import Path
 
-from liquid_stream.apps.alarms import check_alarm
-from liquid_stream.apps.vitals_run import open_record, run_record
+from liquid_stream.apps.vitals.alarms import check_alarm
+from liquid_stream.apps.vitals.run import open_record, run_record
 from liquid_stream.nn.checkpoint import split_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def baseline_alarms(record: Path, monitor, estimates, spec: str) -> dict[str, list[bool]]:
     """Per rule, the per-second states of the alarm driven by NeuroKit2's estimates (see
     the module docstring) at the seconds of ``estimates``."""
-    from liquid_stream.apps.alarms import Alarm, parse_alarms
+    from liquid_stream.apps.vitals.alarms import Alarm, parse_alarms
     from liquid_stream.training.data import bidmc_baseline as bb
     from liquid_stream.training.data.bidmc import read_whole_record, wfdb_dir
 

@@ -13,7 +13,7 @@ training/data/real_samples.py, whose docstring gives the sources and the referen
   PLETH also gets the PPG+ECG models with a flat PLETH channel added (labelled "flat
   PLETH"); the monitor judges a flat line "no signal", so that row also scores the values
   it marks ``nosignal`` / ``recovering`` (never warm-up; said in the row). No model fits
-  and no II: "no shipped model". The app turns a PPG upright itself (apps/ppg_polarity.py):
+  and no II: "no shipped model". The app turns a PPG upright itself (apps/vitals/ppg_polarity.py):
   the note gives the sign its rule picks for the recorded PLETH.
 - **polarity**: the same record with PLETH inverted (x -> -x), streamed the same way; the
   row gives its own errors and the median (and 95th percentile) of
@@ -59,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.vitals_run import open_record, run_record
+from liquid_stream.apps.vitals.run import open_record, run_record
 from liquid_stream.io.bidmc_vocab import WITHIN, channel_key, strip_name
 from liquid_stream.io.wfdb import read_header, read_record, signals_by_name
 from liquid_stream.models import ShippedModelMissing, shipped, vitals_for
@@ -442,10 +442,10 @@ def bench_record(entry: dict, tmp: Path, peers: bool) -> dict:
 
 
 def app_polarity(rec: str) -> dict:
-    """The sign the app's PPG polarity rule (apps/ppg_polarity.py) gives the recorded PLETH:
+    """The sign the app's PPG polarity rule (apps/vitals/ppg_polarity.py) gives the recorded PLETH:
     on its first 8 s (the app decides on the first 8 s its signal-quality index passes) and
     the share of all 8-s windows it calls upright."""
-    from liquid_stream.apps.ppg_polarity import polarity
+    from liquid_stream.apps.vitals.ppg_polarity import polarity
 
     r = read_record(Path(rec))
     i = [channel_key(c) for c in r.sig_name].index("pleth")

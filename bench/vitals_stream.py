@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.vitals_run import open_record, run_record
+from liquid_stream.apps.vitals.run import open_record, run_record
 from liquid_stream.io.bidmc_vocab import WITHIN, channel_key, strip_name
 from liquid_stream.nn.checkpoint import split_records
 from liquid_stream.training.data.bidmc import list_records, wfdb_dir

@@ -26,12 +26,12 @@ COMMANDS = {
     "evaluate": "liquid_stream.training.cli:evaluate_cmd",
     "data": "liquid_stream.training.data.cli:data",
     "export": "liquid_stream.export.cli:export_cmd",
-    "kws": "liquid_stream.apps.kws_cli:kws_cmd",
-    "kws-eval": "liquid_stream.apps.kws_cli:kws_eval_cmd",
-    "kws-tune": "liquid_stream.apps.kws_cli:kws_tune_cmd",
-    "vitals": "liquid_stream.apps.vitals_cli:vitals_cmd",
-    "serve": "liquid_stream.apps.serve_cli:serve_cmd",
-    "stream-to": "liquid_stream.apps.serve_cli:stream_to_cmd",
+    "kws": "liquid_stream.apps.kws.cli:kws_cmd",
+    "kws-eval": "liquid_stream.apps.kws.cli:kws_eval_cmd",
+    "kws-tune": "liquid_stream.apps.kws.cli:kws_tune_cmd",
+    "vitals": "liquid_stream.apps.vitals.cli:vitals_cmd",
+    "serve": "liquid_stream.apps.serve.cli:serve_cmd",
+    "stream-to": "liquid_stream.apps.serve.cli:stream_to_cmd",
 }
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.audio import write_wav
+from liquid_stream.apps.common.audio import write_wav
 
 SR = 8000
 LABELS = ["silence", "440 Hz", "880 Hz"]

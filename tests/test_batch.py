@@ -24,11 +24,11 @@ from fixtures_kws import EVENTS, SR, tone_signal, train_tone_spotter
 from fixtures_vitals import export_vital_model, signals, tiny_model
 from test_stream_input_guard import MEAN, STD, small_model
 
-from liquid_stream.apps.audio import stream_resampler
 from liquid_stream.apps.batch import BatchedSession, KwsBank, VitalsBank
-from liquid_stream.apps.batch_vitals import estimate_event
-from liquid_stream.apps.kws import KeywordSpotter, KwsInputError, mono_frame
-from liquid_stream.apps.vitals_monitor import VitalsInputError, VitalsMonitor
+from liquid_stream.apps.batch.vitals import estimate_event
+from liquid_stream.apps.common.audio import stream_resampler
+from liquid_stream.apps.kws.spotter import KeywordSpotter, KwsInputError, mono_frame
+from liquid_stream.apps.vitals.monitor import VitalsInputError, VitalsMonitor
 from liquid_stream.export.pipeline import export_model
 from liquid_stream.models import shipped
 from liquid_stream.runtime.onnx_streamer import OnnxStreamer

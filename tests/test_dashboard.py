@@ -1,10 +1,10 @@
-"""The live ward dashboard (apps/web) in a real headless browser against the real server.
+"""The live ward dashboard (apps/serve/web) in a real headless browser against the real server.
 
 One ward per module: ``liquid-stream serve`` in-process (:class:`StreamServer` in a
 :class:`ServerThread` on 127.0.0.1, a free port) hosting the shipped vital-sign set
 ``vitals-ppg`` (vitals-ppg-hr + vitals-ppg-rr, 32 s windows) and a small trained tone
 spotter (tests/fixtures_kws.py); four beds streamed by the real client
-(:func:`serve_client.stream_record`) from 90-s WFDB records at 10x real time, each with
+(:func:`serve.client.stream_record`) from 90-s WFDB records at 10x real time, each with
 its own alarm rule:
 
     bed-1  hr>90    tests/fixtures_vitals.py's record, HR drifting 70 -> 110 bpm: trips
@@ -174,7 +174,7 @@ def browser():
 
 
 def host_models(tone_path):
-    from liquid_stream.apps.serve import kws_host, vitals_host
+    from liquid_stream.apps.serve.server import kws_host, vitals_host
     from liquid_stream.models import shipped
 
     return [
@@ -188,8 +188,8 @@ def ward(tmp_path_factory, browser):
     """The server, the page loaded before any stream opens, then the streams started."""
     import torch
 
-    from liquid_stream.apps.serve import ServerThread, StreamServer
-    from liquid_stream.apps.serve_client import stream_record, stream_wav
+    from liquid_stream.apps.serve.client import stream_record, stream_wav
+    from liquid_stream.apps.serve.server import ServerThread, StreamServer
 
     d = tmp_path_factory.mktemp("ward")
     threads = torch.get_num_threads()
@@ -458,8 +458,8 @@ def test_kws_view_lists_the_detections(ward):
 def test_unreachable_server_then_back(ward):
     """A server that goes away: the page says so, keeps its last state on screen, keeps
     polling, and shows the new server's state when one answers on that port again."""
-    from liquid_stream.apps.serve import ServerThread, StreamServer, kws_host
-    from liquid_stream.apps.serve_client import stream_wav
+    from liquid_stream.apps.serve.client import stream_wav
+    from liquid_stream.apps.serve.server import ServerThread, StreamServer, kws_host
 
     browser = ward["browser"]
     main = browser.current_window_handle
@@ -495,7 +495,7 @@ def test_unreachable_server_then_back(ward):
 def test_page_with_a_token(ward):
     """A server with a shared token: the page opened without it says how to open it; opened
     as /?token=T (the server sets its cookie) it polls the state."""
-    from liquid_stream.apps.serve import ServerThread, StreamServer, kws_host
+    from liquid_stream.apps.serve.server import ServerThread, StreamServer, kws_host
 
     browser = ward["browser"]
     main = browser.current_window_handle
@@ -536,9 +536,9 @@ def test_a_frozen_client_reads_no_data_and_recovers(ward):
     replaced by the amber technical alarm "no data for more than 5 s" (not counted in the
     page title); the keyword row reads NO DATA too. When the clients send again both are
     live, the bed with a number and its alarm back. Its own server, in a tab of its own."""
-    from liquid_stream.apps.serve import ServerThread, StreamServer
-    from liquid_stream.apps.serve_client import ServeClient
-    from liquid_stream.apps.serve_state import DEFAULT_STALE_S
+    from liquid_stream.apps.serve.client import ServeClient
+    from liquid_stream.apps.serve.server import ServerThread, StreamServer
+    from liquid_stream.apps.serve.state import DEFAULT_STALE_S
 
     browser = ward["browser"]
     main = browser.current_window_handle

@@ -80,7 +80,7 @@ def shown_reason(box) -> str:
 
 @pytest.fixture(scope="module")
 def ward():
-    from liquid_stream.apps.serve import ServerThread, StreamServer, vitals_host
+    from liquid_stream.apps.serve.server import ServerThread, StreamServer, vitals_host
     from liquid_stream.models import shipped
 
     hosts = [vitals_host("ppg-ecg", [shipped("vitals-ppg-ecg-hr"), shipped("vitals-ppg-ecg-rr")])]
@@ -103,7 +103,7 @@ def test_warming_up_counts_down_then_a_number(ward, page):
     minus the seconds fed, in /api/state and on the page), N decreases as signal comes,
     no number is shown meanwhile although the model already outputs one; once 32 s are
     in, the number replaces the reason. The alarm limits are on the tile all along."""
-    from liquid_stream.apps.serve_client import ServeClient
+    from liquid_stream.apps.serve.client import ServeClient
 
     blocks = bed_signal(40, seed=3)
     with ServeClient(ward.url, stream_id="bed-w") as c:
@@ -154,7 +154,7 @@ def test_warming_up_counts_down_then_a_number(ward, page):
 def test_alarm_limits_on_the_tile_and_in_the_state(ward, page):
     """bed-w's rules (hr>120, rr<8:hold=3) are in /api/state (alarm_rules, and each vital's
     limits) and on its tile next to the value they watch: HR "> 120", RR "< 8"."""
-    from liquid_stream.apps.serve_client import ServeClient
+    from liquid_stream.apps.serve.client import ServeClient
 
     with ServeClient(ward.url, stream_id="bed-r") as c:
         c.open("ppg-ecg", channels=["PLETH", "II"], sample_rate=FS, alarms=RULES_W)
@@ -202,7 +202,7 @@ def test_flat_ii_is_lead_off_and_no_number(ward, page):
     alarm "ECG lead off (II: flat line)" is each vital's reason, in /api/state and on
     the page, never with a number; the active limit "> 40" is marked. II back: the
     window still covers the flat seconds, "recovering, N s left", still no number."""
-    from liquid_stream.apps.serve_client import ServeClient
+    from liquid_stream.apps.serve.client import ServeClient
 
     blocks = bed_signal(48, seed=4, flat_ii=(36, 44))
     with ServeClient(ward.url, stream_id="bed-l") as c:
@@ -265,7 +265,7 @@ def test_a_long_gap_is_no_data_then_warming_up_again(ward, page):
     """bed-g valid at 34 s, then 5 s with no samples on either channel (a long gap: the
     models are reset): "no data (PLETH, II)" and no number; then the count-down starts
     again from the gap, N = 32 s minus the seconds fed since it."""
-    from liquid_stream.apps.serve_client import ServeClient
+    from liquid_stream.apps.serve.client import ServeClient
 
     blocks = bed_signal(44, seed=6)
     for b in blocks[34:39]:
@@ -295,8 +295,8 @@ def test_a_stale_bed_says_no_data(page):
     """A bed with no alarm rules that stops sending, on a server with stale_s=1.5: its
     vitals say "no data" (not "warming up") in /api/state and on the page, no number,
     no limit on the tile; sending again brings the count-down back."""
-    from liquid_stream.apps.serve import ServerThread, StreamServer, vitals_host
-    from liquid_stream.apps.serve_client import ServeClient
+    from liquid_stream.apps.serve.client import ServeClient
+    from liquid_stream.apps.serve.server import ServerThread, StreamServer, vitals_host
     from liquid_stream.models import shipped
 
     hosts = [vitals_host("ppg", [shipped("vitals-ppg-hr"), shipped("vitals-ppg-rr")])]

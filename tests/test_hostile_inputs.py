@@ -1171,8 +1171,8 @@ def test_good_checkpoint_round_trips(F):
 
 
 def test_keyword_spotter_refuses_nan_and_goes_on(F):
-    from liquid_stream.apps.audio import read_wav
-    from liquid_stream.apps.kws import KeywordSpotter, KwsInputError
+    from liquid_stream.apps.common.audio import read_wav
+    from liquid_stream.apps.kws.spotter import KeywordSpotter, KwsInputError
 
     x, _, _ = read_wav(F.wav)
     ref = KeywordSpotter(F.tone, threads=1).run(x)
@@ -1203,7 +1203,7 @@ def _estimates(ests):
 
 
 def test_vitals_monitor_refuses_an_out_of_range_chunk_and_goes_on(F, vital_chunks):
-    from liquid_stream.apps.vitals_monitor import VitalsMonitor
+    from liquid_stream.apps.vitals.monitor import VitalsMonitor
 
     ref = VitalsMonitor([F.hr])
     expected = _estimates([e for c in vital_chunks for e in ref.push(c)])
@@ -1219,7 +1219,7 @@ def test_vitals_monitor_refuses_an_out_of_range_chunk_and_goes_on(F, vital_chunk
 def test_vitals_monitor_refused_chunk_changes_no_lane(F):
     """hr (PLETH, II) and rr (RESP, PLETH): a 1e30 RESP sample is refused by the rr model
     only; the hr model must not have consumed the chunk either."""
-    from liquid_stream.apps.vitals_monitor import VitalsMonitor
+    from liquid_stream.apps.vitals.monitor import VitalsMonitor
 
     ref = VitalsMonitor([F.hr, F.rr])
     sig = signals(20)
@@ -1237,7 +1237,7 @@ def test_vitals_monitor_refused_chunk_changes_no_lane(F):
 
 
 def test_vitals_monitor_treats_inf_as_a_short_gap(F, vital_chunks):
-    from liquid_stream.apps.vitals_monitor import VitalsMonitor
+    from liquid_stream.apps.vitals.monitor import VitalsMonitor
 
     mon = VitalsMonitor([F.hr])
     chunks = [c.copy() for c in vital_chunks]
@@ -1263,7 +1263,7 @@ def test_vitals_monitor_treats_inf_as_a_short_gap(F, vital_chunks):
     ],
 )
 def test_vitals_monitor_refuses_malformed_chunks(F, chunk, types, needles):
-    from liquid_stream.apps.vitals_monitor import VitalsMonitor
+    from liquid_stream.apps.vitals.monitor import VitalsMonitor
 
     mon = VitalsMonitor([F.hr])
     expect_refusal(lambda: mon.push(copy.deepcopy(chunk)), types, needles)

@@ -310,7 +310,7 @@ def test_record_source_streams_block_by_block_the_same_numbers(R, monkeypatch, t
     block: memory does not grow with the record (fast format 16 and wfdb's format 24)."""
     import wfdb
 
-    import liquid_stream.apps.vitals_record as vr
+    import liquid_stream.apps.vitals.record as vr
     from liquid_stream.io.wfdb import read_record
 
     x = np.random.default_rng(1).normal(size=(3000, 3))
@@ -336,7 +336,7 @@ def test_record_source_streams_block_by_block_the_same_numbers(R, monkeypatch, t
 
 
 def test_resampler_refuses_a_terabyte_filter():
-    from liquid_stream.apps.resample import ResampleError, StreamResampler
+    from liquid_stream.apps.common.resample import ResampleError, StreamResampler
 
     for fs_in, fs_out in ((8000, 1e12), (125, 1e12), (1e9, 125)):
         with pytest.raises(ResampleError, match="beyond the limit of 100000") as e:

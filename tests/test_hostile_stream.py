@@ -3,7 +3,7 @@ server's edges), each with real components: real WAV files, real onnxruntime ses
 real ``liquid-stream`` subprocesses, real servers on 127.0.0.1 and real WebSocket clients.
 
 - **Audio input memory.** ``kws --input`` read the whole WAV (about 5x its size in
-  memory); :class:`~liquid_stream.apps.audio.WavSource` now reads it in slabs as it
+  memory); :class:`~liquid_stream.apps.common.audio.WavSource` now reads it in slabs as it
   streams: the memory it allocates while streaming a 10-minute file stays under a few MB
   (the old source held the file's bytes and its float32 samples, ~57 MB), and the
   blocks are exactly the samples of the whole-file reader (checked against scipy's).
@@ -37,11 +37,11 @@ import scipy.io.wavfile
 from fixtures_vitals import signals
 from test_serve import check_vitals, cut, start_server, wait_for
 
-from liquid_stream.apps.audio import AudioError, WavSource, read_wav
-from liquid_stream.apps.batch_vitals import estimate_event
-from liquid_stream.apps.serve import ServerThread, StreamServer, kws_host, vitals_host
-from liquid_stream.apps.serve_client import ServeClient, ServeClientError
-from liquid_stream.apps.vitals_monitor import VitalsMonitor
+from liquid_stream.apps.batch.vitals import estimate_event
+from liquid_stream.apps.common.audio import AudioError, WavSource, read_wav
+from liquid_stream.apps.serve.client import ServeClient, ServeClientError
+from liquid_stream.apps.serve.server import ServerThread, StreamServer, kws_host, vitals_host
+from liquid_stream.apps.vitals.monitor import VitalsMonitor
 from liquid_stream.models import shipped
 
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # before the first session (test_serve)

@@ -1,5 +1,5 @@
-"""Keyword-spotting app (liquid_stream.apps: kws, audio, kws_cli; its test streams from
-liquid_stream.training.data.kws_stream) end to end.
+"""Keyword-spotting app (liquid_stream.apps: kws.spotter, common.audio, kws.cli; its test
+streams from liquid_stream.training.data.kws_stream) end to end.
 
 A real model: a small tone spotter (the toy task: 8 kHz, silence / 440 Hz / 880 Hz)
 trained once per session in a few seconds (tests/fixtures_kws.py), exported to ONNX with
@@ -34,9 +34,9 @@ from fixtures_kws import (
     write_tone_wav,
 )
 
-from liquid_stream.apps.audio import AudioError, read_wav, write_wav
-from liquid_stream.apps.kws import KeywordSpotter, KwsModelError, evaluate_detections
-from liquid_stream.apps.kws_cli import kws_cmd, kws_eval_cmd
+from liquid_stream.apps.common.audio import AudioError, read_wav, write_wav
+from liquid_stream.apps.kws.cli import kws_cmd, kws_eval_cmd
+from liquid_stream.apps.kws.spotter import KeywordSpotter, KwsModelError, evaluate_detections
 from liquid_stream.training.data.cli import kws_stream_cmd
 from liquid_stream.training.data.kws_stream import speech_span
 
@@ -119,7 +119,7 @@ def test_tracker_smoothing_is_the_moving_average_in_any_blocks():
     the literal mean of the last w posteriors (zeros before the start), float64, for blocks
     shorter than, equal to and longer than the window, and held rows (a front end's
     frames) give the row-by-row softmax exactly."""
-    from liquid_stream.apps.kws import KeywordTracker
+    from liquid_stream.apps.kws.spotter import KeywordTracker
 
     rng = np.random.default_rng(3)
     K, w = 4, 50
@@ -192,7 +192,8 @@ def test_bad_inputs_give_clear_errors(tone_model, tmp_path):
 
 def test_apps_import_without_torch():
     code = (
-        "import liquid_stream.apps.kws, liquid_stream.apps.audio, liquid_stream.apps.kws_cli, "
+        "import liquid_stream.apps.kws.spotter, liquid_stream.apps.common.audio, "
+        "liquid_stream.apps.kws.cli, "
         "liquid_stream.training.data.kws_stream; import sys; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -320,7 +321,7 @@ def test_kws_eval_on_tone_stream(tone_model, tone_wavs, tmp_path):
 
 
 def test_evaluate_detections_counts_false_accepts():
-    from liquid_stream.apps.kws import Detection
+    from liquid_stream.apps.kws.spotter import Detection
     from liquid_stream.io.labels import TrueEvent
 
     truth = [

@@ -35,9 +35,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from liquid_stream.apps.audio import WavSource, read_wav
-from liquid_stream.apps.kws import KeywordSpotter, KeywordTracker, detect_events
-from liquid_stream.apps.kws_cli import KwsWorker, kws_cmd
+from liquid_stream.apps.common.audio import WavSource, read_wav
+from liquid_stream.apps.kws.cli import KwsWorker, kws_cmd
+from liquid_stream.apps.kws.spotter import KeywordSpotter, KeywordTracker, detect_events
 from liquid_stream.models import KWS, shipped
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,7 +280,7 @@ def test_microphone_drain_joins_a_backlog_in_one_block():
     import queue
     import threading
 
-    from liquid_stream.apps.audio import MicSource
+    from liquid_stream.apps.common.audio import MicSource
 
     def source(blocks):
         mic = object.__new__(MicSource)  # no device: the queue as the callback fills it

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from liquid_stream.apps.audio import read_wav
-from liquid_stream.apps.kws import Detection
+from liquid_stream.apps.common.audio import read_wav
+from liquid_stream.apps.kws.spotter import Detection
 from liquid_stream.io.labels import TrueEvent
 
 ROOT = Path(__file__).resolve().parents[1]

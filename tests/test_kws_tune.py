@@ -1,4 +1,4 @@
-"""Threshold and smoothing chosen on a validation stream (apps/kws_tune.py, `kws-tune`),
+"""Threshold and smoothing chosen on a validation stream (apps/kws/tune.py, `kws-tune`),
 and the detection rule shared by the live spotter and the replay (`detect_events`)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from fixtures_kws import write_labels_csv, write_tone_wav
 from test_kws import tone_model  # noqa: F401 - the session fixture (a trained tone spotter)
 
-from liquid_stream.apps.kws import KeywordSpotter, detect_events
-from liquid_stream.apps.kws_cli import kws_eval_cmd, kws_tune_cmd
-from liquid_stream.apps.kws_tune import smooth, tune_thresholds
+from liquid_stream.apps.kws.cli import kws_eval_cmd, kws_tune_cmd
+from liquid_stream.apps.kws.spotter import KeywordSpotter, detect_events
+from liquid_stream.apps.kws.tune import smooth, tune_thresholds
 from liquid_stream.io.labels import read_label_csv
 
 
@@ -68,7 +68,7 @@ def val_stream(tmp_path):
 @pytest.mark.slow
 def test_tuning_replays_the_app(tone_model, val_stream):  # noqa: F811
     wav, csv = val_stream
-    from liquid_stream.apps.audio import read_wav
+    from liquid_stream.apps.common.audio import read_wav
 
     audio, rate, _ = read_wav(wav)
     res = tune_thresholds(
@@ -79,7 +79,7 @@ def test_tuning_replays_the_app(tone_model, val_stream):  # noqa: F811
     for row in res.table[:: max(1, len(res.table) // 12)]:
         spotter = KeywordSpotter(tone_model, threshold=row["threshold"], smooth_ms=row["smooth_ms"])
         dets = spotter.run(audio)
-        from liquid_stream.apps.kws import evaluate_detections
+        from liquid_stream.apps.kws.spotter import evaluate_detections
 
         live = evaluate_detections(dets, read_label_csv(csv), spotter.keywords, len(audio) / rate)
         assert abs(live["detection_rate"] - row["detection_rate"]) <= 0.2, row

@@ -13,7 +13,7 @@
   package's commands into ``liquid-stream``), ``liquid_stream/main_job.py`` (the main job
   runs the CLI end to end) and ``liquid_stream/demo.py`` (the tour trains, exports and
   streams). A package's own CLI module (``training/cli.py``, ``training/data/cli.py``,
-  ``export/cli.py``, ``apps/*_cli.py``) is *not* an entry point: it holds its package's
+  ``export/cli.py``, ``apps/*/cli.py``) is *not* an entry point: it holds its package's
   commands and obeys its package's rule.
 
 Every ``.py`` file of the four folders is parsed with :mod:`ast`; every import counts —
@@ -153,7 +153,7 @@ def test_every_layer_is_checked():
         "liquid_stream.training.trainer",
         "liquid_stream.training.data.cli",
         "liquid_stream.export.cli",
-        "liquid_stream.apps.kws_cli",
+        "liquid_stream.apps.kws.cli",
     } <= names
     assert ENTRY_POINTS <= names  # an entry point that no longer exists: update the rule
 
@@ -199,17 +199,17 @@ def test_cli_and_help_import_no_torch():
         ),
         (
             "liquid_stream.nn.layer",
-            "import importlib\nimportlib.import_module('liquid_stream.apps.kws')\n",
+            "import importlib\nimportlib.import_module('liquid_stream.apps.kws.spotter')\n",
             ["core", "apps"],
         ),
-        # apps importing training (relative, two levels up) or export
+        # apps importing training (relative, three levels up) or export
         (
-            "liquid_stream.apps.kws_cli",
-            "from ..training.data import speech_synth\n",
+            "liquid_stream.apps.kws.cli",
+            "from ...training.data import speech_synth\n",
             ["apps", "training"],
         ),
         (
-            "liquid_stream.apps.kws",
+            "liquid_stream.apps.kws.spotter",
             "from liquid_stream.export.pipeline import describe\n",
             ["apps", "export"],
         ),
@@ -244,12 +244,12 @@ def test_checker_finds_an_upward_import(module, source, expected):
             "from liquid_stream.nn.checkpoint import CheckpointError\n",
         ),
         (
-            "liquid_stream.apps.kws",
+            "liquid_stream.apps.kws.spotter",
             "from liquid_stream.runtime.onnx_streamer import OnnxStreamer\n"
             "from .audio import read_wav\n",
         ),
         # the entry points may import every layer
-        ("liquid_stream.cli", "from liquid_stream.apps import kws_cli\n"),
+        ("liquid_stream.cli", "from liquid_stream.apps.kws import cli\n"),
         ("liquid_stream.demo", "from liquid_stream.export.pipeline import export_checkpoint\n"),
     ],
 )
@@ -267,7 +267,7 @@ def test_checker_fails_on_an_upward_import_in_a_copy_of_the_tree(tmp_path):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=skip)
     assert tree_violations(tmp_path) == []
     target = tmp_path / "liquid_stream" / "runtime" / "validate.py"
-    target.write_text(target.read_text() + "\n\ndef _f():\n    from .apps import kws\n")
+    target.write_text(target.read_text() + "\n\ndef _f():\n    from ..apps import kws\n")
     bad = tree_violations(tmp_path)
     assert len(bad) == 1 and bad[0].startswith("liquid_stream/runtime/validate.py:"), bad
     assert (

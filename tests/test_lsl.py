@@ -1,4 +1,4 @@
-"""Live input and output over Lab Streaming Layer (liquid_stream/io/lsl.py, apps/vitals_lsl.py,
+"""Live input and output over Lab Streaming Layer (liquid_stream/io/lsl.py, apps/vitals/lsl.py,
 ``vitals --lsl``, ``data lsl-replay``) with the real liblsl, kept on this machine.
 
 The module points LSLAPICFG at the machine-local config (resolve scope ``machine``, IPv6
@@ -36,10 +36,10 @@ import pylsl  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 from fixtures_vitals import export_vital_model, write_record  # noqa: E402
 
-from liquid_stream.apps.vitals_lsl import open_lsl, run_lsl  # noqa: E402
-from liquid_stream.apps.vitals_model import VitalsError  # noqa: E402
-from liquid_stream.apps.vitals_record import RecordSource  # noqa: E402
-from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
+from liquid_stream.apps.vitals.lsl import open_lsl, run_lsl  # noqa: E402
+from liquid_stream.apps.vitals.model import VitalsError  # noqa: E402
+from liquid_stream.apps.vitals.record import RecordSource  # noqa: E402
+from liquid_stream.apps.vitals.run import open_record, run_record  # noqa: E402
 from liquid_stream.cli import main  # noqa: E402
 from liquid_stream.io.bidmc_vocab import SIGNALS, signal_channel  # noqa: E402
 
@@ -478,7 +478,7 @@ def test_data_lsl_replay_command(records):
 
 def _config_in_subprocess(env):
     code = (
-        "import os; from liquid_stream import lsl; p = lsl.ensure_config(); "
+        "import os; from liquid_stream.io import lsl; p = lsl.ensure_config(); "
         "print(p); print(os.environ['LSLAPICFG'])"
     )
     out = subprocess.run(

@@ -1,4 +1,4 @@
-"""The PPG's polarity (apps/ppg_polarity.py): the monitor's answer does not depend on which
+"""The PPG's polarity (apps/vitals/ppg_polarity.py): the monitor's answer does not depend on which
 way up the sensor reports the pulse. Real onnxruntime sessions with the shipped models on
 domain-randomised simulated records (training/data/vitals_sim.py), the same records turned
 upside down; the server's batched path against the monitor."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from liquid_stream.apps.ppg_polarity import needs_polarity, polarity, slope_skewness
-from liquid_stream.apps.vitals_monitor import VitalsMonitor
+from liquid_stream.apps.vitals.monitor import VitalsMonitor
+from liquid_stream.apps.vitals.ppg_polarity import needs_polarity, polarity, slope_skewness
 from liquid_stream.models import shipped
 from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
 
@@ -81,7 +81,7 @@ def test_estimates_do_not_depend_on_the_ppg_polarity(models, channels, seed):
 def test_the_server_path_turns_the_ppg_like_the_monitor():
     """The batched bank (the server's path: deferred monitors, resets and re-fed rows
     queued) gives the monitor's estimates for an upside-down PPG."""
-    from liquid_stream.apps.batch_vitals import VitalsBank, estimate_event
+    from liquid_stream.apps.batch.vitals import VitalsBank, estimate_event
 
     x = -record(4, ["PLETH"])
     models = [shipped("vitals-ppg-hr"), shipped("vitals-ppg-rr")]

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from liquid_stream.apps.vitals_record import RecordSource
+from liquid_stream.apps.vitals.record import RecordSource
 from liquid_stream.io.wfdb import read_header, read_record, signals_by_name
 from liquid_stream.training.data import real_samples as rs
 

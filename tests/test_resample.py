@@ -1,4 +1,5 @@
-"""The streaming polyphase resampler (liquid_stream.apps.resample) shared by kws and vitals."""
+"""The streaming polyphase resampler (liquid_stream.apps.common.resample) shared by kws and
+vitals."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.signal import upfirdn
 
-from liquid_stream.apps.audio import AudioError, stream_resampler
-from liquid_stream.apps.resample import ResampleError, StreamResampler
+from liquid_stream.apps.common.audio import AudioError, stream_resampler
+from liquid_stream.apps.common.resample import ResampleError, StreamResampler
 
 RATES = [(16000, 8000), (11025, 8000), (8000, 16000), (250, 125), (100, 125), (128, 125)]
 
@@ -146,7 +147,7 @@ def test_the_numpy_filter_design_is_scipys_firwin(numtaps, cutoff):
     ``scipy.signal.firwin(…, window=("kaiser", 5))`` to rounding."""
     from scipy.signal import firwin
 
-    from liquid_stream.apps.resample import kaiser_lowpass
+    from liquid_stream.apps.common.resample import kaiser_lowpass
 
     ref = firwin(numtaps, cutoff, window=("kaiser", 5.0))
     np.testing.assert_allclose(kaiser_lowpass(numtaps, cutoff), ref, rtol=0, atol=1e-15)

@@ -75,7 +75,7 @@ def read_vitals_csv(path: Path) -> list[dict[str, str]]:
 def test_the_base_install_has_no_torch_scipy_matplotlib_or_wfdb():
     for module in ("torch", "scipy", "matplotlib", "wfdb", "pandas", "neurokit2"):
         assert importlib.util.find_spec(module) is None, f"{module} is installed"
-    assert importlib.util.find_spec("liquid_stream.apps.vitals_monitor") is not None
+    assert importlib.util.find_spec("liquid_stream.apps.vitals.monitor") is not None
 
 
 @pytest.mark.slow

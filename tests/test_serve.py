@@ -1,4 +1,4 @@
-"""The streaming server (liquid_stream.apps.serve, serve_client, serve_state, serve_cli):
+"""The streaming server (liquid_stream.apps.serve: server, client, state, cli):
 real servers on 127.0.0.1 (in a thread of this process, or ``liquid-stream serve``
 subprocesses), real WebSocket clients, real onnxruntime sessions.
 
@@ -51,25 +51,25 @@ from fixtures_kws import (
 )
 from fixtures_vitals import signals, write_record
 
-from liquid_stream.apps.audio import stream_resampler
-from liquid_stream.apps.batch_vitals import estimate_event
-from liquid_stream.apps.kws import KeywordSpotter
-from liquid_stream.apps.serve import (
-    ServeError,
-    ServerThread,
-    StreamServer,
-    kws_host,
-    vitals_host,
-)
-from liquid_stream.apps.serve_cli import stream_to_cmd
-from liquid_stream.apps.serve_client import (
+from liquid_stream.apps.batch.vitals import estimate_event
+from liquid_stream.apps.common.audio import stream_resampler
+from liquid_stream.apps.kws.spotter import KeywordSpotter
+from liquid_stream.apps.serve.cli import stream_to_cmd
+from liquid_stream.apps.serve.client import (
     AsyncServeClient,
     ServeClient,
     ServeClientError,
     shard,
     stream_blocks,
 )
-from liquid_stream.apps.vitals_monitor import VitalsMonitor
+from liquid_stream.apps.serve.server import (
+    ServeError,
+    ServerThread,
+    StreamServer,
+    kws_host,
+    vitals_host,
+)
+from liquid_stream.apps.vitals.monitor import VitalsMonitor
 from liquid_stream.models import shipped
 
 RTOL = 1e-5
@@ -303,7 +303,7 @@ def test_killed_client_is_reclaimed_and_the_others_go_on(srv, tone, tmp_path):
     script = tmp_path / "client.py"
     script.write_text(
         "import sys, time, numpy as np\n"
-        "from liquid_stream.apps.serve_client import ServeClient\n"
+        "from liquid_stream.apps.serve.client import ServeClient\n"
         "c = ServeClient(sys.argv[1], stream_id='doomed')\n"
         "c.open('ppg', channels=['PLETH'], sample_rate=125)\n"
         "print('open', flush=True)\n"
@@ -672,7 +672,7 @@ def test_http_dashboard_files_and_state(srv):
         assert set(kv["detections"][0]) == {"t", "label", "score"}
         c.close()
         k.close()
-    # the dashboard's files, and nothing outside apps/web
+    # the dashboard's files, and nothing outside apps/serve/web
     status, kind, body = raw_get(srv, "/")
     index = ROOT / "apps" / "web" / "index.html"
     assert status == 200 and kind.startswith("text/html")
@@ -816,7 +816,7 @@ def test_stream_to_prints_the_events(srv, tone, tmp_path):
     )
     assert r.exit_code == 0, r.output
     events = [json.loads(ln) for ln in r.output.splitlines() if ln.startswith("{")]
-    from liquid_stream.apps.vitals_record import RecordSource
+    from liquid_stream.apps.vitals.record import RecordSource
 
     src = RecordSource(rec)
     want = vitals_ref(PPG_ECG, src.channels, src.fs, "hr>80:hold=2", list(src.chunks(None)))
@@ -872,7 +872,7 @@ def test_an_lsl_stream_is_a_bed_equal_to_its_record(srv, tmp_path):
     """serve --lsl: a WFDB record replayed as a live LSL outlet (this machine only) feeds
     a bed; its estimates equal the record read from its file (1-s blocks), and the bed
     ends with the stream."""
-    from liquid_stream.apps.vitals_record import RecordSource
+    from liquid_stream.apps.vitals.record import RecordSource
 
     rec = write_record(tmp_path, "bidmc05", seconds=40, nan_spans=[("PLETH", 12, 1.0)])
     name = f"lstest-serve-{uuid.uuid4().hex[:8]}"

@@ -32,8 +32,8 @@ from test_serve import (
     wait_for,
 )
 
-from liquid_stream.apps.serve import ServerThread, StreamServer, kws_host, vitals_host
-from liquid_stream.apps.serve_client import ServeClient
+from liquid_stream.apps.serve.client import ServeClient
+from liquid_stream.apps.serve.server import ServerThread, StreamServer, kws_host, vitals_host
 from liquid_stream.models import shipped
 
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")

@@ -22,8 +22,14 @@ import pytest
 from fixtures_vitals import signals
 from test_serve import cut, state, wait_for
 
-from liquid_stream.apps.serve import ServeError, ServerThread, StreamServer, kws_host, vitals_host
-from liquid_stream.apps.serve_client import ServeClient
+from liquid_stream.apps.serve.client import ServeClient
+from liquid_stream.apps.serve.server import (
+    ServeError,
+    ServerThread,
+    StreamServer,
+    kws_host,
+    vitals_host,
+)
 from liquid_stream.models import shipped
 
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")  # before the first session (test_serve)

@@ -16,7 +16,7 @@ SC10 = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
 
 
 def test_shipped_kws_loads_with_its_metadata_and_card():
-    from liquid_stream.apps.kws import KeywordSpotter
+    from liquid_stream.apps.kws.spotter import KeywordSpotter
 
     assert KWS in available()
     path = shipped(KWS)
@@ -64,7 +64,7 @@ def unseen_voices_stream(tmp_path_factory):
 
 @pytest.mark.tts
 def test_kws_without_model_uses_the_shipped_spotter_and_detects(unseen_voices_stream):
-    from liquid_stream.apps.kws_cli import kws_cmd, kws_eval_cmd
+    from liquid_stream.apps.kws.cli import kws_cmd, kws_eval_cmd
 
     wav, csv, rows = unseen_voices_stream
     r = CliRunner().invoke(kws_cmd, ["--input", str(wav), "--fast", "--no-ui"])

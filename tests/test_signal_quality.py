@@ -1,4 +1,4 @@
-"""No signal, no number (apps/signal_quality.py and every vital-sign path that uses it).
+"""No signal, no number (apps/vitals/signal_quality.py and every vital-sign path that uses it).
 
 The no-signal table: 60-s records whose PLETH and ECG carry no physiological signal (a
 flat line of zeros, a constant offset, a rail-saturated clip, ±1 LSB quantisation noise,
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from liquid_stream.apps import signal_quality as sq
-from liquid_stream.apps.vitals_monitor import VitalsMonitor
+from liquid_stream.apps.vitals import signal_quality as sq
+from liquid_stream.apps.vitals.monitor import VitalsMonitor
 from liquid_stream.models import shipped
 from liquid_stream.training.data.bidmc_sim import write_record
 from liquid_stream.training.data.vitals_sim import simulate_randomised
@@ -253,9 +253,9 @@ def test_no_signal_through_the_server_and_its_state(tmp_path):
     estimate after the flat line starts, and /api/state lists the technical alarm."""
     import urllib.request
 
-    from liquid_stream.apps.batch_vitals import estimate_event
-    from liquid_stream.apps.serve import ServerThread, StreamServer, vitals_host
-    from liquid_stream.apps.serve_client import stream_blocks
+    from liquid_stream.apps.batch.vitals import estimate_event
+    from liquid_stream.apps.serve.client import stream_blocks
+    from liquid_stream.apps.serve.server import ServerThread, StreamServer, vitals_host
 
     rec = good_record(6, minutes=1.0)
     x = rec["signals"][:, [KEEP.index("PLETH,")]].copy()

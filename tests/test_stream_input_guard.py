@@ -22,8 +22,8 @@ from fixtures_kws import (
 )
 
 from liquid_stream import LiquidS4Model, OnnxStreamer
-from liquid_stream.apps.kws import KeywordSpotter, KwsInputError
-from liquid_stream.apps.kws_cli import kws_cmd, kws_eval_cmd
+from liquid_stream.apps.kws.cli import kws_cmd, kws_eval_cmd
+from liquid_stream.apps.kws.spotter import KeywordSpotter, KwsInputError
 from liquid_stream.export.pipeline import export_model
 from liquid_stream.runtime.validate import MAX_STD, StreamInputError
 

@@ -24,17 +24,17 @@ from fixtures_vitals import (  # noqa: E402
     write_record,
 )
 
-from liquid_stream.apps.alarms import (  # noqa: E402
+from liquid_stream.apps.vitals.alarms import (  # noqa: E402
     Alarm,
     AlarmRule,
     AlarmSyntaxError,
     check_alarm,
     parse_alarms,
 )
-from liquid_stream.apps.vitals_model import VitalsError  # noqa: E402
-from liquid_stream.apps.vitals_monitor import VitalsMonitor  # noqa: E402
-from liquid_stream.apps.vitals_record import RecordSource  # noqa: E402
-from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
+from liquid_stream.apps.vitals.model import VitalsError  # noqa: E402
+from liquid_stream.apps.vitals.monitor import VitalsMonitor  # noqa: E402
+from liquid_stream.apps.vitals.record import RecordSource  # noqa: E402
+from liquid_stream.apps.vitals.run import open_record, run_record  # noqa: E402
 from liquid_stream.cli import main  # noqa: E402
 
 FS = 125
@@ -445,7 +445,7 @@ def test_speed_10_paces(models, records, tmp_path):
 def test_dashboard_renders(models, records):
     from rich.console import Console
 
-    from liquid_stream.apps.vitals_cli import Dashboard, sparkline
+    from liquid_stream.apps.vitals.cli import Dashboard, sparkline
 
     monitor, source = open_record(
         [models["hr"][0], models["spo2"][0]], records["short"], alarms="hr>10:hold=1"
@@ -465,7 +465,7 @@ def test_dashboard_renders(models, records):
 def test_run_path_imports_no_torch(models, records, tmp_path):
     code = f"""
 import sys
-from liquid_stream.apps.vitals_cli import vitals_cmd
+from liquid_stream.apps.vitals.cli import vitals_cmd
 try:
     vitals_cmd.main([{str(models["hr"][0])!r}, "--record", {str(records["short"])!r},
                      "--speed", "max", "--no-ui", "--out", {str(tmp_path)!r}],
@@ -538,7 +538,7 @@ def test_the_run_keeps_every_estimate_exactly_by_column(models, records):
     """``RunResult.estimates`` is an EstimateLog (columns, not one object per second): each
     estimate it gives back equals the one the monitor emitted, field by field (NaN where
     NaN), on a record with long and short gaps, two targets and an alarm that fires."""
-    from liquid_stream.apps.vitals_run import EstimateLog
+    from liquid_stream.apps.vitals.run import EstimateLog
 
     paths = [models["hr"][0], models["rr"][0]]
     monitor, source = open_record(paths, records["gaps"], alarms="hr>0,rr<1000")

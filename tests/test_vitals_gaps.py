@@ -38,9 +38,9 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from fixtures_vitals import export_vital_model  # noqa: E402
 
-from liquid_stream.apps.vitals_monitor import VitalsMonitor  # noqa: E402
-from liquid_stream.apps.vitals_record import RecordSource  # noqa: E402
-from liquid_stream.apps.vitals_run import open_record, run_record  # noqa: E402
+from liquid_stream.apps.vitals.monitor import VitalsMonitor  # noqa: E402
+from liquid_stream.apps.vitals.record import RecordSource  # noqa: E402
+from liquid_stream.apps.vitals.run import open_record, run_record  # noqa: E402
 from liquid_stream.cli import main  # noqa: E402
 
 FS = 125

@@ -287,7 +287,7 @@ def test_a_record_at_another_rate_reads_like_the_125_hz_record(name, cols, tol):
     250 Hz SpO2 streamed at 9.58 % and PPG HR at 9.68 bpm (docs/benchmarks.md §5.2)."""
     from scipy.signal import resample_poly
 
-    from liquid_stream.apps.vitals_monitor import VitalsMonitor
+    from liquid_stream.apps.vitals.monitor import VitalsMonitor
 
     rec = record(8, minutes=2.0)
     x = rec["signals"][:, cols]  # (T, C) at 125 Hz

@@ -3,7 +3,7 @@ it from real pulses and breaths without blanking irregular rhythms (AF)?
 
     python experiments/2026-12-07-colored-noise/explore.py --records 40 --minutes 3
 
-Feature per window (8 s, as apps/signal_quality.py): the highest *peak* of the normalised
+Feature per window (8 s, as apps/vitals/signal_quality.py): the highest *peak* of the normalised
 autocorrelation of the band-passed signal at the lags of the kind's rates: a local maximum
 whose height above the lowest value at shorter lags (its prominence) is reported. Good
 windows: domain-randomised records (seed 101, never a training seed), split by AF; noise:
@@ -17,7 +17,7 @@ import argparse
 
 import numpy as np
 
-from liquid_stream.apps import signal_quality as sq
+from liquid_stream.apps.vitals import signal_quality as sq
 from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
 
 FS = 125

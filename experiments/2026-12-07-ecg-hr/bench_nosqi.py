@@ -4,7 +4,7 @@ PPG+ECG model fed a flat PLETH (--flat PLETH) still emits numbers (b602c60 blank
 import runpy
 import sys
 
-import liquid_stream.apps.vitals_monitor as vm
+import liquid_stream.apps.vitals.monitor as vm
 
 vm.judge = lambda *a, **k: None
 sys.argv = ["bench/vitals_stream.py", *sys.argv[1:]]

@@ -5,7 +5,7 @@
 Domain-randomised records (seed 202, not a training seed), PLETH alone at 125 Hz: each
 record streamed as it is and turned upside down (x -> -x, the same beats), once through the
 bare model (OnnxStreamer: what the model alone does) and once through the monitor
-(VitalsMonitor: the PPG turned the right way up by apps/ppg_polarity.py). Per record the
+(VitalsMonitor: the PPG turned the right way up by apps/vitals/ppg_polarity.py). Per record the
 median |HR(x) - HR(-x)| over the seconds from 40 s on (every second valid for both) and the
 RMSE of each against the trailing-window truth. Prints a table and the pooled numbers.
 """
@@ -16,7 +16,7 @@ import argparse
 
 import numpy as np
 
-from liquid_stream.apps.vitals_monitor import VitalsMonitor
+from liquid_stream.apps.vitals.monitor import VitalsMonitor
 from liquid_stream.runtime.onnx_streamer import OnnxStreamer
 from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
 

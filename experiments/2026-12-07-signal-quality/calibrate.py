@@ -1,6 +1,6 @@
 """Signal-quality thresholds, set on simulated records and generated failure cases only.
 
-Question: which share of good seconds does apps/signal_quality.py flag, and which share of
+Question: which share of good seconds does apps/vitals/signal_quality.py flag, and which share of
 failure seconds does it pass, per channel kind (PPG, ECG, RESP)?
 
     python experiments/2026-12-07-signal-quality/calibrate.py --records 40 --minutes 3
@@ -20,7 +20,7 @@ import json
 
 import numpy as np
 
-from liquid_stream.apps import signal_quality as sq
+from liquid_stream.apps.vitals import signal_quality as sq
 from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
 
 FS = 125

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-import liquid_stream.apps.vitals_monitor as vm
-from liquid_stream.apps.vitals_run import open_record, run_record
+import liquid_stream.apps.vitals.monitor as vm
+from liquid_stream.apps.vitals.run import open_record, run_record
 
 
 def series(model: str, rec: str, trust: bool):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.vitals_run import open_record, run_record
+from liquid_stream.apps.vitals.run import open_record, run_record
 from liquid_stream.models import shipped
 from liquid_stream.training.data.bidmc_sim import write_record
 from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised

@@ -38,6 +38,13 @@ NN = """cauchy cauchy_keops checkpoint chunked diag dplr ema fftconv frontend hi
 layer liquid ltc ltc_kernel ltc_triton _ltc_triton_kernels model pair scalenorm""".split()
 RUNTIME = "onnx_streamer validate meta quantized ltc_ort ltc_cpp".split()
 IO = "wav wfdb lsl labels atomic bidmc_vocab".split()
+VITALS = "cli lsl model monitor record run".split()
+SPEECH = (
+    "speech speech_synth kws_stream kws_baseline augment spec_augment phonetic piper_voice".split()
+)
+VITALS_DATA = """bidmc bidmc_baseline bidmc_crops bidmc_sim vitals_sim vitals_conditions pulse_eq
+real_samples""".split()
+LRA = "images listops lra_text pathfinder".split()
 
 STEPS: dict[str, dict[str, str]] = {
     "core": {
@@ -45,7 +52,27 @@ STEPS: dict[str, dict[str, str]] = {
         **{f"liquid_stream/{m}.py": f"liquid_stream/runtime/{m}.py" for m in RUNTIME},
         **{f"liquid_stream/{m}.py": f"liquid_stream/io/{m}.py" for m in IO},
     },
+    "apps": {
+        "apps/kws/spotter.py": "apps/kws/spotter.py",
+        "apps/kws/cli.py": "apps/kws/cli.py",
+        "apps/kws/tune.py": "apps/kws/tune.py",
+        **{f"apps/vitals_{m}.py": f"apps/vitals/{m}.py" for m in VITALS},
+        **{
+            f"apps/{m}.py": f"apps/vitals/{m}.py"
+            for m in ("alarms", "signal_quality", "ppg_polarity")
+        },
+        "apps/serve/server.py": "apps/serve/server.py",
+        **{f"apps/serve_{m}.py": f"apps/serve/{m}.py" for m in ("cli", "client", "state")},
+        "apps/batch/__init__.py": "apps/batch/__init__.py",
+        **{f"apps/batch_{m}.py": f"apps/batch/{m}.py" for m in ("session", "kws", "vitals")},
+        **{
+            f"apps/{m}.py": f"apps/common/{m}.py"
+            for m in ("audio", "resample", "interrupt", "plots")
+        },
+    },
 }
+# folders moved with a step (after its files): old → new
+DIRS: dict[str, dict[str, str]] = {"apps": {"apps/web": "apps/serve/web"}}
 
 
 def module_of(path: str) -> str:
@@ -93,15 +120,18 @@ def rewrite_relative(src: str, old_mod: str, new_mod: str, is_pkg: bool, mods: d
         if not isinstance(node, ast.ImportFrom) or not node.level:
             continue
         now = resolve(new_pkg, node.level, node.module)
-        if exists(now) and (
-            node.module is not None or all(exists(f"{now}.{a.name}") for a in node.names)
-        ):
-            continue  # already right (a second run, or not moved)
+        names = [now] if node.module is not None else [f"{now}.{a.name}" for a in node.names]
+        if exists(now) and now not in mods and all(exists(n) and n not in mods for n in names):
+            continue  # already right (a second run, or neither side moved)
         base = old_pkg.split(".")
         base = ".".join(
             base[: len(base) - (node.level - 1)] + ([node.module] if node.module else [])
         )
         if node.module is None:  # from . import a, b: each name may be a module
+            if not all(
+                exists(f"{base}.{a.name}") or f"{base}.{a.name}" in mods for a in node.names
+            ):
+                continue  # names of a package __init__, not modules
             targets = {mods.get(f"{base}.{a.name}", f"{base}.{a.name}") for a in node.names}
             parents = {t.rpartition(".")[0] for t in targets}
             same = all(mods.get(f"{base}.{a.name}", a.name).endswith(a.name) for a in node.names)
@@ -118,7 +148,9 @@ def rewrite_relative(src: str, old_mod: str, new_mod: str, is_pkg: bool, mods: d
     return "".join(lines)
 
 
-def text_rules(mods: dict[str, str], moves: dict[str, str]) -> list[tuple[re.Pattern, object]]:
+def text_rules(
+    mods: dict[str, str], moves: dict[str, str], dirs: dict[str, str]
+) -> list[tuple[re.Pattern, object]]:
     rules = []
     # from liquid_stream import a, b (single line, every name a moved module of one package)
     by_parent: dict[str, dict[str, str]] = {}
@@ -147,12 +179,20 @@ def text_rules(mods: dict[str, str], moves: dict[str, str]) -> list[tuple[re.Pat
         rules.append((pat, fix))
     # dotted names, longest first
     for old in sorted(mods, key=len, reverse=True):
-        rules.append((re.compile(rf"(?<![\w.]){re.escape(old)}(?![\w])"), mods[old]))
-    # file paths (repository-relative, with or without .py)
+        # an old module that is now a package (apps.kws → apps.kws.spotter): not its new
+        # sub-modules (apps.kws.cli), so a second run leaves them alone
+        subs = sorted(
+            {n[len(old) + 1 :].split(".")[0] for n in mods.values() if n.startswith(old + ".")}
+        )
+        ahead = rf"(?!\.(?:{'|'.join(subs)})\b)" if subs else ""
+        rules.append((re.compile(rf"(?<![\w.]){re.escape(old)}(?![\w]){ahead}"), mods[old]))
+    # file paths (repository-relative, with .py)
     for old in sorted(moves, key=len, reverse=True):
         stem = old[: -len(".py")]
         new_stem = moves[old][: -len(".py")]
         rules.append((re.compile(rf"(?<![\w./]){re.escape(stem)}(?=\.py\b)"), new_stem))
+    for old, new in dirs.items():
+        rules.append((re.compile(rf"(?<![\w./]){re.escape(old)}(?=/)"), new))
     return rules
 
 
@@ -177,15 +217,20 @@ def main() -> None:
     step = sys.argv[1]
     move = "--no-move" not in sys.argv
     moves = STEPS[step]
-    mods = {module_of(o): module_of(n) for o, n in moves.items()}
+    dirs = DIRS.get(step, {})
+    mods = {module_of(o): module_of(n) for o, n in moves.items() if module_of(o) != module_of(n)}
     if move:
         for old, new in moves.items():
             dst = ROOT / new
             for d in reversed(dst.relative_to(ROOT).parents[:-1]):
                 if not (ROOT / d).is_dir():
                     (ROOT / d).mkdir()
+                    if str(d / "__init__.py") in moves.values():
+                        continue  # a module becomes this package's __init__
                     (ROOT / d / "__init__.py").write_text("")
                     subprocess.run(["git", "add", str(d / "__init__.py")], cwd=ROOT, check=True)
+            subprocess.run(["git", "mv", old, new], cwd=ROOT, check=True)
+        for old, new in dirs.items():
             subprocess.run(["git", "mv", old, new], cwd=ROOT, check=True)
     inverse = {n: o for o, n in moves.items()}
     for f in tracked_text_files():
@@ -199,7 +244,7 @@ def main() -> None:
         )
         if new != src:
             p.write_text(new)
-    rules = text_rules(mods, moves)
+    rules = text_rules(mods, moves, dirs)
     changed = 0
     for f in tracked_text_files():
         p = ROOT / f

@@ -38,7 +38,7 @@ closure look like "up"), so each template's score is standardised by its own mea
 standard deviation over a calibration stream (:meth:`TemplateMatcher.calibrate`, the
 "z-norm" of query-by-example spoken-term detection); a keyword's score is then the best
 standardised score of its templates. The app's decision rule
-(:func:`liquid_stream.apps.kws.detect_events`: threshold, re-arm, refractory) turns scores
+(:func:`liquid_stream.apps.kws.spotter.detect_events`: threshold, re-arm, refractory) turns scores
 into detections, with the threshold chosen on a validation stream as for the models.
 Everything is float64 numpy; the per-frame distances to every template cell are one matrix
 product per block of frames, the recursion a loop over frames of vector operations.

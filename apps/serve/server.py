@@ -7,8 +7,9 @@ micro-batched into one onnxruntime call per step (asyncio; no torch).
         print(srv.url)                                      # ws://127.0.0.1:PORT/stream
 
 **Hosted models.** Each :class:`HostedModel` is a named bank of
-:mod:`liquid_stream.apps.batch`: a :class:`~.batch_kws.KwsBank` (one keyword spotter) or
-a :class:`~.batch_vitals.VitalsBank` (one set of 1..3 vital-sign models, one per target).
+:mod:`liquid_stream.apps.batch`: a :class:`~liquid_stream.apps.batch.kws.KwsBank` (one keyword
+spotter) or a :class:`~liquid_stream.apps.batch.vitals.VitalsBank` (one set of 1..3 vital-sign
+models, one per target).
 Its streams are stepped together, on its own worker thread (every call into a bank runs
 there, so a bank is never used by two threads, and onnxruntime runs while the event loop
 goes on receiving). Several hosted models of one name (``workers``) are banks that
@@ -25,7 +26,7 @@ closed (code 1008), so idle sockets cannot pile up. Then sample blocks: binary f
 float32 little-endian ``(T, C)`` samples (row-major, any T), or ``{"op": "samples",
 "data": [[...], ...]}`` (float64, ``null`` for a missing sample; its shape is checked).
 With ``"framing": "counted"`` (the default of a vitals stream, and what
-:class:`~.serve_client.ServeClient` asks for) each binary frame starts with its channel
+:class:`~.client.ServeClient` asks for) each binary frame starts with its channel
 count C as a uint32 little-endian: a block of the wrong channels is refused even when its
 size happens to be whole rows of the stream's C (a frame cannot say its shape otherwise);
 ``"raw"`` (the default of a keyword stream, whose one channel is mono audio) sends the
@@ -79,8 +80,8 @@ steps, so none waits behind seconds of bulk input (docs/serving.md §4).
   or in the ``open`` message; the dashboard's ``/api/state`` needs it too
   (header, query, or the cookie set by ``GET /?token=T``).
 
-**HTTP** on the same port: ``GET /`` the dashboard (``apps/web/index.html``), ``GET
-/web/<file>`` its files, ``GET /api/state`` the JSON of :mod:`.serve_state`. There a
+**HTTP** on the same port: ``GET /`` the dashboard (``apps/serve/web/index.html``), ``GET
+/web/<file>`` its files, ``GET /api/state`` the JSON of :mod:`.state`. There a
 connected stream whose client has sent no samples for more than ``stale_s`` (5 s), with
 none of its blocks waiting here, is marked ``"stale": true`` (no data): no valid vital, its
 clinical alarms replaced by the technical alarm "no data for more than 5 s", until its
@@ -112,7 +113,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
-from liquid_stream.apps.serve_state import (
+from liquid_stream.apps.serve.state import (
     DEFAULT_STALE_S,
     WEB_DIR,
     StreamView,
@@ -317,7 +318,7 @@ def needed_rate(channel: str) -> float:
     (:mod:`.signal_quality`: a PPG's pulse band 0.5-8 Hz -> 16 Hz, RESP 0.05-2 Hz -> 4 Hz,
     an ECG lead's QRS band 5-30 Hz -> 60 Hz). Below it the pulse, the breaths or the QRS
     complexes are aliased away and the models would read noise as a signal."""
-    from liquid_stream.apps.signal_quality import channel_kind
+    from liquid_stream.apps.vitals.signal_quality import channel_kind
 
     kind = channel_kind(channel)
     return 2.0 * (QRS_TOP_HZ if kind.spiky else kind.band_hz[1])
@@ -412,7 +413,7 @@ class StreamServer:
         ping_s: WebSocket keepalive: a ping every ``ping_s`` seconds; a peer that does not
             answer within ``ping_s`` is closed (code 1011).
         stale_s: a connected stream with no samples for longer is shown as no data in
-            ``/api/state`` (:mod:`.serve_state`).
+            ``/api/state`` (:mod:`.state`).
         bulk_ms: the model time (CPU ms, estimated from the bank's previous bulk steps)
             one step of bulk streams (overflow ``"wait"``) may carry: at least one block.
         bulk_share: while any live stream is open, the most of one core's time the bulk
@@ -613,7 +614,7 @@ class StreamServer:
         return respond(status, kind, body, extra)
 
     def state(self) -> dict:
-        """The ``/api/state`` JSON (schema in :mod:`.serve_state`), as a dict."""
+        """The ``/api/state`` JSON (schema in :mod:`.state`), as a dict."""
         return json.loads(self.state_text())
 
     def state_text(self) -> str:

@@ -1,7 +1,7 @@
 """One run of the vital-sign monitor over a WFDB record: open, stream, and the result with
 its references, metrics, CSV and plot (no torch).
 
-    from liquid_stream.apps.vitals_run import open_record, run_record
+    from liquid_stream.apps.vitals.run import open_record, run_record
 
     # 1..3 models (one per target); the record's channels they need; its <name>n numerics
     monitor, source = open_record(["hr.onnx", "rr.onnx"], "bidmc/bidmc01", alarms="hr>120")
@@ -14,9 +14,9 @@ its references, metrics, CSV and plot (no torch).
     result = run_record(monitor, source, speed=None)     # None: as fast as possible
     result.metrics(); result.write_csv("v.csv"); result.plot("v.png")
 
-The models are :mod:`~liquid_stream.apps.vitals_model`, the monitor
-:mod:`~liquid_stream.apps.vitals_monitor` (``VitalsMonitor`` also takes any ``(T, C)``
-stream), the record and its references :mod:`~liquid_stream.apps.vitals_record`. Seconds
+The models are :mod:`~liquid_stream.apps.vitals.model`, the monitor
+:mod:`~liquid_stream.apps.vitals.monitor` (``VitalsMonitor`` also takes any ``(T, C)``
+stream), the record and its references :mod:`~liquid_stream.apps.vitals.record`. Seconds
 without a finite reference are left out of RMSE/MAE and counted.
 """
 
@@ -32,14 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.alarms import Alarm, check_alarm
-from liquid_stream.apps.vitals_monitor import (
+from liquid_stream.apps.vitals.alarms import Alarm, check_alarm
+from liquid_stream.apps.vitals.monitor import (
     DEFAULT_MAX_GAP_S,
     Estimate,
     VitalsInputError,
     VitalsMonitor,
 )
-from liquid_stream.apps.vitals_record import RecordSource
+from liquid_stream.apps.vitals.record import RecordSource
 
 
 class EstimateLog(Sequence[Estimate]):
@@ -176,7 +176,7 @@ class RunResult:
     def alarm_check(self) -> dict[str, dict[str, int]]:
         """Per alarm rule, its states against the record's reference (the numerics over
         the model's window): seconds, episodes and the same rule driven by the reference
-        (:func:`~liquid_stream.apps.alarms.check_alarm`)."""
+        (:func:`~liquid_stream.apps.vitals.alarms.check_alarm`)."""
         return {
             a.rule.name: check_alarm(
                 a.rule,

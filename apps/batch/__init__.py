@@ -12,7 +12,7 @@ torch).
 
 Three layers, one module each:
 
-- :class:`~.batch_session.BatchedSession` (``batch_session.py``): one session, many
+- :class:`~.session.BatchedSession` (``session.py``): one session, many
   streams' states. Every exported graph takes ``x (batch, T, d_input)`` and its states
   ``state.<name>`` explicitly; ``state_spec`` gives each state's shape with the symbolic
   ``"batch"`` at its own axis (``(batch, W−1)``, ``(H, batch, S)``, …) or none (a value
@@ -21,11 +21,11 @@ Three layers, one module each:
   batch axis, runs **one** call on the stacked blocks, checks each stream's outputs and
   new state finite and **scatters** the new states back (a refused stream keeps its old
   state; the others commit).
-- :class:`~.batch_kws.KwsBank` (``batch_kws.py``): many
-  :class:`~liquid_stream.apps.kws.KeywordSpotter` streams: per stream a resampler, the
-  pending samples and the spotter's :class:`~liquid_stream.apps.kws.KeywordTracker`.
-- :class:`~.batch_vitals.VitalsBank` (``batch_vitals.py``): many
-  :class:`~liquid_stream.apps.vitals_monitor.VitalsMonitor` beds built with
+- :class:`~.kws.KwsBank` (``kws.py``): many
+  :class:`~liquid_stream.apps.kws.spotter.KeywordSpotter` streams: per stream a resampler, the
+  pending samples and the spotter's :class:`~liquid_stream.apps.kws.spotter.KeywordTracker`.
+- :class:`~.vitals.VitalsBank` (``vitals.py``): many
+  :class:`~liquid_stream.apps.vitals.monitor.VitalsMonitor` beds built with
   ``deferred=True``: each bed resamples, checks and applies the NaN-gap rule itself and
   queues the rows (and resets) each model must see; the bank runs the models.
 
@@ -72,8 +72,8 @@ before the refused chunk, while the other streams go on.
 
 from __future__ import annotations
 
-from liquid_stream.apps.batch_kws import KwsBank
-from liquid_stream.apps.batch_session import BatchedSession
-from liquid_stream.apps.batch_vitals import VitalsBank
+from liquid_stream.apps.batch.kws import KwsBank
+from liquid_stream.apps.batch.session import BatchedSession
+from liquid_stream.apps.batch.vitals import VitalsBank
 
 __all__ = ["BatchedSession", "KwsBank", "VitalsBank"]

@@ -102,8 +102,8 @@ class KwsWorker(threading.Thread):
     ):
         import queue
 
-        from .audio import stream_resampler
-        from .kws import KwsInputError
+        from ..common.audio import stream_resampler
+        from .spotter import KwsInputError
 
         super().__init__(name="kws-worker", daemon=True)
         self.spotter = spotter
@@ -145,7 +145,7 @@ class KwsWorker(threading.Thread):
     def run(self) -> None:
         import numpy as np
 
-        from .kws import KwsInputError
+        from .spotter import KwsInputError
 
         pending = np.zeros(0, np.float32)
         try:
@@ -225,7 +225,7 @@ def _wall(t: float) -> str:
 
 
 def _open_spotter(model, keywords, threshold, refractory, smooth_ms, chunk_ms, threads):
-    from .kws import KeywordSpotter, KwsModelError
+    from .spotter import KeywordSpotter, KwsModelError
 
     kw = [k.strip() for k in keywords.split(",") if k.strip()] if keywords else None
     try:
@@ -243,7 +243,7 @@ def _open_spotter(model, keywords, threshold, refractory, smooth_ms, chunk_ms, t
 
 
 def _open_wav(path, chunk_ms, realtime):
-    from .audio import AudioError, WavSource
+    from ..common.audio import AudioError, WavSource
 
     try:
         return WavSource(path, block_ms=chunk_ms, realtime=realtime)
@@ -253,7 +253,7 @@ def _open_wav(path, chunk_ms, realtime):
 
 def _refused(worker):
     """The worker's :class:`~.kws.KwsInputError` (a refused sample), else None."""
-    from .kws import KwsInputError
+    from .spotter import KwsInputError
 
     return worker.error if isinstance(worker.error, KwsInputError) else None
 
@@ -335,7 +335,7 @@ def run_kws(spotter, source, *, mic: bool, ui: bool, echo=click.echo, batch=None
             stamp = _wall(wall) if mic else _clock(det.time_s)
             print_fn(f"{stamp}  {det.keyword}  {det.score:.3f}")
 
-    from liquid_stream.apps.interrupt import interrupt_on_signals
+    from liquid_stream.apps.common.interrupt import interrupt_on_signals
 
     live = None
     restore = interrupt_on_signals()
@@ -507,7 +507,7 @@ def kws_cmd(
             click.echo(f"reading {source.name} ({source.duration_s:.1f} s{rate_note})", err=True)
             summary = run_kws(spotter, source, mic=False, ui=ui, batch=batch)
     else:
-        from .audio import AudioError, MicSource
+        from ..common.audio import AudioError, MicSource
 
         dev = int(device) if device is not None and device.isdigit() else device
         try:
@@ -580,7 +580,7 @@ def kws_eval_cmd(
     from liquid_stream.io.atomic import atomic_path, atomic_write_bytes
     from liquid_stream.io.labels import read_label_csv
 
-    from .kws import evaluate_detections
+    from .spotter import evaluate_detections
 
     spotter = _open_spotter(model, keywords, threshold, refractory, smooth_ms, chunk_ms, threads)
     try:
@@ -644,7 +644,7 @@ def kws_eval_cmd(
             err=True,
         )
     if out_path:  # both files or neither: the plot first, the JSON last, each atomically
-        from liquid_stream.apps.plots import NO_PLOT, can_plot
+        from liquid_stream.apps.common.plots import NO_PLOT, can_plot
 
         out = Path(out_path)
         png = out.with_suffix(".png")
@@ -749,9 +749,9 @@ def kws_tune_cmd(model, stream_path, labels_path, max_fa_per_hour, write, chunk_
     from liquid_stream.io.atomic import atomic_write_bytes
     from liquid_stream.io.labels import read_label_csv
 
-    from .audio import AudioError, read_wav
-    from .kws import KwsModelError
-    from .kws_tune import tune_thresholds, write_tuning
+    from ..common.audio import AudioError, read_wav
+    from .spotter import KwsModelError
+    from .tune import tune_thresholds, write_tuning
 
     try:
         truth = read_label_csv(labels_path)

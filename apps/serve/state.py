@@ -29,8 +29,8 @@ received, dropped blocks, errors, lag). ``/api/state`` is::
                   "detections": [{"t", "label", "score"}, … the last 20]}]}
 
 **Why no value.** Each vital says why it has no valid value. ``status`` is the monitor's
-status of its latest second (:class:`~.vitals_monitor.Estimate`: ``ok``, ``warmup``,
-``gap``, ``nosignal``, ``recovering``, ``bridged``; ``warmup`` before the first), and
+status of its latest second (:class:`~liquid_stream.apps.vitals.monitor.Estimate`: ``ok``,
+``warmup``, ``gap``, ``nosignal``, ``recovering``, ``bridged``; ``warmup`` before the first), and
 ``reason`` the text a display shows instead of a number (null while ``valid``):
 
 - ``"warming up, N s left"``: the model's window (``window_s``, from the open) minus the
@@ -61,7 +61,7 @@ closed stream is never stale (it is ``connected: false``). This is the server's 
 so every client of ``/api/state`` sees it, not only the dashboard page.
 
 :func:`static_file` answers ``GET /`` (``index.html``) and ``GET /web/<file>`` from the
-dashboard folder ``apps/web/``, refusing any path that leaves it.
+dashboard folder ``apps/serve/web/``, refusing any path that leaves it.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
+from liquid_stream.apps.vitals.alarms import AlarmSyntaxError, parse_alarms
 from liquid_stream.io.bidmc_vocab import UNITS, VITALS
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
@@ -97,7 +97,7 @@ CONTENT_TYPES = {
 PLACEHOLDER = b"""<!doctype html><html><head><meta charset="utf-8">
 <title>liquid-stream serve</title></head><body>
 <h1>liquid-stream serve</h1><p>The dashboard page is not installed
-(<code>apps/web/index.html</code>); the stream state is at
+(<code>apps/serve/web/index.html</code>); the stream state is at
 <a href="/api/state">/api/state</a>.</p></body></html>
 """
 

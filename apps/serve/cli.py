@@ -209,7 +209,7 @@ def serve_cmd(
     import asyncio
     import signal
 
-    from .serve import (
+    from .server import (
         ServeError,
         StreamServer,
         check_token,
@@ -363,7 +363,7 @@ def stream_to_cmd(
     import json
     import time
 
-    from .serve_client import ServeClient, ServeClientError
+    from .client import ServeClient, ServeClientError
 
     if sum(x is not None for x in (wav, record, device)) != 1:
         raise click.UsageError("give exactly one of --input, --record, --device")
@@ -380,8 +380,8 @@ def stream_to_cmd(
 
     try:
         if record is not None:
-            from .vitals_model import VitalsError
-            from .vitals_record import RecordSource
+            from ..vitals.model import VitalsError
+            from ..vitals.record import RecordSource
 
             try:
                 src = RecordSource(record)
@@ -394,7 +394,7 @@ def stream_to_cmd(
             rate, channels, kind = src.fs, src.channels, model or "vitals"
             source = None
         else:
-            from .audio import AudioError, MicSource, WavSource
+            from ..common.audio import AudioError, MicSource, WavSource
 
             try:
                 if wav is not None:

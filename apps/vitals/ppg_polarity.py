@@ -25,7 +25,7 @@ it is near 0 have symmetric systolic waves (the ``param`` family's Gaussian shap
 small dicrotic wave), where polarity matters least. The measured effect on the models is in
 docs/benchmarks.md (polarity) and the experiment above.
 
-Used by :class:`~liquid_stream.apps.vitals_monitor.VitalsMonitor`: the decision is taken
+Used by :class:`~liquid_stream.apps.vitals.monitor.VitalsMonitor`: the decision is taken
 on the first 8 s window of a PLETH channel that the signal-quality index passes, with no
 interpolated or refused sample in it, after each model reset; the model is then reset and
 re-fed that window with the sign, so nothing it saw before the decision (the samples of the
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from liquid_stream.apps.signal_quality import band_pass
+from liquid_stream.apps.vitals.signal_quality import band_pass
 from liquid_stream.io.bidmc_vocab import channel_key
 
 BAND_HZ = (0.5, 8.0)

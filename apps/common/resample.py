@@ -1,6 +1,6 @@
 """Causal, stateful polyphase resampling of a stream, exact for any chunking (no torch).
 
-    from liquid_stream.apps.resample import StreamResampler
+    from liquid_stream.apps.common.resample import StreamResampler
 
     r = StreamResampler(250, 125)        # fs_in -> fs_out, up/down = 1/2
     r = StreamResampler(250, 125, prime="edge")   # the past is the first sample, not zeros

@@ -27,14 +27,14 @@ Signal problems, per model (its own channels):
   value such as a 1e6 in a PLETH channel, never a real signal): the models would refuse
   it. ``VitalsMonitor`` refuses the chunk by default (``out_of_range="refuse"``:
   :class:`VitalsInputError`, the monitor unchanged); a record
-  (:func:`~liquid_stream.apps.vitals_run.open_record`, the ``vitals`` command) uses
+  (:func:`~liquid_stream.apps.vitals.run.open_record`, the ``vitals`` command) uses
   ``out_of_range="gap"``: the sample is invalid for that model, exactly like a NaN (a
   short gap is bridged, a long one resets), and counted
   (:meth:`VitalsMonitor.out_of_range_counts`), so a long record survives a glitch. Any
   other refusal (a model overflow) stops
-  :func:`~liquid_stream.apps.vitals_run.run_record` at that chunk, keeping the estimates
+  :func:`~liquid_stream.apps.vitals.run.run_record` at that chunk, keeping the estimates
   before it (``RunResult.error``).
-- **no signal** (:mod:`liquid_stream.apps.signal_quality`: a flat line, a constant
+- **no signal** (:mod:`liquid_stream.apps.vitals.signal_quality`: a flat line, a constant
   offset, a clipped or rail-saturated signal, quantisation noise, noise with no pulse /
   QRS / breathing, mains hum alone): judged every second on each channel's trailing
   samples as fed to the model (2 s for the flat, quantisation and clipping tests, 8 s
@@ -45,7 +45,7 @@ Signal problems, per model (its own channels):
   data)"``), raised and cleared as events. So a flat line is invalid within 2 s of its
   start (3 s counting the second it ends in), noise or hum within 8 s.
 - **other sampling rate**: the record is resampled to the models' rate by a causal,
-  stateful polyphase FIR (:mod:`liquid_stream.apps.resample`: the filter of
+  stateful polyphase FIR (:mod:`liquid_stream.apps.common.resample`: the filter of
   ``scipy.signal.resample_poly``, without its delay compensation: chunked output equals
   ``upfirdn`` on the whole record; the delay is 10 samples of the slower rate, e.g. 80 ms
   for 250 -> 125 Hz), primed with the first sample (``prime="edge"``), so a signal with
@@ -62,11 +62,11 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.alarms import Alarm, AlarmRule, parse_alarms
-from liquid_stream.apps.ppg_polarity import needs_polarity, polarity
-from liquid_stream.apps.resample import StreamResampler
-from liquid_stream.apps.signal_quality import LONG_S, channel_kind, judge, technical_message
-from liquid_stream.apps.vitals_model import VitalModel, VitalsError, load_model
+from liquid_stream.apps.common.resample import StreamResampler
+from liquid_stream.apps.vitals.alarms import Alarm, AlarmRule, parse_alarms
+from liquid_stream.apps.vitals.model import VitalModel, VitalsError, load_model
+from liquid_stream.apps.vitals.ppg_polarity import needs_polarity, polarity
+from liquid_stream.apps.vitals.signal_quality import LONG_S, channel_kind, judge, technical_message
 from liquid_stream.io.bidmc_vocab import VITALS, strip_name
 from liquid_stream.runtime.validate import MAX_STD, StreamInputError
 
@@ -168,7 +168,7 @@ class _Lane:
         self.last_bad = -(10**18)
         self.tech: dict[int, dict[str, str]] = {}
         self.gap_cols = np.zeros(len(cols), dtype=bool)
-        # PPG polarity (apps/ppg_polarity.py): the PLETH column, its sign (+1 until
+        # PPG polarity (apps/vitals/ppg_polarity.py): the PLETH column, its sign (+1 until
         # decided) and whether it is decided since the last reset
         pol = [k for k, c in enumerate(model.channels) if needs_polarity(c)]
         self.pol_col: int | None = pol[0] if pol else None
@@ -435,8 +435,8 @@ class VitalsMonitor:
 
     Args:
         models: paths of exported ``bidmc`` ONNX models (at most one per target), or
-            models already opened by :func:`~liquid_stream.apps.vitals_model.load_model`.
-        alarms: ``"hr>120,spo2<90"`` (see :mod:`liquid_stream.apps.alarms`) or rules.
+            models already opened by :func:`~liquid_stream.apps.vitals.model.load_model`.
+        alarms: ``"hr>120,spo2<90"`` (see :mod:`liquid_stream.apps.vitals.alarms`) or rules.
         channels: column names of the chunks given to :meth:`push` (default: the union of
             the models' channels, in model order).
         input_rate: sampling rate of those chunks (default: the models'); another rate is

@@ -6,14 +6,14 @@
     events = bank.step()                    # {"bed7": [{"type": "estimate", "t": 12, ...}]}
     bank.close("bed7")                      # the rest, then forgotten
 
-A bed is a :class:`~liquid_stream.apps.vitals_monitor.VitalsMonitor` built with
+A bed is a :class:`~liquid_stream.apps.vitals.monitor.VitalsMonitor` built with
 ``deferred=True`` over the bank's opened models (the bank's models whose channels the bed
 has): its push does everything but the model steps (resampling, the out-of-range check,
 the per-model NaN-gap rule: bridging, resets, held samples, the status of every second)
 and queues the rows each model must see, with a reset wherever the rule resets the
 model. The bank cuts each bed's rows into chunks of T0 samples per model (a reset first
 runs what came before it, as a shorter chunk), steps all beds' chunks of a model in one
-:class:`~liquid_stream.apps.batch_session.BatchedSession` call per round, and hands the
+:class:`~liquid_stream.apps.batch.session.BatchedSession` call per round, and hands the
 outputs back to the bed (``settle``), whose alarms and estimates follow as in the
 monitor.
 """
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.batch_session import BatchedSession, check_rate
-from liquid_stream.apps.vitals_model import VitalModel
-from liquid_stream.apps.vitals_monitor import DEFAULT_MAX_GAP_S, Estimate, VitalsMonitor
+from liquid_stream.apps.batch.session import BatchedSession, check_rate
+from liquid_stream.apps.vitals.model import VitalModel
+from liquid_stream.apps.vitals.monitor import DEFAULT_MAX_GAP_S, Estimate, VitalsMonitor
 from liquid_stream.io.bidmc_vocab import strip_name
 
 MAX_PENDING_S = 60.0  # most seconds of input a bed may buffer between steps
@@ -129,7 +129,7 @@ class _Bed:
 
 
 class VitalsBank:
-    """Many :class:`~liquid_stream.apps.vitals_monitor.VitalsMonitor` beds over the same
+    """Many :class:`~liquid_stream.apps.vitals.monitor.VitalsMonitor` beds over the same
     1..3 vital-sign models, each model batched (module docstring of :mod:`.batch`).
 
     Args:

@@ -7,11 +7,11 @@
     bank.close("alice")                              # the rest, then forgotten
 
 Per stream: a resampler to the model's rate when the stream has another
-(:func:`~liquid_stream.apps.audio.stream_resampler`, as ``liquid-stream kws``), the
-pending model-rate samples, and the :class:`~liquid_stream.apps.kws.KeywordTracker` of a
-:class:`~liquid_stream.apps.kws.KeywordSpotter` (its posteriors, smoothing, arming,
+(:func:`~liquid_stream.apps.common.audio.stream_resampler`, as ``liquid-stream kws``), the
+pending model-rate samples, and the :class:`~liquid_stream.apps.kws.spotter.KeywordTracker` of a
+:class:`~liquid_stream.apps.kws.spotter.KeywordSpotter` (its posteriors, smoothing, arming,
 refractory period). The model runs in one
-:class:`~liquid_stream.apps.batch_session.BatchedSession` for all streams.
+:class:`~liquid_stream.apps.batch.session.BatchedSession` for all streams.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from liquid_stream.apps.audio import stream_resampler
-from liquid_stream.apps.batch_session import BatchedSession, check_rate
-from liquid_stream.apps.kws import KeywordSpotter, KeywordTracker, KwsInputError, mono_frame
-from liquid_stream.apps.resample import StreamResampler
+from liquid_stream.apps.batch.session import BatchedSession, check_rate
+from liquid_stream.apps.common.audio import stream_resampler
+from liquid_stream.apps.common.resample import StreamResampler
+from liquid_stream.apps.kws.spotter import KeywordSpotter, KeywordTracker, KwsInputError, mono_frame
 from liquid_stream.runtime.validate import StreamInputError, check_dtype, check_values
 
 MAX_PENDING_S = 60.0  # most seconds of audio a stream may have waiting for step()
@@ -53,7 +53,7 @@ class _KwsStream:
 
 
 class KwsBank:
-    """Many :class:`~liquid_stream.apps.kws.KeywordSpotter` streams of one model, the model
+    """Many :class:`~liquid_stream.apps.kws.spotter.KeywordSpotter` streams of one model, the model
     batched (module docstring of :mod:`liquid_stream.apps.batch` for the rule).
 
     Args:

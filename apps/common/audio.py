@@ -21,7 +21,7 @@
   ``blocks(drain=True)`` joins a backlog into one block (a late consumer catches up at
   once).
 - :func:`stream_resampler` converts between integer rates with the streaming-exact
-  polyphase FIR of :mod:`liquid_stream.apps.resample` (feeding blocks of any size gives
+  polyphase FIR of :mod:`liquid_stream.apps.common.resample` (feeding blocks of any size gives
   exactly the output of one call on the whole signal). It is causal, so it delays the
   signal by ``delay_s`` (the filter's half length, ~1 ms for 16 → 8 kHz). Any pair of
   integer rates works (11025 → 8000 uses up = 320, down = 441).
@@ -68,7 +68,7 @@ def read_wav(path: str | os.PathLike) -> tuple[np.ndarray, int, list[str]]:
 
 
 def stream_resampler(in_rate: float, out_rate: float) -> StreamResampler:
-    """A :class:`~liquid_stream.apps.resample.StreamResampler` ``in_rate → out_rate`` for
+    """A :class:`~liquid_stream.apps.common.resample.StreamResampler` ``in_rate → out_rate`` for
     1-D audio blocks (float32 in, float32 out); :class:`AudioError` unless both rates are
     positive integers."""
     if int(in_rate) != in_rate or int(out_rate) != out_rate or in_rate < 1 or out_rate < 1:

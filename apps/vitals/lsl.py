@@ -1,15 +1,15 @@
 """The vital-sign monitor on a live Lab Streaming Layer stream, its estimates published as
 an LSL stream (no torch).
 
-    from liquid_stream.apps.vitals_lsl import open_lsl, run_lsl
+    from liquid_stream.apps.vitals.lsl import open_lsl, run_lsl
 
     monitor, reader = open_lsl(["hr.onnx", "rr.onnx"], "BioHarness")   # resolve, map, load
     with LslPublisher("vitals", monitor.targets, monitor.units) as pub:
         result = run_lsl(monitor, reader, pub, on_estimate=print)     # until the stream ends
-    result.write_csv("v.csv")                                          # vitals_run.RunResult
+    result.write_csv("v.csv")                                          # vitals.run.RunResult
 
 The stream (:class:`~liquid_stream.io.lsl.LslReader`: channels mapped to PLETH / II / RESP)
-feeds :class:`~liquid_stream.apps.vitals_monitor.VitalsMonitor` at its nominal rate (another
+feeds :class:`~liquid_stream.apps.vitals.monitor.VitalsMonitor` at its nominal rate (another
 rate than the models' is resampled by the monitor). By default the samples are pushed in
 blocks of one second of the stream (``block_s = 1``: sample ``round(k * fs)`` starts block
 k), the chunks ``vitals --record`` pushes, so a replayed record gives the estimates of the
@@ -38,14 +38,14 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.vitals_model import VitalsError
-from liquid_stream.apps.vitals_monitor import (
+from liquid_stream.apps.vitals.model import VitalsError
+from liquid_stream.apps.vitals.monitor import (
     DEFAULT_MAX_GAP_S,
     Estimate,
     VitalsInputError,
     VitalsMonitor,
 )
-from liquid_stream.apps.vitals_run import EstimateLog, RunResult, monitor_result
+from liquid_stream.apps.vitals.run import EstimateLog, RunResult, monitor_result
 from liquid_stream.io.lsl import DEFAULT_TIMEOUT_S, LslPublisher, LslReader
 
 

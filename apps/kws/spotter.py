@@ -1,6 +1,6 @@
 """Keyword spotting on a live stream with an exported liquid-stream ONNX model (no torch).
 
-    from liquid_stream.apps.kws import KeywordSpotter
+    from liquid_stream.apps.kws.spotter import KeywordSpotter
 
     spotter = KeywordSpotter("kws.onnx", threshold=0.8)    # keywords = the model's labels
     for frame in frames:                   # e.g. 10 ms blocks at spotter.sample_rate
@@ -18,7 +18,7 @@ threshold since its last detection (re-arm) and no keyword fired in the last
 since the start (or the last ``reset()``), at sample resolution.
 
 Frames are float in [-1, 1] or int16 (scaled by 1/32768), at the model's
-``sample_rate`` (resample first, see :class:`~liquid_stream.apps.resample.StreamResampler`).
+``sample_rate`` (resample first, see :class:`~liquid_stream.apps.common.resample.StreamResampler`).
 The model's metadata is read through :class:`~liquid_stream.runtime.meta.ModelMeta`. The
 no-keyword class is its ``silence_class`` when present, else the label named
 ``_silence_``, ``silence`` or ``_unknown_``. Models that are not per-step audio

@@ -7,9 +7,9 @@ The model runs once over the stream (the app's own code path: :class:`KeywordSpo
 in ``chunk_ms`` frames). Its keyword posteriors are kept every ``step_ms`` (10 ms: a
 log-mel model's output changes once per 10 ms hop, so nothing is lost for it), and for
 every smoothing window in ``smooth_grid`` and threshold in ``threshold_grid`` the
-detection rule of the app (:func:`~liquid_stream.apps.kws.detect_events`: threshold,
+detection rule of the app (:func:`~liquid_stream.apps.kws.spotter.detect_events`: threshold,
 re-arm, refractory) is replayed and scored with
-:func:`~liquid_stream.apps.kws.evaluate_detections`. The chosen pair has the highest
+:func:`~liquid_stream.apps.kws.spotter.evaluate_detections`. The chosen pair has the highest
 detection rate with false accepts ≤ ``max_fa_per_hour`` (ties: the higher threshold, then
 the shorter window). With ``write=True`` the pair is stored in the ONNX metadata
 (``kws_threshold``, ``kws_smooth_ms``, ``kws_tuning``), so ``kws`` and ``kws-eval`` use it
@@ -32,7 +32,7 @@ from liquid_stream.io.atomic import atomic_path
 from liquid_stream.io.labels import TrueEvent
 from liquid_stream.runtime.meta import VERSION_KEY, ModelMeta
 
-from .kws import Detection, KeywordSpotter, detect_events, evaluate_detections
+from .spotter import Detection, KeywordSpotter, detect_events, evaluate_detections
 
 THRESHOLD_GRID = tuple(round(float(t), 2) for t in np.arange(0.30, 0.991, 0.02))
 SMOOTH_GRID_MS = (0.0, 50.0, 100.0, 200.0, 300.0)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.apps.vitals_model import VitalsError
+from liquid_stream.apps.vitals.model import VitalsError
 from liquid_stream.io.bidmc_vocab import NUMERICS_CHANNEL, strip_name
 from liquid_stream.io.wfdb import (
     SampleReader,

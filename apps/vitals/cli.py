@@ -290,9 +290,9 @@ def vitals_cmd(
             out_dir,
             threads,
         )
-    from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
-    from liquid_stream.apps.vitals_model import VitalsError
-    from liquid_stream.apps.vitals_run import open_record, run_record
+    from liquid_stream.apps.vitals.alarms import AlarmSyntaxError, parse_alarms
+    from liquid_stream.apps.vitals.model import VitalsError
+    from liquid_stream.apps.vitals.run import open_record, run_record
 
     if not models:  # the shipped models that fit the record's channels
         from liquid_stream.io.wfdb import WfdbError, read_header, record_path
@@ -337,7 +337,7 @@ def vitals_cmd(
     for a in monitor.alarms:
         echo(f"alarm {a.rule}")
 
-    from liquid_stream.apps.interrupt import interrupt_on_signals
+    from liquid_stream.apps.common.interrupt import interrupt_on_signals
 
     restore = interrupt_on_signals()  # SIGTERM stops the run like Ctrl-C: results written
     try:
@@ -383,7 +383,7 @@ def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo
     import os
     from contextlib import ExitStack
 
-    from liquid_stream.apps.plots import NO_PLOT, can_plot
+    from liquid_stream.apps.common.plots import NO_PLOT, can_plot
     from liquid_stream.io.atomic import atomic_path
 
     plot = can_plot()
@@ -443,12 +443,12 @@ def _vitals_lsl(
     out_dir,
     threads,
 ):
-    """``vitals --lsl NAME``: the monitor on a live LSL stream (apps/vitals_lsl.py)."""
+    """``vitals --lsl NAME``: the monitor on a live LSL stream (apps/vitals/lsl.py)."""
     import re
 
-    from liquid_stream.apps.alarms import AlarmSyntaxError, parse_alarms
-    from liquid_stream.apps.vitals_lsl import LslSource, monitor_for, run_lsl
-    from liquid_stream.apps.vitals_model import VitalsError
+    from liquid_stream.apps.vitals.alarms import AlarmSyntaxError, parse_alarms
+    from liquid_stream.apps.vitals.lsl import LslSource, monitor_for, run_lsl
+    from liquid_stream.apps.vitals.model import VitalsError
     from liquid_stream.io.lsl import ESTIMATE_LABELS, LslError, LslPublisher, LslReader
 
     echo = click.echo
@@ -505,7 +505,7 @@ def _vitals_lsl(
             _echo_events(e, echo)
             echo(f"[{e.time_s:6d} s] " + _reading(e, monitor.units))
 
-        from liquid_stream.apps.interrupt import interrupt_on_signals
+        from liquid_stream.apps.common.interrupt import interrupt_on_signals
 
         source = LslSource(name, reader.rate, list(reader.channels), list(reader.warnings))
         restore = interrupt_on_signals()  # SIGTERM stops like Ctrl-C: results written

@@ -13,7 +13,7 @@ stream a WAV file, a WFDB record or a microphone (no torch).
     result = stream_record(url, "bidmc/bidmc01", speed=None)        # vitals, 1-s blocks
     url = shard("bed-3", ["ws://a:8765", "ws://b:8765"])            # stream affinity
 
-Protocol: :mod:`liquid_stream.apps.serve` (docs/serving.md). Blocks go as binary
+Protocol: :mod:`liquid_stream.apps.serve.server` (docs/serving.md). Blocks go as binary
 float32 little-endian ``(T, C)`` frames, each after its channel count C (a uint32: the
 ``"counted"`` framing these clients open with, so the server refuses a block of the wrong
 channels; :meth:`ServeClient.send`), or as float64 JSON (:meth:`ServeClient.send_json`).
@@ -470,7 +470,7 @@ def stream_wav(
 ) -> StreamResult:
     """Stream a WAV file (mono, channel 0) to a keyword-spotting model (default: the
     server's first), paced to real time or as fast as the server takes it."""
-    from liquid_stream.apps.audio import WavSource
+    from liquid_stream.apps.common.audio import WavSource
 
     src = WavSource(path, block_ms=block_ms, realtime=realtime)
     kw.setdefault("overflow", "drop" if realtime else "wait")
@@ -489,7 +489,7 @@ def stream_record(
     """Stream a WFDB record (all its channels; the server's models pick theirs) to a
     vital-sign model (default: the server's best fit for the record's channels), in
     ``block_s`` blocks, paced at ``speed`` times real time (None: as fast as it goes)."""
-    from liquid_stream.apps.vitals_record import RecordSource
+    from liquid_stream.apps.vitals.record import RecordSource
 
     src = RecordSource(record)
     kw.setdefault("overflow", "drop" if speed else "wait")

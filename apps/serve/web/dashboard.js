@@ -1,5 +1,5 @@
 /*
- * The live ward dashboard: polls GET /api/state (the state contract of apps/serve.py) every
+ * The live ward dashboard: polls GET /api/state (the state contract of apps/serve/server.py) every
  * POLL_MS and keeps the page in step with it. No framework, no build step, nothing fetched
  * from anywhere but this server.
  *
@@ -343,7 +343,7 @@
     // technical alarms (no signal on a channel, lead off, no data): no number meanwhile
     const tech = updateTechnical(bed, s, "Bed");
     bed.el.classList.toggle("no-signal", tech.length > 0);
-    // the stream time of the latest event (serve_state's stream_time_s), else the seconds received
+    // the stream time of the latest event (serve/state.py's stream_time_s), else the seconds received
     const streamNow = isNum(s.stream_time_s) ? s.stream_time_s : s.health && s.health.received_s;
     alarms.forEach((a, i) => {
       const since = bed.alarms.children[i].querySelector(".alarm-since");
