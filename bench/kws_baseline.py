@@ -12,7 +12,7 @@ Both methods are run the same way:
 - one pass over each stream gives a score per keyword every 10 ms — the model's softmax
   posteriors (:func:`liquid_stream.apps.kws.tune.posterior_trace`, the app's own code path,
   100 ms chunks), the baseline's standardised minus mean DTW distance
-  (:mod:`liquid_stream.training.data.kws_baseline`, templates drawn from the train split);
+  (:mod:`liquid_stream.training.data.speech.kws_baseline`, templates drawn from the train split);
 - the app's decision rule (:func:`liquid_stream.apps.kws.spotter.detect_events`: threshold, re-arm,
   1 s refractory) is replayed for every threshold of a grid (the model: kws-tune's grid of
   thresholds × smoothing windows; the baseline: 100 quantiles of its val scores, dense
@@ -46,13 +46,13 @@ from liquid_stream.apps.kws.tune import (
 )
 from liquid_stream.io.labels import read_label_csv
 from liquid_stream.io.wav import read_pcm16
-from liquid_stream.training.data.kws_baseline import (
+from liquid_stream.training.data.speech.kws_baseline import (
     TemplateMatcher,
     load_templates,
     mfcc,
     score_frames,
 )
-from liquid_stream.training.data.kws_stream import SC10
+from liquid_stream.training.data.speech.kws_stream import SC10
 
 BUDGETS = (5.0, 10.0, 20.0)
 

@@ -42,7 +42,7 @@ arrival of its block as with one call a block (its latency).
 
 Without ``--wav`` the stream is generated (and kept with ``--keep PATH``): SC10 keywords
 and a few other words rendered with the synthetic-speech generator's espeak-ng voices
-(:func:`liquid_stream.training.data.speech_synth.render_clip`, 1 s clips, −70 dB floor),
+(:func:`liquid_stream.training.data.speech.speech_synth.render_clip`, 1 s clips, −70 dB floor),
 laid end to end with 0.2–1.0 s gaps of low noise, 16 kHz mono int16
 (:func:`keyword_stream`, also used by the test). Needs ``espeak-ng``.
 """
@@ -94,8 +94,8 @@ def keyword_stream(
     ``keyword_share``, else one of :data:`OTHER_WORDS`) by 12 espeak-ng speakers, 1 s clips
     with 0.2–1.0 s noise gaps; returns ``{"path", "seconds", "words", "keywords"}``."""
     from liquid_stream.io.wav import write_pcm16
-    from liquid_stream.training.data.speech import SC10_WORDS, SR
-    from liquid_stream.training.data.speech_synth import ClipJob, make_speakers, render_clip
+    from liquid_stream.training.data.speech.speech import SC10_WORDS, SR
+    from liquid_stream.training.data.speech.speech_synth import ClipJob, make_speakers, render_clip
 
     rng = np.random.default_rng(seed)
     speakers = make_speakers(12, seed, engines=("espeak-ng",))

@@ -56,7 +56,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from liquid_stream.training.data.speech_synth import (
+from liquid_stream.training.data.speech.speech_synth import (
     ENGINES,
     NOISE_DIR,
     STAMP_NAME,

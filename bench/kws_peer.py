@@ -109,7 +109,7 @@ from liquid_stream.apps.kws.tune import (
 from liquid_stream.io.labels import TrueEvent, read_label_csv
 from liquid_stream.io.wav import read_pcm16
 from liquid_stream.models import KWS, shipped
-from liquid_stream.training.data.kws_stream import SC10, noise_crop, noise_source
+from liquid_stream.training.data.speech.kws_stream import SC10, noise_crop, noise_source
 
 ROOT = Path(__file__).resolve().parents[1]
 SR = 16000

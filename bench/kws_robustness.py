@@ -47,7 +47,7 @@ from scipy.signal import resample_poly
 from liquid_stream.apps.common.audio import read_wav
 from liquid_stream.apps.kws.cli import kws_eval_cmd
 from liquid_stream.io.labels import read_label_csv
-from liquid_stream.training.data.augment import (
+from liquid_stream.training.data.speech.augment import (
     apply_gain,
     band_limit,
     reverberate,

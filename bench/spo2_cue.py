@@ -4,7 +4,7 @@ the randomised pulse morphology, measured without any neural network.
     python bench/spo2_cue.py                  # 300 records of 1 min, seed 5
     python bench/spo2_cue.py --records 600
 
-The randomised simulator (training/data/vitals_sim.py) puts SpO2 into PLETH only through the
+The randomised simulator (training/data/vitals/vitals_sim.py) puts SpO2 into PLETH only through the
 Beer-Lambert compression ``pulse = (1 - exp(-k v)) / (1 - exp(-k))``, k = 2 (110 - SpO2) / 25:
 a curvature of each pulse. The volume pulse ``v`` itself has a randomised shape (the ``param``
 family: a dicrotic / reflected wave of ratio 0-0.95, delay, width; ``nk2``: one template,
@@ -27,8 +27,8 @@ import sys
 
 import numpy as np
 
-from liquid_stream.training.data.bidmc_sim import SIG_NAMES
-from liquid_stream.training.data.vitals_sim import FS, simulate_randomised
+from liquid_stream.training.data.vitals.bidmc_sim import SIG_NAMES
+from liquid_stream.training.data.vitals.vitals_sim import FS, simulate_randomised
 
 PLETH = SIG_NAMES.index("PLETH,")
 CLEAN = {

@@ -28,7 +28,7 @@ been raised at all.
 ``--baseline`` drives the same rules (:class:`liquid_stream.apps.vitals.alarms.Alarm`: the same
 hold and hysteresis) with NeuroKit2's estimates instead, on the same seconds against the
 same references: every second, the rate over the model's trailing window
-(training/data/bidmc_baseline.py, as ``evaluate --baseline``): HR from the ECG's R peaks
+(training/data/vitals/bidmc_baseline.py, as ``evaluate --baseline``): HR from the ECG's R peaks
 when the models read II (the PPG's peaks where that fails, or alone for PPG-only models),
 RR from the record's RESP channel, which no model sees (an advantage for the baseline; the
 PPG's respiratory modulation where a record has no RESP). Seconds before a full window are
@@ -56,8 +56,8 @@ def baseline_alarms(record: Path, monitor, estimates, spec: str) -> dict[str, li
     """Per rule, the per-second states of the alarm driven by NeuroKit2's estimates (see
     the module docstring) at the seconds of ``estimates``."""
     from liquid_stream.apps.vitals.alarms import Alarm, parse_alarms
-    from liquid_stream.training.data import bidmc_baseline as bb
-    from liquid_stream.training.data.bidmc import read_whole_record, wfdb_dir
+    from liquid_stream.training.data.vitals import bidmc_baseline as bb
+    from liquid_stream.training.data.vitals.bidmc import read_whole_record, wfdb_dir
 
     rec = read_whole_record(wfdb_dir(record.parent) / record.name, record.name)
     fs = float(rec.fs)

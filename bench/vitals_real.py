@@ -5,7 +5,7 @@
         [--only dev|final|all] [--no-peers]
 
 For every record of a real-samples folder (its ``manifest.json``; built by
-training/data/real_samples.py, whose docstring gives the sources and the reference method):
+training/data/vitals/real_samples.py, whose docstring gives the sources and the reference method):
 
 - **the shipped models** ``liquid_stream.models.vitals_for(channels)`` picks, streamed
   through the app's own path (``open_record`` + ``run_record``: 1-s chunks, unpaced; the
@@ -20,7 +20,7 @@ training/data/real_samples.py, whose docstring gives the sources and the referen
   |estimate(x) - estimate(-x)| over the seconds both are valid.
 - **classical peers** on the same seconds as the model row: NeuroKit2 (``ecg_peaks``,
   ``ppg_findpeaks``, ``rsp_peaks``, the PPG-derived respiration of
-  training/data/bidmc_baseline.py, and ECG-derived respiration ``ecg_rsp``), HeartPy and
+  training/data/vitals/bidmc_baseline.py, and ECG-derived respiration ``ecg_rsp``), HeartPy and
   biosppy when installed (a note otherwise). How (the project's ``evaluate --baseline``
   definition): events detected once on the whole record (non-causal: the peers see the
   future, an advantage), rate at second k = 60 / median interval of the events in the
@@ -30,7 +30,7 @@ training/data/real_samples.py, whose docstring gives the sources and the referen
   khodadad, detector A of the reference) on the reference's channel: it is scored against
   itself and looks better than it is.
 - **constant guess** for RR: 21.5 breaths/min, fixed in advance: the mean of the base RR
-  draw U(8, 35) of the training simulator (training/data/vitals_sim.py ``RR_BASE``; docs/
+  draw U(8, 35) of the training simulator (training/data/vitals/vitals_sim.py ``RR_BASE``; docs/
   benchmarks.md defines no constant guess).
 
 Scored seconds: the model's status ``ok`` or ``bridged`` (as bench/vitals_stream.py), and a
@@ -63,7 +63,7 @@ from liquid_stream.apps.vitals.run import open_record, run_record
 from liquid_stream.io.bidmc_vocab import WITHIN, channel_key, strip_name
 from liquid_stream.io.wfdb import read_header, read_record, signals_by_name
 from liquid_stream.models import ShippedModelMissing, shipped, vitals_for
-from liquid_stream.training.data.real_samples import RealSamplesError, read_manifest
+from liquid_stream.training.data.vitals.real_samples import RealSamplesError, read_manifest
 
 RR_CONSTANT = 21.5  # mean of U(8, 35), the training simulator's base RR draw (docstring)
 VALID = ("ok", "bridged")
@@ -208,7 +208,7 @@ def peer_events(sig: dict[str, np.ndarray], fs: float) -> tuple[dict, list[str]]
     notes on peers left out."""
     import neurokit2 as nk
 
-    from liquid_stream.training.data.bidmc_baseline import ecg_peaks, ppg_peaks
+    from liquid_stream.training.data.vitals.bidmc_baseline import ecg_peaks, ppg_peaks
 
     ev, notes = {}, []
     ecg, ppg, rsp = sig.get("II"), sig.get("PLETH"), sig.get("RESP")
@@ -290,9 +290,9 @@ def _arr(v) -> np.ndarray | None:
 
 
 def ppg_rr(pleth: np.ndarray, fs: float, times: np.ndarray, window: float) -> np.ndarray:
-    """NeuroKit2 PPG-derived RR (training/data/bidmc_baseline.py ``ppg_resp_rate``) of the
+    """NeuroKit2 PPG-derived RR (training/data/vitals/bidmc_baseline.py ``ppg_resp_rate``) of the
     trailing window of each time."""
-    from liquid_stream.training.data.bidmc_baseline import ppg_resp_rate
+    from liquid_stream.training.data.vitals.bidmc_baseline import ppg_resp_rate
 
     out = np.full(len(times), np.nan)
     n = int(round(window * fs))

@@ -2,7 +2,7 @@
 
     python bench/vitals_sensor_off.py MODEL.onnx [MODEL.onnx …] [--records 8] [--off-at 90]
 
-Records: ``--records`` clean randomised records (training/data/vitals_sim.py, family
+Records: ``--records`` clean randomised records (training/data/vitals/vitals_sim.py, family
 ``param``, seeds 1…n with the substream [seed, 7] as the shipped-model tests use, no
 ectopic beats, AF, motion or sensor-off of their own, HR constant at 55 + 10·seed bpm),
 ``--minutes`` long. From ``--off-at`` seconds on, the PLETH channel reads a constant (its
@@ -10,7 +10,7 @@ lowest reading before then), as a detached finger clip does; the ECG (II) is int
 model (a `ppg+ecg` HR export, channels PLETH, II) is streamed over the whole record in 1 s
 chunks (onnxruntime, :class:`liquid_stream.OnnxStreamer`) and scored every second whose
 trailing 32 s window lies wholly in the sensor-off stretch, against the mean true HR over
-that window. NeuroKit2 (training/data/bidmc_baseline.py: R peaks of the ECG, 60·fs / median
+that window. NeuroKit2 (training/data/vitals/bidmc_baseline.py: R peaks of the ECG, 60·fs / median
 RR interval in the same window) is scored on the same seconds. Prints per record and overall
 RMSE (NeuroKit2: over the windows where it gives a rate) and the share within ±5 bpm (a
 window without a rate counts as outside), with the command.
@@ -25,13 +25,13 @@ import sys
 import numpy as np
 
 from liquid_stream.runtime.onnx_streamer import OnnxStreamer
-from liquid_stream.training.data.bidmc_baseline import (
+from liquid_stream.training.data.vitals.bidmc_baseline import (
     HR_RANGE,
     ecg_peaks,
     rate_in_window,
 )
-from liquid_stream.training.data.bidmc_sim import SIG_NAMES
-from liquid_stream.training.data.vitals_sim import simulate_randomised
+from liquid_stream.training.data.vitals.bidmc_sim import SIG_NAMES
+from liquid_stream.training.data.vitals.vitals_sim import simulate_randomised
 
 FS = 125
 WINDOW = 32 * FS

@@ -40,7 +40,7 @@ import numpy as np
 from liquid_stream.apps.vitals.run import open_record, run_record
 from liquid_stream.io.bidmc_vocab import WITHIN, channel_key, strip_name
 from liquid_stream.nn.checkpoint import split_records
-from liquid_stream.training.data.bidmc import list_records, wfdb_dir
+from liquid_stream.training.data.vitals.bidmc import list_records, wfdb_dir
 
 
 def streamed(model: Path, records: list[Path]) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:

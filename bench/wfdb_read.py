@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from liquid_stream.io.wfdb import read_record
-from liquid_stream.training.data.bidmc import list_records, wfdb_dir
+from liquid_stream.training.data.vitals.bidmc import list_records, wfdb_dir
 
 
 def same(a, b) -> bool:

@@ -116,7 +116,7 @@ PASSES = {"hr": 3, "rr": 1}  # Settings.full; Settings.quick: no extra pass
 AGAIN_LR = 0.001  # the first of them
 
 # These passes of the HR model hold one of its two channels flat over a stretch of 30 % of
-# the crops (training/data/bidmc_crops.py), so that it reads the ECG when the PPG falls off.
+# the crops (training/data/vitals/bidmc_crops.py), so that it reads the ECG when the PPG falls off.
 CHANNEL_OFF = {"hr": ["--set", "data.channel_off=0.3"], "rr": []}
 
 

@@ -285,7 +285,7 @@ train runs/s12/ppg-hr-windows "${P[@]}" --set optim.epochs=1 --set data.hop=1050
 train runs/s12/ppg-hr "${P[@]}" "${CROPS[@]}" --set optim.lr=0.002 --set train.init=runs/s12/ppg-hr-windows/best.pt
 train runs/s12/ppg-hr-2 "${P[@]}" "${CROPS[@]}" --set optim.lr=0.001 --set train.init=runs/s12/ppg-hr/best.pt
 train runs/s12/ppg-hr-3 "${P[@]}" "${CROPS[@]}" --set optim.lr=0.0005 --set train.init=runs/s12/ppg-hr-2/best.pt
-# A fourth pass with the pulse-shape augmentation (data.pulse_eq=0.5, training/data/pulse_eq.py),
+# A fourth pass with the pulse-shape augmentation (data.pulse_eq=0.5, training/data/vitals/pulse_eq.py),
 # chosen on the selection set: RMSE 3.32 (ppg-hr-3, shipped before) -> 2.48 bpm; the same
 # pass without it 3.30 (runs/xg/ppg-hr-4; scripts/xgen-pulse-eq.sh, docs/benchmarks.md §5.2).
 train runs/s12/ppg-hr-eq "${P[@]}" "${CROPS[@]}" --set optim.lr=0.0005 --set data.pulse_eq=0.5 \

@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 from liquid_stream.io.bidmc_vocab import WITHIN
-from liquid_stream.training.data.bidmc_baseline import baseline_name
-from liquid_stream.training.data.pulse_eq import gain_bound_db
+from liquid_stream.training.data.vitals.bidmc_baseline import baseline_name
+from liquid_stream.training.data.vitals.pulse_eq import gain_bound_db
 
 MODELS = Path(__file__).resolve().parents[1] / "liquid_stream" / "models"
 
@@ -180,7 +180,7 @@ def main() -> None:
         warm += (
             f" The last run passed {eq * 100:g} % of its crops, per epoch, through a random "
             f"equaliser of the cardiac band (`data.pulse_eq`, knot gains within ±{db:g} dB, "
-            "training/data/pulse_eq.py: another pulse morphology, the same beats), toward "
+            "training/data/vitals/pulse_eq.py: another pulse morphology, the same beats), toward "
             "pulse shapes the simulator does not draw; what it gains and costs: "
             "docs/benchmarks.md §5.3 (the study: docs/archive/benchmarks-history.md §5.2)."
         )
@@ -241,7 +241,7 @@ def main() -> None:
             "pulsation, motion and wander with their own ratios; gain, no offset)."
         )
         reads = (
-            "The classical ratio of ratios (training/data/bidmc_baseline.py: band-passed "
+            "The classical ratio of ratios (training/data/vitals/bidmc_baseline.py: band-passed "
             "log intensities, R the median of 4 s segments' least-squares ratios, 110 − 25 R) "
             "reads the same windows."
         )
@@ -285,7 +285,7 @@ Causal Liquid-S4: {front}, pooled by
 
 ## Data
 Synthetic only: {sim["records"]} domain-randomised records of {sim["minutes"]:g} min, seed
-{sim["seed"]} (`liquid-stream data bidmc-sim --randomised`, training/data/vitals_sim.py:
+{sim["seed"]} (`liquid-stream data bidmc-sim --randomised`, training/data/vitals/vitals_sim.py:
 HR 40–180, RR 6–40, SpO2 80–100, ectopic beats and AF, two morphology families, noise, motion,
 sensor-off stretches, random gain / offset / ADC per channel), split by record 70/15/15;
 {d["window"]}-sample windows every {d["hop"]} samples.{extra}{signals}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cross-generator test of the pulse-shape augmentation (data.pulse_eq,
-# training/data/pulse_eq.py), docs/benchmarks.md §5.2: a PPG HR model trained on one pulse
+# training/data/vitals/pulse_eq.py), docs/benchmarks.md §5.2: a PPG HR model trained on one pulse
 # morphology family of the randomised simulator and scored on the other, with and without
 # the augmentation; both directions (nk2 -> param, param -> nk2). Then one more pass of the
 # shipped vitals-ppg-hr recipe (runs/s12/ppg-hr-3, both families) with and without it.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.training.data.bidmc_sim import write_bidmc_sim
+from liquid_stream.training.data.vitals.bidmc_sim import write_bidmc_sim
 
 SIM_RECORDS = 3
 SIM_MINUTES = 1.5

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from liquid_stream.training.data.speech import SC10_WORDS
-from liquid_stream.training.data.speech_synth import generate_speech_synth, write_wav
+from liquid_stream.training.data.speech.speech import SC10_WORDS
+from liquid_stream.training.data.speech.speech_synth import generate_speech_synth, write_wav
 
 # SC10 plus two non-keywords (for SpeechStream on sc10).
 FIXTURE_WORDS = (*SC10_WORDS, "marvin", "sheila")

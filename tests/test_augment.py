@@ -1,4 +1,4 @@
-"""Training-time augmentation (training/data/augment.py): each transform measured back."""
+"""Training-time augmentation (training/data/speech/augment.py): each transform measured back."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.signal import resample_poly, welch
 
-from liquid_stream.training.data.augment import (
+from liquid_stream.training.data.speech.augment import (
     TRANSFORMS,
     AugmentConfig,
     Augmenter,

@@ -545,7 +545,7 @@ def test_vitals_bank_adds_the_oximeter_model_for_beds_that_send_ir_and_red():
     """A ward host with HR, RR and the SpO2 model (docs/serving.md): a bed sending PLETH,
     II, IR and RED (in an order of its own) gets all three, one sending PLETH and II gets HR
     and RR; each bed's events equal a VitalsMonitor's on that bed alone."""
-    from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
+    from liquid_stream.training.data.vitals.vitals_sim import REC_NAMES, simulate_randomised
 
     names = ["vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr", "vitals-oximeter-spo2"]
     models = [shipped(n) for n in names]

@@ -1,4 +1,4 @@
-"""The per-beat target of HR training (``data.beats``, training/data/bidmc_crops.py): the
+"""The per-beat target of HR training (``data.beats``, training/data/vitals/bidmc_crops.py): the
 simulator's beat times on disk, the beat density whose window mean is the counted rate,
 the model's per-frame readout whose causal window mean is its window output, the
 ``mse_beats`` loss against a brute-force sum, and a tiny ECG-only run that trains with it
@@ -14,14 +14,14 @@ import torch
 from click.testing import CliRunner
 from fixtures_vitals import tiny_model
 
-from liquid_stream.training.data.bidmc_crops import (
+from liquid_stream.training.data.vitals.bidmc_crops import (
     BEAT_SHIFT_S,
     BidmcDataError,
     beat_density,
     load_wfdb_crops,
     read_beats,
 )
-from liquid_stream.training.data.vitals_sim import simulate_randomised, write_vitals_sim
+from liquid_stream.training.data.vitals.vitals_sim import simulate_randomised, write_vitals_sim
 from liquid_stream.training.metrics import compute_loss
 
 FS = 125
@@ -69,7 +69,7 @@ def test_crops_carry_the_density_and_refuse_records_without_beat_times(rich, tmp
     assert c.y.shape == (len(c), sig_crop, 2)
     plain = load_wfdb_crops(rich, "hr", ["bidmc01"], ["II"], sig_crop, 20 * FS, 32 * FS, FS)
     np.testing.assert_array_equal(c.y[..., 0], plain.y)  # the labels are unchanged
-    from liquid_stream.training.data.bidmc import read_record
+    from liquid_stream.training.data.vitals.bidmc import read_record
 
     n = read_record(rich, "bidmc01", ["II"], FS)[0].shape[0]
     dens = beat_density(read_beats(rich, "bidmc01"), n, FS)

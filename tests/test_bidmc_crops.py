@@ -1,4 +1,4 @@
-"""Training and scoring a vital-sign model as a stream (training/data/bidmc_crops.py): the
+"""Training and scoring a vital-sign model as a stream (training/data/vitals/bidmc_crops.py): the
 per-second labels of a long crop are exactly the window labels of the windows ending there,
 the per-step loss scores only those steps at the frame that answers for them, a crop run
 trains end to end, and `evaluate` reports the streamed score of whole records. Real WFDB
@@ -12,8 +12,8 @@ import torch
 from fixtures_vitals import write_record
 
 from liquid_stream.training.config import load_config
-from liquid_stream.training.data.bidmc import load_wfdb_windows
-from liquid_stream.training.data.bidmc_crops import (
+from liquid_stream.training.data.vitals.bidmc import load_wfdb_windows
+from liquid_stream.training.data.vitals.bidmc_crops import (
     OFF_SECONDS,
     CropDataset,
     crop_targets,

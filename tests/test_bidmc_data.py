@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 from fixtures_bidmc import SIM_MINUTES, SIM_RECORDS, SIM_SEED, sim_root, ts_text, write_pair
 
-from liquid_stream.training.data import bidmc_sim
-from liquid_stream.training.data.bidmc import (
+from liquid_stream.training.data.cli import data as data_cli
+from liquid_stream.training.data.vitals import bidmc_sim
+from liquid_stream.training.data.vitals.bidmc import (
     TARGETS,
     BidmcDataError,
     WindowDataset,
@@ -26,13 +27,12 @@ from liquid_stream.training.data.bidmc import (
     read_record,
     split_windows,
 )
-from liquid_stream.training.data.bidmc_baseline import (
+from liquid_stream.training.data.vitals.bidmc_baseline import (
     baseline_estimates,
     baseline_rmse,
     ppg_peaks,
     rate_in_window,
 )
-from liquid_stream.training.data.cli import data as data_cli
 
 FS = 125
 N_SAMPLES = int(SIM_MINUTES * 60 * FS) + 1  # 11251
@@ -319,7 +319,7 @@ def test_evaluation_loads_only_the_scored_split(tmp_path: Path) -> None:
 
 def test_record_split_fractions() -> None:
     # 20 fake records of 10 windows: counts come out 140 / 30 / 30
-    from liquid_stream.training.data.bidmc import Windows
+    from liquid_stream.training.data.vitals.bidmc import Windows
 
     n = 200
     w = Windows(
@@ -412,7 +412,7 @@ def test_simulator_numerics_match_signal_and_baseline(sim: Path) -> None:
 
 def test_baseline_on_recordless_windows(sim: Path) -> None:
     """.ts-like windows (start -1): HR from the window's II/PLETH, RR from PPG modulation."""
-    from liquid_stream.training.data.bidmc import Windows
+    from liquid_stream.training.data.vitals.bidmc import Windows
 
     out = {}
     for target in ("hr", "rr"):

@@ -41,7 +41,7 @@ TINY = [
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    from liquid_stream.training.data.bidmc_sim import write_bidmc_sim
+    from liquid_stream.training.data.vitals.bidmc_sim import write_bidmc_sim
 
     root = tmp_path_factory.mktemp("bidmc") / "sim"
     write_bidmc_sim(root, records=4, minutes=1.5, seed=3, progress=False)
@@ -195,7 +195,7 @@ def test_spo2_from_the_oximeter_trains_exports_and_has_the_ratio_baseline(tmp_pa
     """`--preset ppg --target spo2` on randomised records (IR and RED channels): trains,
     evaluates next to the classical ratio of ratios on the same windows, and exports a graph
     that reads IR and RED; an ECG-only SpO2 model is refused with the channels named."""
-    from liquid_stream.training.data.vitals_sim import write_vitals_sim
+    from liquid_stream.training.data.vitals.vitals_sim import write_vitals_sim
 
     root = tmp_path / "ox"
     write_vitals_sim(root, records=4, minutes=1.5, seed=4, progress=False)
@@ -290,7 +290,7 @@ def test_evaluate_mean_scores_the_members_mean_estimate(tmp_path, records):
     """``evaluate A.pt B.pt --mean``: one row whose window RMSE is that of the mean of the
     two models' window estimates (computed here from each model alone); members that hold
     out other records, or no --out, are refused with a one-line error."""
-    from liquid_stream.training.data.bidmc_baseline import agreement
+    from liquid_stream.training.data.vitals.bidmc_baseline import agreement
     from liquid_stream.training.evaluate_vitals import predict_windows
     from liquid_stream.training.tasks import build_bidmc
 

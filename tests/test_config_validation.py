@@ -328,7 +328,7 @@ def test_per_word_2_set_is_refused_naming_the_val_split(tmp_path, monkeypatch):
 
 
 def test_speech_stream_dataset_refuses_an_empty_split(tmp_path):
-    from liquid_stream.training.data.speech import SpeechStream
+    from liquid_stream.training.data.speech.speech import SpeechStream
 
     root = _root_with_empty_lists(tmp_path / "sc", "testing_list.txt")
     with pytest.raises(ValueError, match=r"the test split has 0 clips of the sc10 words"):
@@ -358,7 +358,7 @@ def test_a_valid_run_still_writes_its_config(tmp_path, monkeypatch):
 
 
 def test_generator_warns_when_per_word_leaves_splits_empty():
-    from liquid_stream.training.data import speech_synth as ss
+    from liquid_stream.training.data.speech import speech_synth as ss
 
     with pytest.warns(ss.EmptySplitWarning, match=r"val and test splits will have no clips"):
         jobs, split_of = ss.plan_synth(2, words=("yes", "no"), seed=0)
@@ -372,7 +372,7 @@ def test_generator_warns_when_per_word_leaves_splits_empty():
 
 
 def test_speech_synth_cli_warns_before_generating(tmp_path, monkeypatch):
-    from liquid_stream.training.data import speech_synth as ss
+    from liquid_stream.training.data.speech import speech_synth as ss
 
     def fake(out, per_word, **kw):  # no TTS: the report of a train-only set
         clips = {"train": 2 * per_word, "val": 0, "test": 0}

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 import liquid_stream.models as models
 from liquid_stream.models import ShippedModelMissing, available, vitals_for
-from liquid_stream.training.data.bidmc_sim import write_record
-from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
+from liquid_stream.training.data.vitals.bidmc_sim import write_record
+from liquid_stream.training.data.vitals.vitals_sim import REC_NAMES, simulate_randomised
 
 FS = 125
 II = REC_NAMES.index("II,")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from liquid_stream.training.data import images as im
+from liquid_stream.training.data.lra import images as im
 
 
 def cifar_fixture(root, n_train: int = 7, n_test: int = 6, seed: int = 0):

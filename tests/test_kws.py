@@ -1,5 +1,5 @@
 """Keyword-spotting app (liquid_stream.apps: kws.spotter, common.audio, kws.cli; its test
-streams from liquid_stream.training.data.kws_stream) end to end.
+streams from liquid_stream.training.data.speech.kws_stream) end to end.
 
 A real model: a small tone spotter (the toy task: 8 kHz, silence / 440 Hz / 880 Hz)
 trained once per session in a few seconds (tests/fixtures_kws.py), exported to ONNX with
@@ -38,7 +38,7 @@ from liquid_stream.apps.common.audio import AudioError, read_wav, write_wav
 from liquid_stream.apps.kws.cli import kws_cmd, kws_eval_cmd
 from liquid_stream.apps.kws.spotter import KeywordSpotter, KwsModelError, evaluate_detections
 from liquid_stream.training.data.cli import kws_stream_cmd
-from liquid_stream.training.data.kws_stream import speech_span
+from liquid_stream.training.data.speech.kws_stream import speech_span
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 0.25  # detection must land in [start, start + TOL] s of its tone
@@ -193,8 +193,8 @@ def test_bad_inputs_give_clear_errors(tone_model, tmp_path):
 def test_apps_import_without_torch():
     code = (
         "import liquid_stream.apps.kws.spotter, liquid_stream.apps.common.audio, "
-        "liquid_stream.apps.kws.cli, "
-        "liquid_stream.training.data.kws_stream; import sys; assert 'torch' not in sys.modules"
+        "liquid_stream.apps.kws.cli, liquid_stream.training.data.speech.kws_stream; "
+        "import sys; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -256,7 +256,7 @@ def test_kws_stream_distinct_uses_every_clip_before_repeating_one(tmp_path):
     them; the default (with replacement) repeats a clip within a round."""
     from fixtures_speech import tiny_root
 
-    from liquid_stream.training.data.kws_stream import build_kws_stream
+    from liquid_stream.training.data.speech.kws_stream import build_kws_stream
 
     words = ("yes", "no", "marvin")
     root = tiny_root(tmp_path / "sc", words=words, per_word=4)

@@ -1,4 +1,4 @@
-"""The classical keyword-spotting baseline (training/data/kws_baseline.py): its DTW
+"""The classical keyword-spotting baseline (training/data/speech/kws_baseline.py): its DTW
 recursion against an enumeration of every warping path, its streaming state, its features'
 gain invariance, and that it finds a warped template in a noisy stream."""
 
@@ -11,8 +11,8 @@ import pytest
 from fixtures_speech import tiny_root
 from scipy.signal import chirp
 
-from liquid_stream.training.data import kws_baseline
-from liquid_stream.training.data.kws_baseline import (
+from liquid_stream.training.data.speech import kws_baseline
+from liquid_stream.training.data.speech.kws_baseline import (
     LEVEL_CAP_DB,
     N_FEATURES,
     Template,

@@ -226,7 +226,7 @@ def speech():
     pytest.importorskip("pocketsphinx", reason="no pocketsphinx: pip install -e '.[peer]'")
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng not installed")
-    from liquid_stream.training.data.kws_stream import speech_span
+    from liquid_stream.training.data.speech.kws_stream import speech_span
 
     rng = np.random.default_rng(0)
     parts, truth, pos = [np.zeros(SR)], [], SR

@@ -1,6 +1,6 @@
 """Near misses for keyword spotting (issue 63): the phonetic neighbour finder
-(training/data/phonetic.py, `liquid-stream data kws-neighbours`) and the sentence mode of
-`liquid-stream data kws-stream` (training/data/kws_stream.py).
+(training/data/speech/phonetic.py, `liquid-stream data kws-neighbours`) and the sentence mode of
+`liquid-stream data kws-stream` (training/data/speech/kws_stream.py).
 
 The neighbour tests need pocketsphinx's CMU dictionary (``pip install pocketsphinx``, the
 ``peer`` extra) and the sentence tests espeak-ng (the Debian package): each skips with a
@@ -19,9 +19,9 @@ from click.testing import CliRunner
 
 from liquid_stream.io.labels import read_label_csv
 from liquid_stream.io.wav import read_wav
-from liquid_stream.training.data import phonetic
 from liquid_stream.training.data.cli import kws_neighbours_cmd, kws_stream_cmd
-from liquid_stream.training.data.kws_stream import (
+from liquid_stream.training.data.speech import phonetic
+from liquid_stream.training.data.speech.kws_stream import (
     SR,
     build_kws_stream,
     sentence_stream,
@@ -172,7 +172,12 @@ def test_parse_cmudict_merges_variants_and_drops_stress():
 
 def _espeak_alone(plan, text):
     """``text`` as espeak-ng says it alone with the plan's voice, trimmed (the reference)."""
-    from liquid_stream.training.data.speech_synth import ClipJob, _resample, _tts, trim_silence
+    from liquid_stream.training.data.speech.speech_synth import (
+        ClipJob,
+        _resample,
+        _tts,
+        trim_silence,
+    )
 
     job = ClipJob(
         "ref", text, plan.voice, plan.speed_jitter, plan.pitch_jitter, 1.0, 0.0, -120.0, 0

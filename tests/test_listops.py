@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from liquid_stream.training.data import listops as lo
+from liquid_stream.training.data.lra import listops as lo
 
 pytestmark = pytest.mark.slow
 

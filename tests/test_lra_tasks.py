@@ -41,7 +41,7 @@ def steps_reduce_loss(
 
 @pytest.fixture
 def cifar_root(tmp_path):
-    from liquid_stream.training.data.images import write_cifar10
+    from liquid_stream.training.data.lra.images import write_cifar10
 
     rng = np.random.default_rng(0)
 
@@ -86,7 +86,7 @@ def test_cifar_tasks_read_the_python_batches(cifar_root, task, channels):
 
 
 def train_index(cfg: dict, n: int) -> np.ndarray:
-    from liquid_stream.training.data.images import split_train_val
+    from liquid_stream.training.data.lra.images import split_train_val
 
     return split_train_val(n, cfg["data"]["val_fraction"], cfg["train"]["seed"])[0]
 
@@ -99,7 +99,7 @@ def test_cifar_needs_a_path_and_says_so():
 
 def test_fashion_mnist_task_on_the_real_images(tmp_path):
     """Real pixels: the Debian package when installed, else an IDX fixture at data.root."""
-    from liquid_stream.training.data.images import FASHION_MNIST_DIR
+    from liquid_stream.training.data.lra.images import FASHION_MNIST_DIR
 
     sets = [f"data.max_train={40}", "data.max_eval=10"]
     from pathlib import Path
@@ -124,7 +124,7 @@ def reviews(rng, n: int, label: int) -> list:
 
 
 def test_imdb_task_reads_aclimdb(tmp_path):
-    from liquid_stream.training.data.lra_text import VOCAB_SIZE, write_imdb
+    from liquid_stream.training.data.lra.lra_text import VOCAB_SIZE, write_imdb
 
     rng = np.random.default_rng(0)
     write_imdb(
@@ -148,7 +148,7 @@ def test_imdb_task_reads_aclimdb(tmp_path):
 
 
 def test_aan_task_pairs_and_the_retrieval_head(tmp_path):
-    from liquid_stream.training.data.lra_text import VOCAB_SIZE, write_aan
+    from liquid_stream.training.data.lra.lra_text import VOCAB_SIZE, write_aan
 
     rng = np.random.default_rng(1)
 
@@ -179,7 +179,7 @@ def test_aan_task_pairs_and_the_retrieval_head(tmp_path):
 def test_pathfinder_tasks_read_generated_lra_folders(tmp_path, task, resolution):
     """The generator writes the LRA layout (PNG + metadata); the task reads it back, splits
     80/10/10 and scales pixels to [−1, 1] (Path-X: L = 16384, checkpointed blocks)."""
-    from liquid_stream.training.data import pathfinder as pf
+    from liquid_stream.training.data.lra import pathfinder as pf
 
     pf.write_dataset(tmp_path, 20, resolution=resolution, seed=3, per_batch=10)
     images, labels = pf.read_dataset(tmp_path, resolution=resolution)
@@ -210,8 +210,8 @@ def test_train_cli_runs_the_pair_and_checkpointed_tasks(tmp_path):
 
     from liquid_stream.cli import main
     from liquid_stream.nn.checkpoint import model_from_checkpoint
-    from liquid_stream.training.data import pathfinder as pf
-    from liquid_stream.training.data.lra_text import write_aan
+    from liquid_stream.training.data.lra import pathfinder as pf
+    from liquid_stream.training.data.lra.lra_text import write_aan
 
     text = "the parser cites the tree model " * 8
     rows = [(i % 2, f"a{i}", f"b{i}", text, text[::-1] if i % 2 else text) for i in range(12)]

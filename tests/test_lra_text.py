@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from liquid_stream.training.data import lra_text as lt
+from liquid_stream.training.data.lra import lra_text as lt
 
 
 def ids_of(raw: bytes) -> list[int]:

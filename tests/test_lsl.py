@@ -253,8 +253,8 @@ def test_vitals_cli_lsl_without_model_uses_the_shipped_models_for_the_channels(r
 def test_vitals_cli_lsl_adds_the_spo2_model_for_an_oximeter_stream(tmp_path):
     """A live stream labelled like an oximeter's raw channels ("SpO2 IR", "SpO2 red") beside
     its PPG: with no MODEL the app adds the shipped SpO2 model and emits SpO2 estimates."""
-    from liquid_stream.training.data.bidmc_sim import write_record as write_sim
-    from liquid_stream.training.data.vitals_sim import simulate_randomised
+    from liquid_stream.training.data.vitals.bidmc_sim import write_record as write_sim
+    from liquid_stream.training.data.vitals.vitals_sim import simulate_randomised
 
     rec = simulate_randomised(np.random.default_rng([22, 0]), 0.6, force={"sensor_off": []})
     write_sim(tmp_path, "bidmc01", rec)

@@ -10,7 +10,7 @@ from scipy import ndimage
 from scipy.sparse.csgraph import shortest_path
 from scipy.spatial import cKDTree
 
-from liquid_stream.training.data import pathfinder as pf
+from liquid_stream.training.data.lra import pathfinder as pf
 
 DIFF = "curv_contour_length_14"
 

@@ -1,5 +1,6 @@
 """The piper (neural) engine of the synthetic Speech Commands generator
-(training/data/piper_voice.py, training/data/speech_synth.py) and the engine selection."""
+(training/data/speech/piper_voice.py, training/data/speech/speech_synth.py) and the engine
+selection."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from liquid_stream.training.data import piper_voice, speech_synth
 from liquid_stream.training.data.cli import data as data_cli
-from liquid_stream.training.data.speech_synth import (
+from liquid_stream.training.data.speech import piper_voice, speech_synth
+from liquid_stream.training.data.speech.speech_synth import (
     STAMP_NAME,
     SynthToolMissing,
     generate_speech_synth,

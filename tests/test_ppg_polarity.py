@@ -1,6 +1,6 @@
 """The PPG's polarity (apps/vitals/ppg_polarity.py): the monitor's answer does not depend on which
 way up the sensor reports the pulse. Real onnxruntime sessions with the shipped models on
-domain-randomised simulated records (training/data/vitals_sim.py), the same records turned
+domain-randomised simulated records (training/data/vitals/vitals_sim.py), the same records turned
 upside down; the server's batched path against the monitor."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from liquid_stream.apps.vitals.monitor import VitalsMonitor
 from liquid_stream.apps.vitals.ppg_polarity import needs_polarity, polarity, slope_skewness
 from liquid_stream.models import shipped
-from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
+from liquid_stream.training.data.vitals.vitals_sim import REC_NAMES, simulate_randomised
 
 FS = 125
 

@@ -1,4 +1,4 @@
-"""The pulse-shape augmentation (training/data/pulse_eq.py): the filter is the H(f) of its
+"""The pulse-shape augmentation (training/data/vitals/pulse_eq.py): the filter is the H(f) of its
 docstring (gain and phase at every knot, real at DC, back to 0 dB far above the band), a
 sinusoid comes out scaled and shifted by exactly H at its frequency, a periodic pulse train
 stays periodic with its period (the beats do not move, so the rate label holds) while its
@@ -14,8 +14,8 @@ import torch
 from fixtures_vitals import write_record
 
 from liquid_stream.training.config import load_config
-from liquid_stream.training.data.bidmc_crops import CropDataset, load_wfdb_crops
-from liquid_stream.training.data.pulse_eq import (
+from liquid_stream.training.data.vitals.bidmc_crops import CropDataset, load_wfdb_crops
+from liquid_stream.training.data.vitals.pulse_eq import (
     F_HI,
     F_LO,
     GAIN_DB,

@@ -1,4 +1,4 @@
-"""Real-recording records (training/data/real_samples.py) and the real-data bench's metrics
+"""Real-recording records (training/data/vitals/real_samples.py) and the real-data bench's metrics
 (bench/vitals_real.py).
 
 The conversion runs on generated recordings with known beat and breath times (no registry):
@@ -21,7 +21,7 @@ import pytest
 
 from liquid_stream.apps.vitals.record import RecordSource
 from liquid_stream.io.wfdb import read_header, read_record, signals_by_name
-from liquid_stream.training.data import real_samples as rs
+from liquid_stream.training.data.vitals import real_samples as rs
 
 ROOT = Path(__file__).resolve().parents[1]
 FS = 250.0

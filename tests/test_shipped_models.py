@@ -38,8 +38,8 @@ def test_shipped_kws_loads_with_its_metadata_and_card():
 def unseen_voices_stream(tmp_path_factory):
     """A 16 kHz stream of SC10 keywords by synthetic speakers of another seed than the
     shipped model's data (seed 0), with their true times."""
-    from liquid_stream.training.data.kws_stream import build_kws_stream, write_kws_stream
-    from liquid_stream.training.data.speech_synth import generate_speech_synth
+    from liquid_stream.training.data.speech.kws_stream import build_kws_stream, write_kws_stream
+    from liquid_stream.training.data.speech.speech_synth import generate_speech_synth
 
     root = tmp_path_factory.mktemp("voices") / "sc"
     generate_speech_synth(

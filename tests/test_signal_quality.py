@@ -7,7 +7,7 @@ white noise, 50 or 60 Hz hum alone, a disconnected lead as NaN) streamed through
 a technical alarm from the second the index can judge (flat tests: 2 s of samples; noise
 and hum: within 8 s). The same through the real server on loopback, and the recovery when
 the signal returns. Real onnxruntime sessions, real WFDB files, simulated physiology from
-training/data/vitals_sim.py for the good signal.
+training/data/vitals/vitals_sim.py for the good signal.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from click.testing import CliRunner
 from liquid_stream.apps.vitals import signal_quality as sq
 from liquid_stream.apps.vitals.monitor import VitalsMonitor
 from liquid_stream.models import shipped
-from liquid_stream.training.data.bidmc_sim import write_record
-from liquid_stream.training.data.vitals_sim import simulate_randomised
+from liquid_stream.training.data.vitals.bidmc_sim import write_record
+from liquid_stream.training.data.vitals.vitals_sim import simulate_randomised
 
 FS = 125
 SECONDS = 60

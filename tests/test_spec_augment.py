@@ -1,4 +1,4 @@
-"""Feature augmentation (training/data/spec_augment.py): the vocal-tract warp against its
+"""Feature augmentation (training/data/speech/spec_augment.py): the vocal-tract warp against its
 definition S_α(f) = S(f / α) on the front end's band centres, the masks against theirs, the
 hook acting in training mode only, and a CLI run that records and exports it."""
 
@@ -16,7 +16,7 @@ from liquid_stream.nn.checkpoint import load_checkpoint, model_from_checkpoint
 from liquid_stream.nn.frontend import LogMelConfig, mel_filterbank
 from liquid_stream.nn.model import LiquidS4Model
 from liquid_stream.training.cli import train_cmd
-from liquid_stream.training.data.spec_augment import (
+from liquid_stream.training.data.speech.spec_augment import (
     SpecAugment,
     SpecAugmentConfig,
     install,

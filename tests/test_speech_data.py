@@ -19,9 +19,9 @@ from fixtures_speech import (
     tiny_root,
 )
 
-from liquid_stream.training.data import speech_synth
 from liquid_stream.training.data.cli import data as data_cli
-from liquid_stream.training.data.speech import (
+from liquid_stream.training.data.speech import speech_synth
+from liquid_stream.training.data.speech.speech import (
     SC10_WORDS,
     SC35_WORDS,
     SpeechCommands,
@@ -31,7 +31,7 @@ from liquid_stream.training.data.speech import (
     read_wav,
     speech_end,
 )
-from liquid_stream.training.data.speech_synth import (
+from liquid_stream.training.data.speech.speech_synth import (
     STAMP_NAME,
     SynthToolMissing,
     default_synth_root,

@@ -11,7 +11,7 @@ from fixtures_speech import FIXTURE_WORDS, tiny_root
 from liquid_stream.nn.checkpoint import load_checkpoint, model_from_checkpoint
 from liquid_stream.training.cli import evaluate_cmd, train_cmd
 from liquid_stream.training.config import load_config
-from liquid_stream.training.data.speech import SC10_WORDS
+from liquid_stream.training.data.speech.speech import SC10_WORDS
 from liquid_stream.training.tasks import TASKS, build_task
 
 SMALL = [

@@ -231,14 +231,6 @@ def test_config_presets_overrides_and_errors():
     assert cpu["model"]["d_model"] <= 64 and cpu["data"]["max_train_per_class"]
 
 
-def test_speech_without_loader_is_a_clear_error(monkeypatch):
-    from liquid_stream.training import tasks
-
-    monkeypatch.setattr(tasks, "SPEECH_MODULE", "liquid_stream.training.no_such_module")
-    with pytest.raises(RuntimeError, match="loader training/data/"):
-        build_task(load_config("speech", "cpu"))
-
-
 def test_cli_train_and_evaluate(tmp_path):
     out = tmp_path / "run"
     r = CliRunner().invoke(

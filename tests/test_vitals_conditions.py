@@ -1,5 +1,5 @@
 """The per-condition rows of `evaluate` on randomised record sets: each condition's window
-mask follows its definition (training/data/vitals_conditions.py), checked on a hand-written
+mask follows its definition (training/data/vitals/vitals_conditions.py), checked on a hand-written
 params.json, and on a real generated set against the simulator's own event lists."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 
-from liquid_stream.training.data.vitals_conditions import window_conditions
-from liquid_stream.training.data.vitals_sim import PARAMS_NAME, ensure_vitals_sim
+from liquid_stream.training.data.vitals.vitals_conditions import window_conditions
+from liquid_stream.training.data.vitals.vitals_sim import PARAMS_NAME, ensure_vitals_sim
 
 FS, WIN = 125, 32 * 125
 

@@ -179,7 +179,7 @@ def sim(tmp_path_factory):
     """One simulated BIDMC record pair, 2 min (training/data/bidmc_sim)."""
     import wfdb
 
-    from liquid_stream.training.data.bidmc_sim import write_bidmc_sim
+    from liquid_stream.training.data.vitals.bidmc_sim import write_bidmc_sim
 
     root = tmp_path_factory.mktemp("gap_sim") / "sim"
     write_bidmc_sim(root, records=1, minutes=SECONDS / 60, seed=7, progress=False)

@@ -1,7 +1,8 @@
 """The shipped vital-sign models (liquid_stream/models/vitals-*.onnx), checked as a user
 meets them: their answer does not depend on the signal's units, the HR model follows a rate
 ramp 60 → 150 bpm, and `liquid-stream vitals` with no MODEL picks the models that fit a
-record's channels. Real onnxruntime sessions on simulated records (training/data/vitals_sim.py)."""
+record's channels. Real onnxruntime sessions on simulated records
+(training/data/vitals/vitals_sim.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from click.testing import CliRunner
 
 from liquid_stream.models import ShippedModelMissing, available, card, shipped, vitals_for
 from liquid_stream.runtime.onnx_streamer import OnnxStreamer
-from liquid_stream.training.data.bidmc_sim import SIG_NAMES, write_record
-from liquid_stream.training.data.vitals_sim import IR, RED, simulate_randomised
+from liquid_stream.training.data.vitals.bidmc_sim import SIG_NAMES, write_record
+from liquid_stream.training.data.vitals.vitals_sim import IR, RED, simulate_randomised
 
 FS = 125
 PLETH = SIG_NAMES.index("PLETH,")

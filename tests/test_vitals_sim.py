@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.signal import find_peaks
 
-from liquid_stream.training.data import vitals_sim as vs
-from liquid_stream.training.data.bidmc import list_records, read_record
+from liquid_stream.training.data.vitals import vitals_sim as vs
+from liquid_stream.training.data.vitals.bidmc import list_records, read_record
 
 FS = 125
 MINUTES = 1.0
@@ -300,9 +300,9 @@ def test_oximeter_draws_in_range_and_apart_from_the_other_channels() -> None:
 
 
 def test_ratio_baseline_reads_the_calibration_on_clean_records() -> None:
-    """The classical ratio of ratios (training/data/bidmc_baseline.py) recovers SpO2 on clean
+    """The classical ratio of ratios (training/data/vitals/bidmc_baseline.py) recovers SpO2 on clean
     pulses within 0.5 %, and motion with its own ratio pulls it off (the known failure)."""
-    from liquid_stream.training.data.bidmc_baseline import ratio_spo2
+    from liquid_stream.training.data.vitals.bidmc_baseline import ratio_spo2
 
     quiet = {**OXI_QUIET, "spo2_changes": []}
     for i in range(3):

@@ -74,7 +74,7 @@ def test_fast_path_equals_wfdb(tmp_path, fmt):
 
 def test_bidmc_layout_records_equal_wfdb(tmp_path):
     """The project's own writer (signals and the ``n`` numerics with NaN readings)."""
-    from liquid_stream.training.data.bidmc_sim import simulate_record, write_record
+    from liquid_stream.training.data.vitals.bidmc_sim import simulate_record, write_record
 
     write_record(tmp_path, "bidmc01", simulate_record(np.random.default_rng(3), minutes=0.7))
     for name in ("bidmc01", "bidmc01n"):

@@ -543,19 +543,19 @@ def _check_model(m: dict) -> None:
 
 
 def _speech_subsets():
-    from .data.speech import SUBSETS
+    from .data.speech.speech import SUBSETS
 
     return tuple(SUBSETS)
 
 
 def _speech_clip_ends():
-    from .data.speech import CLIP_ENDS
+    from .data.speech.speech import CLIP_ENDS
 
     return CLIP_ENDS
 
 
 def _speech_rates():
-    from .data.speech import SR
+    from .data.speech.speech import SR
 
     return (SR,)
 
@@ -573,20 +573,20 @@ def _from_tasks(name: str) -> tuple:
 
 
 def _image_modes():
-    from .data.images import MODES
+    from .data.lra.images import MODES
 
     return MODES
 
 
 def _difficulties():
-    from .data.pathfinder import DIFFICULTIES
+    from .data.lra.pathfinder import DIFFICULTIES
 
     return tuple(DIFFICULTIES)
 
 
 def _min_per_word() -> int:
     """The fewest clips per word with which the generator fills every split."""
-    from .data.speech_synth import MIN_PER_WORD
+    from .data.speech.speech_synth import MIN_PER_WORD
 
     return MIN_PER_WORD
 
@@ -692,7 +692,7 @@ def _augment_settings() -> Spec:
     """``data.augment`` of speech-stream: AugmentConfig fields (checked by it)."""
 
     def check(v):
-        from .data.augment import AugmentConfig
+        from .data.speech.augment import AugmentConfig
 
         AugmentConfig.from_dict(v).check_rate(16000)
 
@@ -703,7 +703,7 @@ def _spec_augment_settings() -> Spec:
     """``data.spec_augment`` of speech-stream: SpecAugmentConfig fields (checked by it)."""
 
     def check(v):
-        from .data.spec_augment import SpecAugmentConfig
+        from .data.speech.spec_augment import SpecAugmentConfig
 
         SpecAugmentConfig.from_dict(v)
 

@@ -23,7 +23,7 @@ import torch
 from liquid_stream.io.bidmc_vocab import WITHIN
 from liquid_stream.runtime.meta import ensemble_weights
 
-from .data.bidmc_baseline import agreement, baseline_estimates, baseline_name
+from .data.vitals.bidmc_baseline import agreement, baseline_estimates, baseline_name
 
 
 class MeanOf(torch.nn.Module):
@@ -248,11 +248,11 @@ def stream_agreement(
     over a whole finite stretch equals the step-by-step stream; a NaN gap ends a stretch
     and the next starts from a zero state), scored every second that has a full window
     behind it inside its stretch against that window's label (the mean of the 1 Hz
-    numerics over it, as for windows: training/data/bidmc_crops.py ``crop_targets``)."""
+    numerics over it, as for windows: training/data/vitals/bidmc_crops.py ``crop_targets``)."""
     from liquid_stream.io.bidmc_vocab import TARGETS
 
-    from .data.bidmc import _numeric, read_record
-    from .data.bidmc_crops import crop_targets
+    from .data.vitals.bidmc import _numeric, read_record
+    from .data.vitals.bidmc_crops import crop_targets
 
     window, fs = int(d["window"]), int(d["sample_rate"])
     preds, ys = [], []
@@ -290,10 +290,10 @@ def condition_rows(
     target: str,
     tol: float | None,
 ) -> dict[str, dict]:
-    """Per hard condition of a randomised record set (training/data/vitals_conditions.py):
+    """Per hard condition of a randomised record set (training/data/vitals/vitals_conditions.py):
     windows, the model's RMSE and share within tolerance, and NeuroKit2's on its valid
     windows among them. Empty for other data."""
-    from .data.vitals_conditions import window_conditions
+    from .data.vitals.vitals_conditions import window_conditions
 
     masks = window_conditions(
         root, w.record, w.start, int(d["window"]), float(d["sample_rate"]), y, target

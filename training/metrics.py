@@ -79,7 +79,7 @@ def compute_loss(
 
     ``mse``: per-step outputs ``(B, L, d)`` (a ``window`` decoder) are scored at the last
     step; ``mse_per_step``: at every step whose target ``(B, L)`` is finite (long crops,
-    training/data/bidmc_crops.py); ``scale`` (the model's ``output_scale``, the targets'
+    training/data/vitals/bidmc_crops.py); ``scale`` (the model's ``output_scale``, the targets'
     std) makes the loss ``mean(((out − y) / scale)²)`` while RMSE / MAE stay in the
     targets' physical units.
     ``ce`` / ``ce_per_step``: ``class_weight`` (C,) weights the cross-entropy per class
@@ -88,7 +88,7 @@ def compute_loss(
     (:class:`TargetBalance`); the sums (RMSE / MAE) stay unweighted.
     ``mse_beats``: ``out (B, F, 2)`` = the window output and the per-frame readout
     (:meth:`LiquidS4Model.window_and_readout`), ``y (B, T, 2)`` = the per-second labels and
-    the beat density b (training/data/bidmc_crops.py): ``mse_per_step`` on the first plus
+    the beat density b (training/data/vitals/bidmc_crops.py): ``mse_per_step`` on the first plus
     ``beat_weight · mean_frames(((box(p) − box(b̄)) / scale)²)``, b̄ the density's mean over
     each frame's samples and box the causal mean over the last ``beat_box`` frames (1: the
     frames themselves; a few: the beats counted over a second or so, not their exact

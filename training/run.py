@@ -88,7 +88,7 @@ def make_trainer(config: dict, out: Path, resume=None) -> tuple[Trainer, Dataset
         meta.update({k: init_meta[k] for k in ("target_mean", "target_std") if k in init_meta})
     model = build_model(config, meta)
     if meta.get("spec_augment") is not None:  # training-time feature augmentation
-        from .data.spec_augment import SpecAugmentConfig, install
+        from .data.speech.spec_augment import SpecAugmentConfig, install
 
         install(model, SpecAugmentConfig.from_dict(meta["spec_augment"]))
     if init_meta is not None and not resume:

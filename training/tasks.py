@@ -11,7 +11,7 @@ builder reuse that input standardisation instead of computing it from the train 
 
 - ``toy``: tone bursts in noise labelled sample by sample (the task of
   ``liquid_stream.demo``), generated in memory, deterministic; for tests and CI.
-- ``speech``: Speech Commands (SC35/SC10) through ``training/data/speech.py``.
+- ``speech``: Speech Commands (SC35/SC10) through ``training/data/speech/speech.py``.
 - ``speech-stream``: random crops of concatenated Speech Commands clips + noise
   (``SpeechStream``) with per-step labels (keyword classes + ``_silence_``), for a causal
   ``window`` decoder that runs on continuous audio.
@@ -23,7 +23,6 @@ builder reuse that input standardisation instead of computing it from the train 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 import numpy as np
@@ -140,28 +139,13 @@ def build_toy(cfg: dict, stats=None):
 
 
 # ---------------------------------------------------------------------------- speech
-# The loader lives in training/data/speech.py (liquid_stream.training.data.speech):
+# The loader lives in training/data/speech/speech.py (liquid_stream.training.data.speech.speech):
 #   SpeechCommands(root, split="train"|"val"|"test", subset="sc35"|"sc10", normalizer=(mean,
 #   std), augment, rate=1|2, seed) -> (x (16000 // rate, 1) float32, y int), with .labels,
 #   .targets and set_epoch(); compute_normalizer(train_set) -> (mean, std); SC35_WORDS;
 #   ensure_synth(per_word) -> root of the cached synthetic set (speech_synth.py).
-
-SPEECH_MODULE = "liquid_stream.training.data.speech"
-SYNTH_MODULE = "liquid_stream.training.data.speech_synth"
-AUGMENT_MODULE = "liquid_stream.training.data.augment"
-SPEC_AUGMENT_MODULE = "liquid_stream.training.data.spec_augment"
-
-
-def _import(name: str):
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name and name.startswith(e.name):
-            raise RuntimeError(
-                f"the speech task needs the Speech Commands loader training/data/ ({name}), "
-                "which is not installed yet"
-            ) from e
-        raise
+# Each builder imports its data modules itself (explicit imports, inside the function: the
+# data modules import torch or scipy; this module, which config validation reads, does not).
 
 
 def _targets(ds) -> list[int]:
@@ -210,7 +194,9 @@ def _speech_source(sc, d: dict, seed: int, stats, per_class: int | None, task: s
     """The dataset root (data.root, else the cached synthetic set) and the (mean, std)
     normaliser: from a checkpoint's ``stats`` when given, else over the train clips
     (at most ``per_class`` per word)."""
-    root = d["root"] or _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
+    from .data.speech.speech_synth import ensure_synth
+
+    root = d["root"] or ensure_synth(int(d["synth_per_word"]))
     if stats is not None:
         return root, tuple(v[0] for v in _saved_stats(stats))
     train = sc.SpeechCommands(root, "train", d["subset"], seed=seed)
@@ -234,7 +220,8 @@ def _speech_source(sc, d: dict, seed: int, stats, per_class: int | None, task: s
 def build_speech(cfg: dict, stats=None, rate: int = 1):
     """Speech Commands (real v0.02 layout at data.root, else the cached synthetic set).
     ``rate=2``: the val/test splits at 8 kHz (x[::2]) for the zero-shot evaluation."""
-    sc = _import(SPEECH_MODULE)
+    from .data.speech import speech as sc
+
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     root, normalizer = _speech_source(sc, d, seed, stats, d["max_train_per_class"], "speech")
 
@@ -255,7 +242,7 @@ def build_speech(cfg: dict, stats=None, rate: int = 1):
 
 # --------------------------------------------------------------------- speech-stream
 # Streaming-ready keyword spotting: random crops of Speech Commands clips laid end to end
-# with silent gaps and background noise (SpeechStream in training/data/speech.py), one
+# with silent gaps and background noise (SpeechStream in training/data/speech/speech.py), one
 # label per step (the keyword just heard, else _silence_), for a causal `window` decoder.
 
 
@@ -293,27 +280,30 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
     in ``speech``. ``rate=2``: val/test at 8 kHz (x and y taken [::2]).
     ``silence_weight`` < 1 down-weights the ``_silence_`` steps in the loss (most steps
     are silence; a small model otherwise learns to answer silence everywhere).
-    ``augment`` (a mapping of :class:`~liquid_stream.training.data.augment.AugmentConfig`
+    ``augment`` (a mapping of :class:`~liquid_stream.training.data.speech.augment.AugmentConfig`
     fields, or null): the train crops' augmentation toward real microphones and rooms.
     ``spec_augment`` (a mapping of
-    :class:`~liquid_stream.training.data.spec_augment.SpecAugmentConfig` fields, or null;
+    :class:`~liquid_stream.training.data.speech.spec_augment.SpecAugmentConfig` fields, or null;
     log-mel models only): vocal-tract warp and SpecAugment masks of the training
     features, recorded in ``meta["spec_augment"]``; the trainer installs it
-    (:func:`~liquid_stream.training.data.spec_augment.install`).
+    (:func:`~liquid_stream.training.data.speech.spec_augment.install`).
 
     With a log-mel front end (``model.frontend.kind: logmel``) the model takes raw samples
     (no normaliser: mean 0, std 1), its labels are those of the steps where a frame
     completes (``label_hop``), and ``meta["frontend_stats"]`` holds the per-band mean and
     std of the log-mel features over the first 64 train crops (epoch 0), which the model's
     front end subtracts and divides by (fixed, part of its config)."""
-    sc = _import(SPEECH_MODULE)
+    from .data.speech import speech as sc
+
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     frontend = (cfg.get("model") or {}).get("frontend") or {}
     logmel = frontend.get("kind", "raw") == "logmel"
     if logmel:
         if rate != 1:
             raise ValueError("a log-mel model is evaluated at its 16 kHz front end only")
-        root = d["root"] or _import(SYNTH_MODULE).ensure_synth(int(d["synth_per_word"]))
+        from .data.speech.speech_synth import ensure_synth
+
+        root = d["root"] or ensure_synth(int(d["synth_per_word"]))
         normalizer = (0.0, 1.0)
         from liquid_stream.nn.frontend import LogMelConfig
 
@@ -325,10 +315,13 @@ def build_speech_stream(cfg: dict, stats=None, rate: int = 1):
         hop = 1
     aug = None
     if d["augment"] is not None:  # {} = every default of AugmentConfig
-        aug = _import(AUGMENT_MODULE).AugmentConfig.from_dict(d["augment"])
+        from .data.speech.augment import AugmentConfig
+
+        aug = AugmentConfig.from_dict(d["augment"])
     spec = None
     if d["spec_augment"] is not None:  # {} = every default of SpecAugmentConfig
-        sa = _import(SPEC_AUGMENT_MODULE)
+        from .data.speech import spec_augment as sa
+
         if not logmel:  # refused here, before the run starts (install checks it again)
             raise ValueError(sa.NEEDS_LOGMEL)
         spec = sa.SpecAugmentConfig.from_dict(d["spec_augment"])
@@ -403,17 +396,13 @@ def logmel_stats(train, frontend: dict, n_items: int = 64) -> dict:
 
 
 # ----------------------------------------------------------------------------- bidmc
-# Vital-sign regression (HR / RR / SpO2) from PPG + ECG windows (training/data/bidmc.py):
+# Vital-sign regression (HR / RR / SpO2) from PPG + ECG windows (training/data/vitals/bidmc.py):
 # PhysioNet BIDMC WFDB records or the Monash BIDMC32 .ts files at data.root, else the
-# cached simulated BIDMC records (training/data/bidmc_sim.py). The model maps a 32 s
+# cached simulated BIDMC records (training/data/vitals/bidmc_sim.py). The model maps a 32 s
 # window (4000 samples at 125 Hz) to the mean of the 1 Hz numerics over it; with a
 # `window` decoder of W = 4000 steps the last step of the per-step output is exactly that
 # estimate, so the same model streams: at every step it estimates the trailing 32 s.
 
-BIDMC_MODULE = "liquid_stream.training.data.bidmc"
-BIDMC_SIM_MODULE = "liquid_stream.training.data.bidmc_sim"
-VITALS_SIM_MODULE = "liquid_stream.training.data.vitals_sim"
-BIDMC_CROPS_MODULE = "liquid_stream.training.data.bidmc_crops"
 BIDMC_SIMS = ("classic", "randomised")  # data.sim: which simulator when data.root is null
 BIDMC_FORMATS = ("auto", "wfdb", "ts")  # data.format
 BIDMC_PROTOCOLS = ("record", "shuffled")  # data.protocol
@@ -450,19 +439,22 @@ def bidmc_windows(d: dict, seed: int, only: str | None = None, signals: bool = T
     needs the windows' targets and records, not their samples: 5.1 GB for 2997 records)."""
     if only not in (None, "train", "val", "test"):
         raise ValueError(f"only must be 'train', 'val' or 'test', got {only!r}")
-    bd = _import(BIDMC_MODULE)
+    from .data.vitals import bidmc as bd
+
     root = d["root"]
     if root is None and d["sim"] == "randomised":
-        root = _import(VITALS_SIM_MODULE).ensure_vitals_sim(
+        from .data.vitals.vitals_sim import ensure_vitals_sim
+
+        root = ensure_vitals_sim(
             int(d["sim_records"]),
             float(d["sim_minutes"]),
             int(d["sim_seed"]),
             tuple(d["sim_families"]),
         )
     elif root is None:
-        root = _import(BIDMC_SIM_MODULE).ensure_bidmc_sim(
-            int(d["sim_records"]), float(d["sim_minutes"]), int(d["sim_seed"])
-        )
+        from .data.vitals.bidmc_sim import ensure_bidmc_sim
+
+        root = ensure_bidmc_sim(int(d["sim_records"]), float(d["sim_minutes"]), int(d["sim_seed"]))
     fmt = bd.find_format(root) if d["format"] == "auto" else d["format"]
     protocol = d["protocol"]
     if protocol not in BIDMC_PROTOCOLS:
@@ -545,7 +537,8 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     split's record list (k: the folder's position)."""
     if rate != 1:
         raise ValueError("bidmc has no resampled evaluation")
-    bd = _import(BIDMC_MODULE)
+    from .data.vitals import bidmc as bd
+
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     target = d["target"]
     if target not in BIDMC_TARGETS:
@@ -608,8 +601,8 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
             "data.pulse_eq re-shapes the train crops: it needs data.crop_s (and WFDB records)"
         )
     if crops:  # bidmc_crops.py
-        bc = _import(BIDMC_CROPS_MODULE)
-        from .data import pulse_eq
+        from .data.vitals import bidmc_crops as bc
+        from .data.vitals import pulse_eq
 
         fs = int(d["sample_rate"])
         crop, hop = int(round(float(d["crop_s"]) * fs)), int(round(float(d["crop_hop_s"]) * fs))
@@ -702,7 +695,7 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
 
 
 # --------------------------------------------------------------------------- listops
-# LRA ListOps (training/data/listops.py): TSV files at data.root, else a generated set
+# LRA ListOps (training/data/lra/listops.py): TSV files at data.root, else a generated set
 # cached under $LIQUID_STREAM_CACHE. Tokens are one-hot encoded (16 = 15 symbols + padding,
 # lra_text.TokenDataset) and right-padded to data.max_length; the paper's pool decoder
 # averages over all steps.
@@ -723,7 +716,8 @@ def build_bidmc(cfg: dict, stats=None, rate: int = 1, windows=None):
     },
 )
 def build_listops(cfg: dict, stats=None):
-    from .data import listops as lo
+    from .data.lra import listops as lo
+    from .data.lra.lra_text import TokenDataset
 
     d = cfg["data"]
     root = d.get("root")
@@ -740,10 +734,7 @@ def build_listops(cfg: dict, stats=None):
         )
     data = lo.read_dataset(root, d["max_length"])
     vocab = len(lo.VOCAB) + 1  # + padding (id 0)
-    sets = [
-        _import(TEXT_MODULE).TokenDataset(*data[s], d["max_length"], vocab_size=vocab)
-        for s in lo.SPLITS
-    ]
+    sets = [TokenDataset(*data[s], d["max_length"], vocab_size=vocab) for s in lo.SPLITS]
     meta = ModelMeta(
         task="listops",
         labels=[str(i) for i in range(10)],
@@ -755,12 +746,11 @@ def build_listops(cfg: dict, stats=None):
 
 
 # ---------------------------------------------------------------------------- images
-# Pixel sequences (training/data/images.py): sCIFAR (CIFAR-10, 1024 steps × RGB), LRA-CIFAR
+# Pixel sequences (training/data/lra/images.py): sCIFAR (CIFAR-10, 1024 steps × RGB), LRA-CIFAR
 # (grayscale, 1024 × 1) and sequential Fashion-MNIST (784 × 1; Debian dataset-fashion-mnist,
 # the real images available offline). CIFAR-10 is read from the python batches at data.root
 # (it cannot be downloaded here); data.source=fashion-mnist runs the same path on real pixels.
 
-IMAGES_MODULE = "liquid_stream.training.data.images"
 IMAGE_SOURCES = ("cifar10", "fashion-mnist")
 
 
@@ -768,7 +758,8 @@ def build_images(cfg: dict, stats=None, task: str = "scifar"):
     """Train / val (a seeded ``val_fraction`` of the train images) / test (the official test
     set) as :class:`SequenceImageDataset` (``x (H·W, C)`` standardised with the train
     images' per-channel mean / std)."""
-    im = _import(IMAGES_MODULE)
+    from .data.lra import images as im
+
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     if d["source"] not in IMAGE_SOURCES:
         raise ValueError(
@@ -841,12 +832,10 @@ _register_image_task("fashion-mnist", "fashion-mnist", "gray")
 
 
 # ------------------------------------------------------------------------- LRA text
-# Byte-level text (training/data/lra_text.py): IMDB sentiment (aclImdb folder, L = 4096)
+# Byte-level text (training/data/lra/lra_text.py): IMDB sentiment (aclImdb folder, L = 4096)
 # and AAN citation matching (the LRA new_aan_pairs TSVs, two documents of L = 4000 each,
 # the `pair` decoder). Tokens are one-hot rows of 257 (256 bytes + padding): the encoder
 # Linear is then an embedding table. Neither corpus can be generated: data.root is required.
-
-TEXT_MODULE = "liquid_stream.training.data.lra_text"
 
 
 def _text_root(d: dict, what: str):
@@ -868,7 +857,8 @@ def build_imdb(cfg: dict, stats=None):
     """IMDB reviews, byte-level, positive / negative. LRA has no validation split and
     validates on the test set (``val_fraction: 0``, as LRA and the S4 code); a fraction > 0
     holds out that part of the train reviews instead."""
-    tx = _import(TEXT_MODULE)
+    from .data.lra import lra_text as tx
+
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     data = tx.read_imdb(
         _text_root(d, "IMDB (aclImdb)"),
@@ -898,7 +888,8 @@ def build_imdb(cfg: dict, stats=None):
 def build_aan(cfg: dict, stats=None):
     """AAN document pairs (label 1: linked by citation), byte-level, ``x (2, L, 257)``; the
     model must use the ``pair`` decoder (LRA's [a, b, a·b, a − b] retrieval head)."""
-    tx = _import(TEXT_MODULE)
+    from .data.lra import lra_text as tx
+
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     if cfg["model"].get("decoder") != "pair":
         raise ValueError("aan compares two documents: it needs model.decoder = pair")
@@ -921,15 +912,15 @@ def build_aan(cfg: dict, stats=None):
 
 # ------------------------------------------------------------------- pathfinder / path-x
 # LRA Pathfinder (32 × 32 → L = 1024) and Path-X (128 × 128 → L = 16384): are the two dots
-# connected by a dashed path? (training/data/pathfinder.py). The LRA folder (PNG + metadata)
+# connected by a dashed path? (training/data/lra/pathfinder.py). The LRA folder (PNG + metadata)
 # at data.root, else a set drawn by our generator, cached by its settings. One pool of
 # images split 80 / 10 / 10 (seeded), pixels scaled to [−1, 1] as in the S4 code.
 
-PATHFINDER_MODULE = "liquid_stream.training.data.pathfinder"
-
 
 def build_pathfinder(cfg: dict, stats=None, task: str = "pathfinder"):
-    pf = _import(PATHFINDER_MODULE)
+    from .data.lra import pathfinder as pf
+    from .data.lra.images import SequenceImageDataset
+
     d, seed = cfg["data"], int(cfg["train"]["seed"])
     R = int(d["resolution"])
     root = d["root"]
@@ -947,10 +938,7 @@ def build_pathfinder(cfg: dict, stats=None, task: str = "pathfinder"):
     idx = pf.split_indices(len(labels), seed, float(d["val_fraction"]), float(d["test_fraction"]))
     idx = _limit_splits(list(idx), d, seed)
     mean, std = [pf.PIXEL_MEAN], [pf.PIXEL_STD]  # fixed scaling to [−1, 1], as the S4 code
-    sets = [
-        _import(IMAGES_MODULE).SequenceImageDataset(images[i], labels[i], "gray", mean, std)
-        for i in idx
-    ]
+    sets = [SequenceImageDataset(images[i], labels[i], "gray", mean, std) for i in idx]
     meta = ModelMeta(
         task=task,
         labels=["disconnected", "connected"],

@@ -7,7 +7,7 @@
     liquid-stream kws-tune kws.onnx --stream val.wav --labels val.csv
 
 The labelled streams come from ``liquid-stream data kws-stream`` (a data tool:
-:mod:`liquid_stream.training.data.kws_stream`).
+:mod:`liquid_stream.training.data.speech.kws_stream`).
 
 How ``kws`` runs: an audio source (:class:`~.audio.MicSource`, whose PortAudio callback
 only enqueues blocks, or :class:`~.audio.WavSource`, paced to real time unless

@@ -18,7 +18,7 @@ import argparse
 import numpy as np
 
 from liquid_stream.apps.vitals import signal_quality as sq
-from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
+from liquid_stream.training.data.vitals.vitals_sim import REC_NAMES, simulate_randomised
 
 FS = 125
 L = int(sq.LONG_S * FS)

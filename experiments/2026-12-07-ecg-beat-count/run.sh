@@ -22,7 +22,7 @@ sim runs/sim/s13-120 --records 120 --seed 13
 sim runs/ecgx/test-rich-s23 --records 120 --ectopy rich --seed 23
 
 # warm start: the ECG-only regression model of experiments/2026-12-07-ecg-hr (its p5 last.pt);
-# then passes with the per-frame beat-density loss (data.beats, training/data/bidmc_crops.py)
+# then passes with the per-frame beat-density loss (data.beats, training/data/vitals/bidmc_crops.py)
 S=(--set model.frontend.hop=10 --set model.decoder_window=400 --set model.dt_min=0.002
   --set model.dt_max=0.2 --set model.dropout=0)
 R="[$O/rich-s41-600,$O/rich-s43-1200]"

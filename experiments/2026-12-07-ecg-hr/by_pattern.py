@@ -20,7 +20,7 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 from vitals_stream import rewrite, streamed  # noqa: E402
 
 import liquid_stream.apps.vitals.monitor as vm  # noqa: E402
-from liquid_stream.training.data.bidmc import list_records, wfdb_dir  # noqa: E402
+from liquid_stream.training.data.vitals.bidmc import list_records, wfdb_dir  # noqa: E402
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from liquid_stream.apps.vitals.monitor import VitalsMonitor
 from liquid_stream.runtime.onnx_streamer import OnnxStreamer
-from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
+from liquid_stream.training.data.vitals.vitals_sim import REC_NAMES, simulate_randomised
 
 FS = 125
 W = 32 * FS

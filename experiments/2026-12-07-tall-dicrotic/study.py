@@ -4,7 +4,7 @@ range)? NeuroKit2 on the same seconds.
 
     python experiments/2026-12-07-tall-dicrotic/study.py [--model NAME] [--minutes 2]
 
-Records: the randomised simulator's parametric PPG family (training/data/vitals_sim.py) with
+Records: the randomised simulator's parametric PPG family (training/data/vitals/vitals_sim.py) with
 the reflected wave forced: ratio R of the systolic peak, delay D seconds (the simulator draws
 it as a fraction of the beat interval: D x HR / 60), at a steady rate HR (hr_sd 0, no rate
 changes), no ectopic beats, AF, motion or sensor-off; every other draw as the simulator makes
@@ -31,8 +31,8 @@ import numpy as np
 
 from liquid_stream.apps.vitals.run import open_record, run_record
 from liquid_stream.models import shipped
-from liquid_stream.training.data.bidmc_sim import write_record
-from liquid_stream.training.data.vitals_sim import REC_NAMES, simulate_randomised
+from liquid_stream.training.data.vitals.bidmc_sim import write_record
+from liquid_stream.training.data.vitals.vitals_sim import REC_NAMES, simulate_randomised
 
 FS = 125
 PLETH = REC_NAMES.index("PLETH,")

@@ -19,7 +19,7 @@ own name or one of its aliases: PLETH (``PPG``, ``BVP``, ...), II (``ECG``, ``EC
 ``SpO2 red``, ...). Live inputs (:mod:`liquid_stream.io.lsl`) map their labels this
 way.
 
-Used by the training data (``training/data/bidmc.py``), the task's checkpoint metadata, the
+Used by the training data (``training/data/vitals/bidmc.py``), the task's checkpoint metadata, the
 vital-sign monitor and its alarms, and the main job.
 """
 

@@ -5,7 +5,7 @@
 
 One row per spoken word: ``[start_s, end_s]`` is the word's speech in seconds of the
 stream, ``is_keyword`` (0/1) whether the word is one of the keywords. The data tools write
-it (``liquid-stream data kws-stream``, :mod:`liquid_stream.training.data.kws_stream`); the
+it (``liquid-stream data kws-stream``, :mod:`liquid_stream.training.data.speech.kws_stream`); the
 keyword-spotting app reads it (``kws-eval``, ``kws-tune``). It lives in the core so that
 both layers share one definition.
 """

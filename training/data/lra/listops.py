@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache
+from .. import cache
 
 OPERATORS = ("[MAX", "[MIN", "[MED", "[SM")
 END = "]"

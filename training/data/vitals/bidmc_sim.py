@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache
+from .. import cache
 
 SIM_REVISION = 1  # bump when the same arguments would give different records
 STAMP_NAME = ".bidmc-sim-stamp.json"

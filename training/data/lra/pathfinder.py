@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache
+from .. import cache
 
 DIFFICULTIES = {"curv_baseline": 6, "curv_contour_length_9": 9, "curv_contour_length_14": 14}
 PADDLE = 2.0  # paddle length, in px of a 32×32 image (× R/32)

@@ -62,9 +62,9 @@ scipy >= 1.10 no longer ships ``ecg.dat`` (``scipy.datasets`` downloads it with 
 the 1.9.3 wheel is taken (no build, a zip file). HeartPy's sdist holds no data; its wheel
 does.
 
-**References** (the simulator's definition, training/data/vitals_sim.py ``rate()``): for event
-times ``e_j`` the rate at ``q`` over a window ``w`` is ``60 / mean`` of the intervals whose
-midpoints lie in ``[q - w/2, q + w/2)``; the numeric of second ``k`` is
+**References** (the simulator's definition, training/data/vitals/vitals_sim.py ``rate()``):
+for event times ``e_j`` the rate at ``q`` over a window ``w`` is ``60 / mean`` of the
+intervals whose midpoints lie in ``[q - w/2, q + w/2)``; the numeric of second ``k`` is
 ``round(rate(k + 0.5))``. Events, each found by two detectors; a second's reading is kept
 only where:
 
@@ -127,14 +127,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import cache
+from .. import cache
 from .vitals_sim import rate  # the label definition the models were trained on
 
 REAL_REVISION = 1  # bump when the same sources would give different records
 STAMP_NAME = ".real-samples-stamp.json"
 MANIFEST = "manifest.json"
 FINAL_DIR = "final"
-HR_WINDOW_S = 8.0  # as training/data/vitals_sim.py
+HR_WINDOW_S = 8.0  # as training/data/vitals/vitals_sim.py
 RR_WINDOW_S = 16.0
 NUM_NAMES = ("HR,", "PULSE,", "RESP,", "SpO2,")
 CHANNEL_ORDER = ("RESP", "PLETH", "II")  # BIDMC's column order, of the channels there
@@ -906,7 +906,7 @@ def _sources_md(entries: list[dict]) -> str:
             f"{', '.join(s['members'])} | {lic_txt} | {' '.join(e['channels'])} | "
             f"{e['fs']:g} Hz | {e['duration_s']:.1f} s | {refs} |"
         )
-    lines += ["", "References: see the docstring of training/data/real_samples.py."]
+    lines += ["", "References: see the docstring of training/data/vitals/real_samples.py."]
     return "\n".join(lines) + "\n"
 
 

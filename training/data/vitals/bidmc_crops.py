@@ -21,7 +21,7 @@ crop before it; the loss ``mse_per_step`` scores those steps. Crops with a NaN s
 **Channel-off augmentation** (``data.channel_off``, train crops only): with probability
 ``p`` per crop and epoch, one channel of a multi-channel crop, drawn uniformly, reads a
 constant over a stretch of U(4, 64) s placed uniformly in the crop, as a detached sensor does
-(the simulator's flat sensor-off stretches, training/data/vitals_sim.py, hold the channel's
+(the simulator's flat sensor-off stretches, training/data/vitals/vitals_sim.py, hold the channel's
 zero-input reading). The constant is ``lo + U(−0.5, 1.5)·(hi − lo)`` of that channel in the
 crop, so the model cannot tell a sensor-off stretch by its level. Labels are unchanged: the
 patient's rate goes on, and the model must read it from the channels still attached (the
@@ -35,7 +35,7 @@ channel-off stretch. Its draws come from their own generator of (seed, epoch, in
 turning it on changes no channel-off draw.
 
 **Beat targets** (``data.beats`` = w > 0, HR only; records with R-peak times,
-``<name>.beats.npy`` of training/data/vitals_sim.py): the crop's label row gains a second
+``<name>.beats.npy`` of training/data/vitals/vitals_sim.py): the crop's label row gains a second
 column, the *beat density* at every sample,
 
     b(t) = 60 · Σ_j N(t; t_j + δ, σ²)      (bpm; δ = BEAT_SHIFT_S, σ = BEAT_SIGMA_S)
