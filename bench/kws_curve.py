@@ -13,7 +13,7 @@ stream allows ⌊b·h⌋ false accepts: on a short stream the low budgets are co
 
 A model written ``A.onnx+B.onnx`` is the ensemble of the two: the mean of their posteriors,
 which is what ``liquid-stream export A.pt B.pt`` writes as one graph (export/ensemble.py;
-tests/test_ensemble.py checks the graph against the members streamed alone). Each graph's
+tests/export/test_ensemble.py checks the graph against the members streamed alone). Each graph's
 posteriors are computed once per run, however many rows use it.
 """
 

@@ -22,7 +22,7 @@ restart). Its search does not depend on the thresholds (they only decide which f
 reported), so every keyword is given once per threshold of a grid as an alias word of the
 same pronunciation (``yes__p0__l3``): one decode gives the detections of every threshold
 of the grid, exactly those of a decode with that threshold alone
-(tests/test_kws_peer.py checks it). The grid per keyword is set on the first
+(tests/bench/test_kws_peer.py checks it). The grid per keyword is set on the first
 ``--calib-minutes`` of the VALIDATION stream (a coarse pass, 1e+40 … 1e-40 in steps of
 1e5): from one step above its highest threshold with a detection down to the first one
 with more than 300 false accepts / h, in steps of 10^2.5. A detection's time is the end

@@ -20,7 +20,7 @@ import importlib
 import os
 
 # onnxruntime (1.2x–1.3x on Linux) resolves and contacts Microsoft's telemetry host from any
-# process that keeps sessions open (seen under strace in tests/test_lsl.py); this variable,
+# process that keeps sessions open (seen under strace in tests/io/test_lsl.py); this variable,
 # read when onnxruntime loads, turns that off. Every onnxruntime user here imports this
 # package first. A value the user set is kept.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")

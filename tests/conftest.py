@@ -6,15 +6,31 @@ the base package alone — the apps and the shipped models on onnxruntime, no to
 matplotlib — into a fresh venv and runs there only the modules marked
 ``pytestmark = pytest.mark.runtime``: with torch absent (or ``LIQUID_STREAM_RUNTIME_ONLY=1``)
 every other module is left out of collection, since importing it would need an extra.
+
+**Folders.** The test modules sit in folders that mirror the source (``nn/``, ``runtime/``,
+``io/``, ``export/``, ``apps/<domain>/``, ``training/...``; the entry points' and the
+cross-cutting hostile-input tests here). The shared helpers stay here (``fixtures_*.py``,
+``reference.py``, ``hostile.py``) and are imported as top-level modules from every folder
+(``from fixtures_vitals import ...``), and some test modules import helpers of another
+(``from test_layer import randomize``, across folders): this folder and every folder under
+it are put on ``sys.path`` below (the test modules' names are unique across folders).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [
+    d
+    for d in dict.fromkeys(str(p) for p in [HERE, *sorted(HERE.glob("**/"))])
+    if "__pycache__" not in d and d not in sys.path
+]
 
 RUNTIME_ONLY = (
     os.environ.get("LIQUID_STREAM_RUNTIME_ONLY") == "1" or importlib.util.find_spec("torch") is None

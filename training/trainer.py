@@ -89,7 +89,7 @@ class NonFiniteLossError(RuntimeError):
     """Training stopped because the loss became NaN or infinite."""
 
 
-# Crash-test hook (tests/test_crash_resume.py): LIQUID_STREAM_KILL_AT="POINT:step=N[,...]"
+# Crash-test hook (tests/training/test_crash_resume.py): LIQUID_STREAM_KILL_AT="POINT:step=N[,...]"
 # SIGKILLs this process when it reaches POINT with ``step == N``. POINT is one of
 # after_step_row (steps.csv row of step N written), after_epoch_row (metrics.csv row
 # written, last.pt not yet), after_last_ckpt (last.pt written, best.pt not yet).

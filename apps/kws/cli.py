@@ -89,7 +89,8 @@ class KwsWorker(threading.Thread):
     The detections do not depend on any of this: the rule runs on every sample, and the
     graphs are exact for any chunking to float32 rounding (~1e-6 of the logits between
     10 ms and 100 ms calls of the shipped graph), so only a crossing whose smoothed score
-    lands within that of its threshold can move, by one sample (tests/test_kws_cpu_path.py).
+    lands within that of its threshold can move, by one sample
+    (tests/apps/kws/test_kws_cpu_path.py).
     """
 
     def __init__(

@@ -79,12 +79,40 @@ STEPS: dict[str, dict[str, str]] = {
         },
     },
 }
+TESTS = {  # test folder → test modules (tests/test_<name>.py)
+    "nn": """fftconv frontend layer ltc ltc_kernel ltc_triton keops model scalenorm streaming
+    cuda""",
+    "runtime": "meta ltc_ort stream_input_guard shipped_models runtime_install",
+    "io": "wfdb_io lsl",
+    "export": "onnx ltc_onnx quantize ensemble",
+    "scripts": "checkpoint_from_onnx widen_channels",
+    "bench": "kws_peer",
+    "apps/kws": "kws kws_tune kws_cpu_path",
+    "apps/vitals": "vitals vitals_gaps vitals_shipped signal_quality ppg_polarity ecg_only",
+    "apps/serve": "serve serve_fair serve_stale dashboard dashboard_reasons",
+    "apps/batch": "batch",
+    "apps/common": "resample",
+    "training": "trainer train_run config_validation distributed crash_resume",
+    "training/data/speech": """speech_data augment spec_augment kws_baseline piper_voice
+    kws_sentences speech_stream_task""",
+    "training/data/vitals": """bidmc_data bidmc_crops bidmc_task vitals_sim pulse_eq
+    real_samples vitals_conditions beat_count""",
+    "training/data/lra": "images listops lra_tasks lra_text pathfinder",
+}
+STEPS["tests"] = {
+    f"tests/test_{t}.py": f"tests/{folder}/test_{t}.py"
+    for folder, names in TESTS.items()
+    for t in names.split()
+}
 # folders moved with a step (after its files): old → new
 DIRS: dict[str, dict[str, str]] = {"apps": {"apps/web": "apps/serve/web"}}
 
 
-def module_of(path: str) -> str:
+def module_of(path: str) -> str | None:
+    """The module of a file of the package folders; None for any other file (tests)."""
     parts = list(Path(path).with_suffix("").parts)
+    if parts[0] not in FOLDERS:
+        return None
     parts[0] = FOLDERS[parts[0]]
     if parts[-1] == "__init__":
         parts.pop()
@@ -228,15 +256,19 @@ def main() -> None:
     move = "--no-move" not in sys.argv
     moves = STEPS[step]
     dirs = DIRS.get(step, {})
-    mods = {module_of(o): module_of(n) for o, n in moves.items() if module_of(o) != module_of(n)}
+    mods = {
+        module_of(o): module_of(n)
+        for o, n in moves.items()
+        if module_of(o) is not None and module_of(o) != module_of(n)
+    }
     if move:
         for old, new in moves.items():
             dst = ROOT / new
             for d in reversed(dst.relative_to(ROOT).parents[:-1]):
                 if not (ROOT / d).is_dir():
                     (ROOT / d).mkdir()
-                    if str(d / "__init__.py") in moves.values():
-                        continue  # a module becomes this package's __init__
+                    if str(d / "__init__.py") in moves.values() or d.parts[0] == "tests":
+                        continue  # a module becomes this package's __init__; test folders
                     (ROOT / d / "__init__.py").write_text("")
                     subprocess.run(["git", "add", str(d / "__init__.py")], cwd=ROOT, check=True)
             subprocess.run(["git", "mv", old, new], cwd=ROOT, check=True)

@@ -58,7 +58,7 @@ float64 with the format's invalid value as NaN. Anything else (a multi-segment h
 one with a base time / date, other formats such as 212, several files, part of a record)
 goes to ``wfdb.rdheader`` / ``wfdb.rdrecord``, installed with the ``train`` extra; without
 it that record is a one-line :class:`WfdbError` naming the extra. Both ways give records
-equal to ``wfdb``'s in every attribute (tests/test_wfdb_io.py compares every field and the
+equal to ``wfdb``'s in every attribute (tests/io/test_wfdb_io.py compares every field and the
 samples bit for bit). A :class:`SampleReader` reads its ranges the same two ways
 (``numpy.fromfile`` at the range's byte offset, or ``wfdb.rdrecord(sampfrom=, sampto=)``).
 """

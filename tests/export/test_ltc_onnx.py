@@ -51,7 +51,7 @@ def stream(path, x: np.ndarray, sizes: list[int]) -> tuple[np.ndarray, dict]:
 @pytest.mark.parametrize("sizes", ["small", "mixed", "max"])
 def test_blocked_scan_equals_float64_recurrence(tmp_path, monkeypatch, Q, sizes):
     """float32 graph within docs/design.md §5's contract (1e-4·max|y|) of the float64 model
-    (whose LTC scan tests/test_ltc.py checks against the literal loop to 1e-9), outputs and
+    (whose LTC scan tests/nn/test_ltc.py checks against the literal loop to 1e-9), outputs and
     final states, for any chunking."""
     monkeypatch.setattr(to_onnx, "default_ltc_sub_block", lambda steps: Q)
     m = ltc_model()

@@ -9,7 +9,7 @@ times, so the detections compared are not empty lists).
 Exactness: a stream's events through the server are compared with that stream run alone
 with the same chunking, a :class:`KeywordSpotter` or a :class:`VitalsMonitor` fed the
 client's blocks: detections (time, label), estimate seconds, statuses, validity and
-alarms exactly; model values up to float32 rounding (rtol 1e-5, as tests/test_batch.py:
+alarms exactly; model values up to float32 rounding (rtol 1e-5, as tests/apps/batch/test_batch.py:
 the batched kernel's summation order can depend on the batch size).
 """
 
@@ -75,7 +75,7 @@ from liquid_stream.models import shipped
 RTOL = 1e-5
 PPG = ["vitals-ppg-hr", "vitals-ppg-rr"]
 PPG_ECG = ["vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def close(a, b, what=""):

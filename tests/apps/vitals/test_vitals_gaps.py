@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: the fixtures
 from fixtures_vitals import export_vital_model  # noqa: E402
 
 from liquid_stream.apps.vitals.monitor import VitalsMonitor  # noqa: E402

@@ -33,7 +33,7 @@ from liquid_stream.apps.common.audio import read_wav
 from liquid_stream.apps.kws.spotter import Detection
 from liquid_stream.io.labels import TrueEvent
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SR = 16000
 
 

@@ -85,7 +85,7 @@ def test_interpreted_kernels_equal_the_literal_loop():
         pytest.skip("this Triton's interpreter cannot run loops with a runtime bound here")
     tests = Path(__file__).resolve().parent
     code = (
-        f"import sys; sys.path[:0] = [{str(tests)!r}, {str(tests.parent)!r}]\n"
+        f"import sys; sys.path[:0] = [{str(tests)!r}, {str(tests.parents[1])!r}]\n"
         "from test_ltc_triton import check_against_literal\n"
         "check_against_literal('cpu')\n"
     )

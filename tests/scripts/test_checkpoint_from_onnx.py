@@ -20,7 +20,7 @@ from liquid_stream.export.pipeline import export_checkpoint
 from liquid_stream.nn.checkpoint import model_from_checkpoint, save_checkpoint
 from liquid_stream.nn.model import LiquidS4Model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():

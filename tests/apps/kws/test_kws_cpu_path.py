@@ -40,7 +40,7 @@ from liquid_stream.apps.kws.cli import KwsWorker, kws_cmd
 from liquid_stream.apps.kws.spotter import KeywordSpotter, KeywordTracker, detect_events
 from liquid_stream.models import KWS, shipped
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SR = 16000
 DET_LINE = re.compile(r"^\d\d:\d\d:\d\d\.\d{3}  \S+  [0-9.]+$")
 

@@ -17,7 +17,7 @@ each second's estimate before it looks:
     bed-r  hr>120, rr<8:hold=3   the limits "> 120" / "< 8" on the tile and in the state
 
 and, on a server of its own with ``stale_s=1.5``, a bed with no alarm rules that stops
-sending: "no data". The browser and helpers are tests/test_dashboard.py's.
+sending: "no data". The browser and helpers are tests/apps/serve/test_dashboard.py's.
 """
 
 from __future__ import annotations

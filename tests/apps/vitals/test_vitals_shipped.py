@@ -175,7 +175,9 @@ def test_an_ecg_and_belt_record_gets_its_rr_from_the_belt(tmp_path):
     from liquid_stream.cli import main
 
     if "vitals-ecg-hr" in available():
-        pytest.skip("an ECG-only HR model is shipped: tests/test_ecg_only.py covers the pick")
+        pytest.skip(
+            "an ECG-only HR model is shipped: tests/apps/vitals/test_ecg_only.py covers the pick"
+        )
     rec = record(5, minutes=1.0, rr0=14.0, rr_sd=0.5, rr_changes=[])
     keep = [SIG_NAMES.index("II,"), RESP]
     rec = {

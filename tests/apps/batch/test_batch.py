@@ -3,7 +3,7 @@ VitalsBank against the single-stream runtimes, in real onnxruntime sessions.
 
 Models: the shipped spotter and vital-sign models (states with the batch axis first,
 second and absent), the trained tone spotter (tests/fixtures_kws.py), and liquid-order-8
-models (tests/test_stream_input_guard.py's ``small_model``; tests/fixtures_vitals.py's
+models (tests/runtime/test_stream_input_guard.py's ``small_model``; tests/fixtures_vitals.py's
 ``tiny_model``) whose in-range inputs overflow inside the model: the faults only a step
 can find.
 

@@ -44,7 +44,7 @@ FINISH_BOUND_S = 120.0
 
 @pytest.fixture(scope="module")
 def tone(tmp_path_factory):
-    """The trained tone spotter of tests/fixtures_kws.py (as tests/test_serve.py's)."""
+    """The trained tone spotter of tests/fixtures_kws.py (as tests/apps/serve/test_serve.py's)."""
     import torch
 
     threads = torch.get_num_threads()

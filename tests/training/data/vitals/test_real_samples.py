@@ -23,7 +23,7 @@ from liquid_stream.apps.vitals.record import RecordSource
 from liquid_stream.io.wfdb import read_header, read_record, signals_by_name
 from liquid_stream.training.data.vitals import real_samples as rs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 FS = 250.0
 SECONDS = 120
 

@@ -8,7 +8,7 @@ open (its websockets thread still answers the server's pings, so the connection 
 up, as a stuck gateway's or a hung sensor's would). The stated time is the server's
 ``stale_s``; the margin covers the state cache (0.2 s) and the 50-ms polls.
 
-Dashboard side (the tile reading NO DATA in a real browser): tests/test_dashboard.py.
+Dashboard side (the tile reading NO DATA in a real browser): tests/apps/serve/test_dashboard.py.
 """
 
 from __future__ import annotations

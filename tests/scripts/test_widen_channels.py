@@ -18,7 +18,7 @@ import torch
 from liquid_stream.nn.checkpoint import load_checkpoint, model_from_checkpoint, save_checkpoint
 from liquid_stream.nn.model import LiquidS4Model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "widen_channels.py"
 
 

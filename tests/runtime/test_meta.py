@@ -13,7 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the fixtures
 from fixtures_vitals import export_vital_model, tiny_model, vital_meta  # noqa: E402
 
 from liquid_stream.export.pipeline import export_checkpoint, export_model  # noqa: E402

@@ -33,7 +33,7 @@ os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 import pylsl  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the fixtures
 from fixtures_vitals import export_vital_model, write_record  # noqa: E402
 
 from liquid_stream.apps.vitals.lsl import open_lsl, run_lsl  # noqa: E402

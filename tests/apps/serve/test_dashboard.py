@@ -28,7 +28,7 @@ when each (bed, alarm) first appears there, and a MutationObserver in the page r
 No data: a test of its own (a server of its own, in a tab of its own) freezes a bed's and
 a keyword stream's clients (they stop sending, their sockets stay open) and checks that
 the page reads NO DATA within the server's stated ``stale_s`` (5 s) plus a margin, with no
-number shown as valid, and live again when they send; tests/test_serve_stale.py checks
+number shown as valid, and live again when they send; tests/apps/serve/test_serve_stale.py checks
 the same marking through ``/api/state`` alone.
 
 ``LIQUID_STREAM_DASHBOARD_SHOT=docs/img/dashboard.png`` saves a screenshot of the page

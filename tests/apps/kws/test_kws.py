@@ -40,7 +40,7 @@ from liquid_stream.apps.kws.spotter import KeywordSpotter, KwsModelError, evalua
 from liquid_stream.training.data.cli import kws_stream_cmd
 from liquid_stream.training.data.speech.kws_stream import speech_span
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 TOL = 0.25  # detection must land in [start, start + TOL] s of its tone
 
 
