@@ -16,7 +16,7 @@ saturates its 16-bit pair sums, and an LTC test graph then deviated by 0.29 of m
 had VNNI, where both pass). Static
 quantization (calibrated activation ranges) is not offered: onnxruntime's calibrators and
 static quantizer do not enter subgraphs, and the whole model stack of a front-end model
-sits in an ``If`` (export/to_onnx.py ``frontend_stack``).
+sits in an ``If`` (export/emit_frontend.py ``frontend_stack``).
 
 Which nodes (:func:`weight_roles`; every MatMul / Gemm / Conv with a constant input):
 

@@ -1,6 +1,6 @@
 """The LTC recurrence as one onnxruntime custom op: ``ai.liquid_stream::LtcScan``.
 
-The portable LTC graph (``export/to_onnx.py``, ``_Emitter.ltc_layer``) spells the input-
+The portable LTC graph (``export/emit_ltc.py``, ``_Emitter.ltc_layer``) spells the input-
 dependent transition in ~250 standard elementwise ops a layer; onnxruntime runs those at a
 floor of ~0.3 ns per element plus ~0.5 µs per op (docs/benchmarks.md §2.3), which keeps the
 paper-size LTC model at 1.5–2.4× the PB graph's time. This op runs the same recurrence as the

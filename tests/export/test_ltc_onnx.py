@@ -1,4 +1,4 @@
-"""The LTC layer's ONNX graph (export/to_onnx.py ``ltc_layer``: a blocked scan with Q-step
+"""The LTC layer's ONNX graph (export/emit_ltc.py ``ltc_layer``: a blocked scan with Q-step
 sub-blocks, an ONNX Scan across them and one over the last sub-block's steps) against the
 float64 recurrence, for every sub-block size and chunking that exercises a different path:
 T < Q, T not a multiple of Q, one sub-block, many, a chunk of exactly the graph's
