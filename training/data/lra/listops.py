@@ -196,6 +196,6 @@ def read_dataset(root, max_length: int = 2000) -> dict[str, tuple[list[np.ndarra
     if missing:
         raise ListOpsDataError(
             f"{root}: missing {', '.join(f'basic_{s}.tsv' for s in missing)} (LRA ListOps "
-            f"layout; `training.data.listops.write_dataset` generates one)"
+            f"layout; `training.data.lra.listops.write_dataset` generates one)"
         )
     return {s: read_tsv(root / f"basic_{s}.tsv", max_length) for s in SPLITS}
