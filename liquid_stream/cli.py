@@ -1,7 +1,7 @@
 """Command-line entry point: ``liquid-stream``.
 
 This module only wires commands: each lives in its own package's CLI module
-(``liquid_stream.training.cli``, ``.training.data.cli``, ``.export.cli``, ``.apps.*_cli``)
+(``liquid_stream.training.cli``, ``.training.data.cli``, ``.export.cli``, ``.apps.*.cli``)
 and is named in :data:`COMMANDS`. The ``main`` group imports a command's module only
 when that command is run or listed (``liquid-stream --help``), and those modules import
 only click at module level (torch, onnx, ... inside the command functions), so
