@@ -225,6 +225,13 @@ def _num(v) -> str:
     help="Directory for <record>_vitals.csv / .png / _summary.json "
     "[default: runs/vitals/<record>].",
 )
+@click.option(
+    "--no-fallback",
+    is_flag=True,
+    help="With no MODEL: run the picked models only, without the shipped models of the same "
+    "vital on fewer channels that take over when a channel is lost (the PPG-only HR model "
+    "when the ECG lead comes off).",
+)
 @click.option("--no-ui", is_flag=True, help="No live dashboard (also off when not a TTY).")
 @click.option(
     "--threads", default=1, show_default=True, type=click.IntRange(1), help="ORT threads/model."
@@ -243,6 +250,7 @@ def vitals_cmd(
     alarm_hold,
     max_gap,
     out_dir,
+    no_fallback,
     no_ui,
     threads,
 ):
@@ -258,7 +266,9 @@ def vitals_cmd(
     reset the models, which then re-warm. A sample
     beyond a model's input bound (10^6 input standard deviations: a corrupt value) counts
     as a NaN. A record at another sampling rate is resampled (causal polyphase FIR) to the
-    models' rate.
+    models' rate. With no MODEL, the shipped models of each vital on fewer channels run
+    beside the picked ones and give the number while a channel is lost (the PPG-only HR
+    model while the ECG lead is off; --no-fallback: not).
 
     With --lsl NAME the monitor reads a live Lab Streaming Layer stream instead (--speed
     does not apply), prints each second's estimates, publishes them with --lsl-out, and
@@ -289,20 +299,24 @@ def vitals_cmd(
             max_gap,
             out_dir,
             threads,
+            no_fallback,
         )
     from liquid_stream.apps.vitals.alarms import AlarmSyntaxError, parse_alarms
     from liquid_stream.apps.vitals.model import VitalsError
     from liquid_stream.apps.vitals.run import open_record, run_record
 
+    backups: list[str] = []
     if not models:  # the shipped models that fit the record's channels
         from liquid_stream.io.wfdb import WfdbError, read_header, record_path
         from liquid_stream.models import ShippedModelMissing, vitals_for
 
         try:
-            models = [str(p) for p in vitals_for(read_header(record_path(record)).sig_name)]
+            names = read_header(record_path(record)).sig_name
+            models = [str(p) for p in vitals_for(names)]
         except (WfdbError, ShippedModelMissing) as e:
             raise click.ClickException(str(e)) from None
         click.echo(f"no MODEL given: the shipped models {', '.join(Path(m).stem for m in models)}")
+        backups = [] if no_fallback else _backups(names, models)
         if not any(Path(m).stem.endswith("-hr") for m in models):
             click.echo(
                 "note: no shipped HR model reads these channels (an ECG alone has none yet): no HR",
@@ -310,7 +324,7 @@ def vitals_cmd(
             )
     try:
         rules = parse_alarms(list(alarms), hold_s=alarm_hold)
-        monitor, source = open_record(models, record, rules, max_gap, threads)
+        monitor, source = open_record(models, record, rules, max_gap, threads, backups=backups)
     except (VitalsError, AlarmSyntaxError) as e:
         raise click.ClickException(str(e)) from None
 
@@ -413,14 +427,24 @@ def _write_results(result, out: Path, stem: str, title: str, summary: dict, echo
         echo(f"note: {NO_PLOT}")
 
 
+def _backups(channels, models) -> list[str]:
+    """The shipped fallback models for these channels and picked ``models``
+    (:func:`~liquid_stream.models.vitals_backups`)."""
+    from liquid_stream.models import vitals_backups
+
+    return [str(p) for p in vitals_backups(channels, models)]
+
+
 def _describe_monitor(monitor, source_rate: str, echo) -> None:
-    """Print each model (target, file, channels, window) and the resampling, if any, from
-    ``source_rate`` (e.g. "record at 250 Hz") to the models' rate."""
+    """Print each model (target, file, channels, window), each backup, and the resampling,
+    if any, from ``source_rate`` (e.g. "record at 250 Hz") to the models' rate."""
     for m in monitor.models:
         echo(
             f"model {m.target}: {m.path.name} <- {', '.join(m.channels)}; window "
             f"{m.window_s:g} s at {m.sample_rate:g} Hz"
         )
+    for b in monitor.backups:
+        echo(f"backup {b.target}: {b.path.name} <- {', '.join(b.channels)} (when the model is not)")
     if monitor.resampler is not None:
         r = monitor.resampler
         echo(
@@ -442,6 +466,7 @@ def _vitals_lsl(
     max_gap,
     out_dir,
     threads,
+    no_fallback=False,
 ):
     """``vitals --lsl NAME``: the monitor on a live LSL stream (apps/vitals/lsl.py)."""
     import re
@@ -465,6 +490,7 @@ def _vitals_lsl(
         echo(f"LSL stream {reader.describe()}")
         for w in reader.warnings:
             echo(f"warning: {w}", err=True)
+        backups: list[str] = []
         if not models:  # the shipped models that fit the stream's channels
             from liquid_stream.models import ShippedModelMissing, vitals_for
 
@@ -473,8 +499,9 @@ def _vitals_lsl(
             except ShippedModelMissing as e:
                 raise click.ClickException(f"LSL stream {name!r}: {e}") from None
             echo(f"no MODEL given: the shipped models {', '.join(Path(m).stem for m in models)}")
+            backups = [] if no_fallback else _backups(reader.channels, models)
         try:
-            monitor = monitor_for(models, reader, rules, max_gap, threads)
+            monitor = monitor_for(models, reader, rules, max_gap, threads, backups=backups)
         except (VitalsError, AlarmSyntaxError) as e:
             raise click.ClickException(str(e)) from None
         _describe_monitor(monitor, f"stream at {reader.rate:g} Hz", echo)

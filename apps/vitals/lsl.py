@@ -92,8 +92,10 @@ def monitor_for(
     max_gap_s: float = DEFAULT_MAX_GAP_S,
     threads: int | None = 1,
     out_of_range: str = "gap",
+    backups: Sequence[str | Path] = (),
 ) -> VitalsMonitor:
-    """A :class:`VitalsMonitor` of ``models`` reading ``reader``'s channels at its rate."""
+    """A :class:`VitalsMonitor` of ``models`` (and their ``backups``) reading ``reader``'s
+    channels at its rate."""
     try:
         return VitalsMonitor(
             models,
@@ -103,6 +105,7 @@ def monitor_for(
             max_gap_s=max_gap_s,
             threads=threads,
             out_of_range=out_of_range,
+            backups=backups,
         )
     except VitalsError as e:
         if "is not in the input" not in str(e):

@@ -44,6 +44,14 @@ Signal problems, per model (its own channels):
   (flat line)"``, ``"ECG lead off (II: flat line)"``; a long NaN gap: ``"... (no
   data)"``), raised and cleared as events. So a flat line is invalid within 2 s of its
   start (3 s counting the second it ends in), noise or hum within 8 s.
+- **fallback** (``backups``): a model of the same target on other channels (the PPG-only HR
+  model behind the PPG+ECG one, the ECG-only one, the PPG+ECG RR model behind the
+  respiration-belt one) runs beside the primary model all the time, so it is warm when it
+  is needed. A second whose primary estimate is not ``ok`` (an ECG lead off, a PLETH flat, a
+  gap on one of its channels, its warm-up after one) takes the first backup whose estimate
+  is ``ok``, named in :attr:`Estimate.source`; the technical alarm of the lost channel stays
+  raised. So a monitor with a PPG and an ECG keeps a pulse rate from the PPG when the lead
+  comes off, as a bedside monitor takes its pulse rate from the oximeter.
 - **other sampling rate**: the record is resampled to the models' rate by a causal,
   stateful polyphase FIR (:mod:`liquid_stream.apps.common.resample`: the filter of
   ``scipy.signal.resample_poly``, without its delay compensation: chunked output equals
@@ -98,6 +106,7 @@ class Estimate:
     ref_1hz: dict[str, float] = field(default_factory=dict)  # reading at time_s
     technical: list[str] = field(default_factory=list)  # active technical alarms (messages)
     tech_events: list[tuple[str, str]] = field(default_factory=list)  # (message, "on"/"off")
+    source: dict[str, str] = field(default_factory=dict)  # target -> backup model (fallback)
 
     @property
     def valid(self) -> dict[str, bool]:
@@ -449,6 +458,10 @@ class VitalsMonitor:
             :class:`VitalsInputError`; ``"gap"``: the sample is invalid for that model,
             like a NaN (bridged or reset by the gap rules, counted in
             :meth:`out_of_range_counts`), so a long record survives a glitch.
+        backups: models of targets that ``models`` estimate, on other channels, run beside
+            them; each second a target whose model is not ``ok`` takes the first of its
+            backups that is (module docstring, "fallback"); their channels join the
+            default ``channels``. Not with ``deferred``.
         deferred: run no model here: every model step is queued (:meth:`take_work`) for
             a caller that runs the models of many monitors in batches and hands the outputs
             back (:meth:`settle`); estimates come once their seconds are settled
@@ -472,6 +485,7 @@ class VitalsMonitor:
         threads: int | None = 1,
         out_of_range: str = "refuse",
         deferred: bool = False,
+        backups: Sequence[str | Path] = (),
     ):
         if not models:
             raise VitalsError("give at least one model")
@@ -488,11 +502,21 @@ class VitalsMonitor:
                     f"two models estimate {m.target}: {seen[m.target].name} and {m.path.name}"
                 )
             seen[m.target] = m.path
-        rates = {m.sample_rate for m in self.models}
+        self.backups = [p if isinstance(p, VitalModel) else load_model(p, threads) for p in backups]
+        if self.backups and deferred:
+            raise VitalsError("backup models need a monitor that runs its models (not deferred)")
+        for b in self.backups:
+            if b.target not in seen:
+                raise VitalsError(f"backup {b.path.name} estimates {b.target}: no model does")
+            if b.path == seen[b.target]:
+                raise VitalsError(f"{b.path.name} is its own backup")
+        rates = {m.sample_rate for m in self.models + self.backups}
         if len(rates) > 1:
             raise VitalsError(
                 "models expect different sample rates: "
-                + ", ".join(f"{m.path.name} {m.sample_rate:g} Hz" for m in self.models)
+                + ", ".join(
+                    f"{m.path.name} {m.sample_rate:g} Hz" for m in self.models + self.backups
+                )
                 + "; export them at one rate"
             )
         self.models.sort(key=lambda m: VITALS.index(m.target))
@@ -501,10 +525,10 @@ class VitalsMonitor:
         self.units = {m.target: m.units for m in self.models}
         self.windows_s = {m.target: m.window_s for m in self.models}
         needed: list[str] = []
-        for m in self.models:
+        for m in self.models + self.backups:
             needed += [c for c in m.channels if c not in needed]
         self.channel_users = {
-            c: [m.path.name for m in self.models if c in m.channels] for c in needed
+            c: [m.path.name for m in self.models + self.backups if c in m.channels] for c in needed
         }
         self.channels = [strip_name(c) for c in channels] if channels is not None else needed
         missing = [c for c in needed if c not in self.channels]
@@ -517,9 +541,9 @@ class VitalsMonitor:
         self.set_input_rate(input_rate or self.sample_rate)
         max_gap = int(round(max_gap_s * self.sample_rate))
         self.deferred = deferred
-        self._lanes = [
+        self._lanes = [  # the models' lanes (in models order), then the backups'
             _Lane(m, [self.channels.index(c) for c in m.channels], max_gap, deferred)
-            for m in self.models
+            for m in self.models + self.backups
         ]
         if alarms and isinstance(next(iter(alarms)), AlarmRule):
             rules = list(alarms)
@@ -645,11 +669,18 @@ class VitalsMonitor:
         upto = min(lane.ready_seconds() for lane in self._lanes)
         out = []
         for k in range(self._next_second, upto + 1):
-            values, status, verdicts = {}, {}, {}
-            for lane in self._lanes:
+            values, status, verdicts, source = {}, {}, {}, {}
+            n = len(self.models)
+            for lane in self._lanes[n:]:  # the backups' channel verdicts, then the models'
+                verdicts.update(lane.tech.pop(k, {}))
+            for lane in self._lanes[:n]:
                 values[lane.model.target], status[lane.model.target] = lane.out.pop(k)
                 verdicts.update(lane.tech.pop(k, {}))
-            est = Estimate(k, values, status)
+            for lane in self._lanes[n:]:  # fallback: the first backup that is ok
+                t, (v, st) = lane.model.target, lane.out.pop(k)
+                if status[t] != "ok" and st == "ok" and t not in source:
+                    values[t], status[t], source[t] = v, st, lane.model.path.stem
+            est = Estimate(k, values, status, source=source)
             est.technical = [
                 technical_message(c, verdicts[c]) for c in self.channels if c in verdicts
             ]
@@ -678,7 +709,7 @@ class VitalsMonitor:
                 if lane.out_of_range_first is None
                 else round(self._stream_time(lane.out_of_range_first), 3),
             }
-            for lane in self._lanes
+            for lane in self._lanes[: len(self.models)]
         }
 
     def gap_counts(self) -> dict[str, dict[str, float]]:
@@ -691,5 +722,5 @@ class VitalsMonitor:
                 "long_gaps": lane.long_gaps,
                 "long_gap_s": lane.long_gap_samples / fs,
             }
-            for lane in self._lanes
+            for lane in self._lanes[: len(self.models)]
         }

@@ -65,7 +65,7 @@ class EstimateLog(Sequence[Estimate]):
             self.append(e)
 
     _NUMBERS = ("values", "ref", "ref_1hz")
-    _OTHERS = ("status", "alarms", "events", "technical", "tech_events", "keys")
+    _OTHERS = ("status", "alarms", "events", "technical", "tech_events", "source", "keys")
 
     def _intern(self, name: str, value) -> None:
         table, lookup = self._table.setdefault(name, []), self._lookup.setdefault(name, {})
@@ -92,6 +92,7 @@ class EstimateLog(Sequence[Estimate]):
         self._intern("events", tuple(e.events))
         self._intern("technical", tuple(e.technical))
         self._intern("tech_events", tuple(e.tech_events))
+        self._intern("source", tuple(e.source.items()))
 
     def extend(self, estimates) -> None:
         for e in estimates:
@@ -116,6 +117,7 @@ class EstimateLog(Sequence[Estimate]):
             nums[2],
             list(get["technical"]),
             list(get["tech_events"]),
+            dict(get["source"]),
         )
 
     def __getitem__(self, i):
@@ -148,6 +150,7 @@ class RunResult:
     interrupted: bool = False
     out_of_range: dict[str, dict] = field(default_factory=dict)  # out_of_range_counts()
     error: str | None = None  # the refusal that stopped the run early (None: ran to the end)
+    backups: dict[str, list[str]] = field(default_factory=dict)  # target -> backup models
 
     @property
     def real_time_factor(self) -> float:
@@ -203,6 +206,7 @@ class RunResult:
         cols = ["time_s"]
         for t in self.targets:
             cols += [t, f"{t}_valid", f"{t}_status", f"{t}_ref", f"{t}_ref_1hz"]
+            cols += [f"{t}_source"] if t in self.backups else []
         return cols + [f"alarm_{a.rule.name}" for a in self.alarms] + ["technical"]
 
     def write_csv(self, path: str | Path) -> Path:
@@ -222,6 +226,8 @@ class RunResult:
                         _fmt(e.ref.get(t, math.nan)),
                         _fmt(e.ref_1hz.get(t, math.nan)),
                     ]
+                    if t in self.backups:  # the backup that gave the value, if one did
+                        row.append(e.source.get(t, ""))
                 row += [int(e.alarms.get(a.rule.name, False)) for a in self.alarms]
                 row.append("; ".join(e.technical))
                 w.writerow(row)
@@ -305,11 +311,18 @@ def open_record(
     max_gap_s: float = DEFAULT_MAX_GAP_S,
     threads: int | None = 1,
     out_of_range: str = "gap",
+    backups: Sequence[str | Path] = (),
 ) -> tuple[VitalsMonitor, RecordSource]:
-    """Load the models, then the record's channels they need (resampled if needed).
-    ``out_of_range``: see :class:`VitalsMonitor` (default ``"gap"`` for a record)."""
+    """Load the models (and their ``backups``), then the record's channels they need
+    (resampled if needed). ``out_of_range``: see :class:`VitalsMonitor` (default ``"gap"``
+    for a record)."""
     monitor = VitalsMonitor(
-        models, alarms, max_gap_s=max_gap_s, threads=threads, out_of_range=out_of_range
+        models,
+        alarms,
+        max_gap_s=max_gap_s,
+        threads=threads,
+        out_of_range=out_of_range,
+        backups=backups,
     )
     source = RecordSource(record, monitor.channels, monitor.channel_users)
     monitor.set_input_rate(source.fs)
@@ -341,6 +354,11 @@ def monitor_result(
         interrupted=interrupted,
         out_of_range=monitor.out_of_range_counts(),
         error=error,
+        backups={
+            t: [b.path.stem for b in monitor.backups if b.target == t]
+            for t in monitor.targets
+            if any(b.target == t for b in monitor.backups)
+        },
     )
 
 

@@ -99,6 +99,34 @@ def vitals_for(channels) -> list[Path]:
     )
 
 
+def vitals_backups(channels, models) -> list[Path]:
+    """The fallback models of a record with these channels, for the ``models`` picked by
+    :func:`vitals_for`: for each HR or RR model, every other installed model of its
+    target that the record's channels can feed, in the order the monitor tries them (RR
+    from RESP first, then the sensor sets richest first): a PPG + ECG record's HR falls
+    back to the PPG-only model, then to the ECG-only one (``VitalsMonitor(backups=...)``)."""
+    have = {channel_key(c) for c in channels}
+    picked = {Path(m).resolve() for m in models}
+    out: list[Path] = []
+    for m in map(Path, models):
+        target = m.stem.rsplit("-", 1)[-1]
+        if m.stem == SPO2_MODEL or target not in ("hr", "rr"):
+            continue
+        names = [RESP_RR_MODEL] if target == "rr" and {channel_key(c) for c in RESP} <= have else []
+        names += [
+            n
+            for k, needs in VITALS_SETS.items()
+            if {channel_key(c) for c in needs} <= have
+            for n in VITALS_TARGETS[k]
+            if n.endswith(f"-{target}")
+        ]
+        for n in names:
+            p = HERE / f"{n}.onnx"
+            if p.is_file() and p.resolve() not in picked and p not in out:
+                out.append(p)
+    return out
+
+
 def card(name: str) -> str:
     """The model card (markdown) of the shipped model ``name``."""
     return (HERE / f"{name}.md").read_text()
