@@ -2,7 +2,8 @@
 
 The no-signal table: 60-s records whose PLETH and ECG carry no physiological signal (a
 flat line of zeros, a constant offset, a rail-saturated clip, ±1 LSB quantisation noise,
-white noise, 50 or 60 Hz hum alone, a disconnected lead as NaN) streamed through
+white, pink (1/f) or brown (1/f^2) noise, 50 or 60 Hz hum alone, a disconnected lead as
+NaN) streamed through
 ``liquid-stream vitals`` with the shipped models: second by second, no valid estimate and
 a technical alarm from the second the index can judge (flat tests: 2 s of samples; noise
 and hum: within 8 s). The same through the real server on loopback, and the recovery when
@@ -51,9 +52,21 @@ def good_record(seed: int = 3, minutes: float = SECONDS / 60) -> dict:
     }
 
 
+def colored(rng: np.random.Generator, n: int, beta: float) -> np.ndarray:
+    """(n,) Gaussian noise with a 1/f^beta power spectrum (pink: 1, brown: 2), unit SD."""
+    f = np.fft.rfftfreq(n)
+    spec = rng.standard_normal(len(f)) + 1j * rng.standard_normal(len(f))
+    spec[1:] /= f[1:] ** (beta / 2)
+    spec[0] = 0
+    x = np.fft.irfft(spec, n)
+    return x / x.std()
+
+
 def bad(case: str, n: int, rng: np.random.Generator) -> np.ndarray:
     """(n,) one channel of a no-signal case."""
     t = np.arange(n) / FS
+    if case in NOISE_1F:  # only this case draws, so the others' draws stay as they were
+        return NOISE_1F[case][0] + NOISE_1F[case][1] * colored(rng, n, NOISE_1F[case][2])
     return {
         "zeros": np.zeros(n),
         "offset": np.full(n, 812.5),
@@ -66,6 +79,8 @@ def bad(case: str, n: int, rng: np.random.Generator) -> np.ndarray:
     }[case]
 
 
+NOISE_1F = {"pink noise": (40.0, 3.0, 1.0), "brown noise": (-7.0, 0.5, 2.0)}  # offset, SD, beta
+
 # The reason each case must be given (a NaN lead is a long gap: "no data"), and the
 # latest second of its first technical alarm.
 CASES = {
@@ -74,6 +89,8 @@ CASES = {
     "rail": ("clipped", 2),
     "quantised": ("quantisation noise", 2),
     "white noise": (None, 8),
+    "pink noise": (None, 8),
+    "brown noise": (None, 8),
     "hum 50 Hz": ("mains hum only", 8),
     "hum 60 Hz": ("mains hum only", 8),
     "lead off (NaN)": ("no data", 3),
@@ -104,6 +121,52 @@ def test_a_good_signal_passes_whatever_its_units(channel, kind):
     assert got == [None] * len(got)
     y = 4.0 * x - 256.0  # exact in binary: the same float32 levels
     assert [sq.judge(y[e - 8 * FS : e], FS, kind) for e in ends] == got
+
+
+def test_the_one_over_f_test_is_unit_and_chunking_free():
+    """Property (seeded draws): the 1/f test's ``misfit`` and every verdict are the same
+    for a window and for any gain (positive or negative, 1e-3 to 1e3) and offset of it,
+    for 1/f noise and good signals alike; and a monitor fed a channel of pink then brown
+    noise then a good PPG gives the same statuses and alarms, second by second, however
+    the stream is cut into chunks (and no valid HR while the noise lasts)."""
+    rng = np.random.default_rng(64)
+    rec = simulate_randomised(np.random.default_rng([8, 11]), 1.0, family="param", force=CLEAN)
+    good = {
+        k: rec["signals"][:, rec["sig_names"].index(c)]
+        for k, c in (("ppg", "PLETH,"), ("ecg", "II,"), ("resp", "RESP,"))
+    }
+    for trial in range(24):
+        kind = (sq.PPG, sq.ECG, sq.RESP)[trial % 3]
+        if trial % 2:
+            x = colored(rng, 8 * FS, float(rng.uniform(0.8, 2.2)))
+        else:
+            e = int(rng.integers(8 * FS, len(good[kind.name])))
+            x = good[kind.name][e - 8 * FS : e]
+        gain = float(rng.choice([-1.0, 1.0]) * 10 ** rng.uniform(-3, 3))
+        y = gain * x + float(rng.uniform(-1000, 1000))
+        a, b = sq.features(x, FS, kind)["misfit"], sq.features(y, FS, kind)["misfit"]
+        assert np.isfinite(a) and abs(a - b) < 1e-6, (trial, a, b)
+        assert sq.judge(y, FS, kind) == sq.judge(x, FS, kind), trial
+    assert sq.features(good["ppg"][: 4 * FS], FS, sq.PPG)["misfit"] == np.inf  # < 8 s: not judged
+
+    x = np.r_[
+        20 * colored(rng, 20 * FS, 1.0), 300 + colored(rng, 20 * FS, 2.0), good["ppg"][: 30 * FS]
+    ][:, None]
+    runs = [
+        _run(VitalsMonitor([shipped("vitals-ppg-hr")]), x, sizes)
+        for sizes in ([FS], [1, 37, 400, 250], [len(x)])
+    ]
+    status = {e.time_s: (e.status["hr"], e.technical) for e in runs[0]}
+    # pink from 0 s, brown from 20 s: no pulse (the 1/f test passes ~1-2 % of the seconds
+    # of 1/f noise: experiments/2026-12-08-one-over-f; here 2 of the 33, both in the brown)
+    flagged = [s for s in range(8, 41) if status[s][0] == "nosignal"]
+    assert len(flagged) >= 30, status
+    assert all(status[s][1][0].startswith("no signal on PLETH (") for s in flagged)
+    assert not any(e.valid["hr"] for e in runs[0] if e.time_s <= 40)
+    for other in runs[1:]:
+        assert [(e.time_s, e.status, e.technical, e.tech_events) for e in other] == [
+            (e.time_s, e.status, e.technical, e.tech_events) for e in runs[0]
+        ]
 
 
 def test_channel_kinds_and_messages():
@@ -171,6 +234,8 @@ def test_no_signal_table_through_the_cli(table, case):
         tech = r["technical"]
         if reason is None:  # noise: the kind's own reason
             assert "no signal on PLETH (no pulse)" in tech, (case, r["time_s"], tech)
+            if case in NOISE_1F:  # (white noise on an ECG passes ~1 % of its seconds)
+                assert "ECG lead off (II: no QRS)" in tech, (case, r["time_s"], tech)
         else:
             assert f"no signal on PLETH ({reason})" in tech, (case, r["time_s"], tech)
             assert f"ECG lead off (II: {reason})" in tech, (case, r["time_s"], tech)
