@@ -29,3 +29,16 @@ stage() {  # stage OUT INIT LR EPOCHS SLOPE
 stage $O/s1 $O/p5-slope0.pt 0.0005 2 true &
 stage $O/c1 runs/ecgx/p5/last.pt 0.0005 2 false &
 wait
+# s1 read better than c1 on both selection sets (result.md); the error is mostly a few
+# high-rate bigeminy / trigeminy records read at the rate of the pairs: a longer pass from s1
+stage $O/s2 $O/s1/last.pt 0.001 3 true
+# and, on the other core meanwhile, the same stack from scratch with the slope features (no
+# warm start from the PPG+ECG model's way of reading a rhythm): 4 epochs, the preset's lr
+[ -f $O/f1/best.pt ] || $L train bidmc --target hr --preset ecg "${S[@]}" --data $D/s0-1500 \
+  --set model.frontend.slope=true --set data.crop_s=192 --set data.crop_hop_s=24 \
+  --set optim.batch_size=8 --set optim.epochs=4 --set "data.extra_train=$R" \
+  --set train.threads=1 --set train.progress=false --out $O/f1
+# f1 read the ectopy-rich selection set at 5.25 (s2 12.90): two more passes from it, side by side
+stage $O/f2a $O/f1/last.pt 0.001 3 true &
+stage $O/f2b $O/f1/last.pt 0.0005 2 true &
+wait
