@@ -256,7 +256,8 @@ def vitals_cmd(
 ):
     """Stream a WFDB RECORD (or the live LSL stream --lsl NAME) through 1-3 exported
     vital-sign MODELS (hr / rr / spo2); with no MODEL, the shipped models that fit the
-    channels (PLETH + II, or PLETH; RR from RESP when there is one; SpO2 from IR + RED).
+    channels (PLETH + II, else PLETH, else II for HR alone; RR from RESP when there is one;
+    SpO2 from IR + RED).
 
     Emits HR/RR/SpO2 once per second from the models' causal outputs (none for a second
     whose signal cannot back it: a flat, clipped, noise-only or hum-only channel raises a
@@ -319,7 +320,7 @@ def vitals_cmd(
         backups = [] if no_fallback else _backups(names, models)
         if not any(Path(m).stem.endswith("-hr") for m in models):
             click.echo(
-                "note: no shipped HR model reads these channels (an ECG alone has none yet): no HR",
+                "note: no shipped HR model reads these channels: no HR",
                 err=True,
             )
     try:
