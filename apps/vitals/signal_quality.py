@@ -188,7 +188,12 @@ def power_law_misfit(y: np.ndarray, fs: float) -> float:
     simulated good windows above 1.4). Scale-free (a gain shifts every log by one
     constant). Fewer than 4 bands: inf (not judged)."""
     n = len(y)
-    p = np.abs(np.fft.rfft(y * np.hanning(n))) ** 2
+    return periodogram_misfit(np.abs(np.fft.rfft(y * np.hanning(n))) ** 2, fs, n)
+
+
+def periodogram_misfit(p: np.ndarray, fs: float, n: int) -> float:
+    """:func:`power_law_misfit` from a periodogram ``p`` (``n // 2 + 1`` bins of ``n``
+    samples at ``fs``)."""
     f = np.fft.rfftfreq(n, 1.0 / fs)
     edges = np.geomspace(SMOOTH_LO_HZ, SMOOTH_HI * fs, SMOOTH_BANDS + 1)
     band = np.searchsorted(edges, f, side="right") - 1

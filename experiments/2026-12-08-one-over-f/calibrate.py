@@ -61,26 +61,7 @@ def multitaper_misfit(tapers: int):
         j = np.arange(1, n + 1)
         h = np.sqrt(2.0 / (n + 1)) * np.sin(np.pi * np.arange(1, tapers + 1)[:, None] * j / (n + 1))
         p = np.mean(np.abs(np.fft.rfft(h * y, axis=1)) ** 2, axis=0)
-        return _misfit_of_periodogram(p, fs, n)
-
-    def _misfit_of_periodogram(p, fs, n):  # as sq.power_law_misfit from its periodogram
-        f = np.fft.rfftfreq(n, 1.0 / fs)
-        edges = np.geomspace(sq.SMOOTH_LO_HZ, sq.SMOOTH_HI * fs, sq.SMOOTH_BANDS + 1)
-        band = np.searchsorted(edges, f, side="right") - 1
-        ok = (band >= 0) & (band < sq.SMOOTH_BANDS) & ~sq._hum_mask(f, fs)
-        m = np.bincount(band[ok], minlength=sq.SMOOTH_BANDS).astype(np.float64)
-        s = np.bincount(band[ok], weights=p[ok], minlength=sq.SMOOTH_BANDS)
-        used = m > 0
-        if used.sum() < 4:
-            return float("inf")
-        m, s = m[used], s[used]
-        mean = s / m
-        if mean.max() <= 0:
-            return float("inf")
-        lp = np.log(np.maximum(mean, 1e-12 * float(mean.max())))
-        lf = np.log(np.sqrt(edges[:-1] * edges[1:]))[used]
-        r = lp - np.polyval(np.polyfit(lf, lp, 1, w=np.sqrt(m)), lf)
-        return float(np.log(max(float(np.mean(m * r**2)), 1e-300)))
+        return sq.periodogram_misfit(p, fs, n)
 
     return misfit
 
