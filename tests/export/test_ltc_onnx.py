@@ -80,6 +80,7 @@ def test_blocked_scan_equals_float64_recurrence(tmp_path, monkeypatch, Q, sizes)
         assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
 
 
+@pytest.mark.slow
 def test_extreme_inputs_keep_the_state_bounded(tmp_path):
     """|u| up to 1e4 (tanh saturated, b huge): outputs and states finite and within the
     contract of the float64 model — the blocked scan multiplies numbers of modulus < 1 only."""

@@ -68,6 +68,7 @@ def streams():
     return both, alone, ppg
 
 
+@pytest.mark.slow
 def test_lead_off_seconds_take_the_ppg_models_value_with_the_alarm_raised(streams):
     both, alone, ppg = streams
     assert len(both) == len(alone) == len(ppg) == 120
@@ -88,12 +89,14 @@ def test_lead_off_seconds_take_the_ppg_models_value_with_the_alarm_raised(stream
     assert both[-1].source == {} and both[-1].status["hr"] == "ok"
 
 
+@pytest.mark.slow
 def test_without_a_valid_backup_the_second_stays_invalid(streams):
     """The first seconds: both models warm up, so no backup can stand in."""
     both, _, _ = streams
     assert all(e.status["hr"] == "warmup" and not e.source for e in both[:10])
 
 
+@pytest.mark.slow
 def test_backups_are_checked():
     ppg_ecg, ppg = shipped("vitals-ppg-ecg-hr"), shipped("vitals-ppg-rr")
     with pytest.raises(VitalsError, match="estimates rr: no model does"):
@@ -142,6 +145,7 @@ def test_the_backups_picked_for_each_sensor_set(monkeypatch, tmp_path, channels,
     assert [p.stem for p in vitals_backups(channels, picked)] == want
 
 
+@pytest.mark.slow
 def test_the_cli_falls_back_and_says_so_in_the_csv(tmp_path):
     from liquid_stream.cli import main
 

@@ -125,6 +125,7 @@ def test_ppg_ecg_hr_model_reads_the_ecg_when_the_ppg_falls_off():
     assert max(np.sqrt(np.mean(d**2)) for d in errs) <= 6.0
 
 
+@pytest.mark.slow
 def test_vitals_app_picks_the_shipped_models_matching_the_record(tmp_path):
     from liquid_stream.cli import main
 
