@@ -31,17 +31,13 @@ from liquid_stream.training.data.vitals.bidmc_baseline import (
     rate_in_window,
 )
 from liquid_stream.training.data.vitals.bidmc_sim import SIG_NAMES
-from liquid_stream.training.data.vitals.vitals_sim import simulate_randomised
+from liquid_stream.training.data.vitals.vitals_sim import NO_ARTEFACTS, simulate_randomised
 
 FS = 125
 WINDOW = 32 * FS
 PLETH, II = SIG_NAMES.index("PLETH,"), SIG_NAMES.index("II,")
 CLEAN = {
-    "ectopic_prob": 0.0,
-    "af_episodes": [],
-    "motion_bursts": [],
-    "sensor_off": [],
-    "perfusion": 1.0,
+    **NO_ARTEFACTS,
     "hr_sd": 0.0,
     "hr_changes": [],
 }

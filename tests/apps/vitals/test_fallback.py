@@ -18,22 +18,17 @@ from liquid_stream.apps.vitals.model import VitalsError
 from liquid_stream.apps.vitals.monitor import VitalsMonitor
 from liquid_stream.models import shipped, vitals_backups
 from liquid_stream.training.data.vitals.bidmc_sim import write_record
-from liquid_stream.training.data.vitals.vitals_sim import simulate_randomised
+from liquid_stream.training.data.vitals.vitals_sim import NO_ARTEFACTS, simulate_randomised
 
 FS = 125
 KEEP = ("PLETH,", "II,")
-CLEAN = {
-    "ectopic_prob": 0.0,
-    "af_episodes": [],
-    "motion_bursts": [],
-    "sensor_off": [],
-    "perfusion": 1.0,
-}
 OFF = (50, 80)  # the ECG lead is off (II flat) over these seconds of a 2-min record
 
 
 def lead_off_record(seed: int = 5) -> dict:
-    rec = simulate_randomised(np.random.default_rng([seed, 11]), 2.0, family="param", force=CLEAN)
+    rec = simulate_randomised(
+        np.random.default_rng([seed, 11]), 2.0, family="param", force=NO_ARTEFACTS
+    )
     cols = [rec["sig_names"].index(c) for c in KEEP]
     sig = rec["signals"][:, cols].copy()
     sig[OFF[0] * FS : OFF[1] * FS, 1] = 0.0

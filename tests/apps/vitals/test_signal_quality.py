@@ -24,17 +24,11 @@ from liquid_stream.apps.vitals import signal_quality as sq
 from liquid_stream.apps.vitals.monitor import VitalsMonitor
 from liquid_stream.models import shipped
 from liquid_stream.training.data.vitals.bidmc_sim import write_record
-from liquid_stream.training.data.vitals.vitals_sim import simulate_randomised
+from liquid_stream.training.data.vitals.vitals_sim import NO_ARTEFACTS, simulate_randomised
 
 FS = 125
 SECONDS = 60
-CLEAN = {  # a record with no artefact of its own, so only the case decides
-    "ectopic_prob": 0.0,
-    "af_episodes": [],
-    "motion_bursts": [],
-    "sensor_off": [],
-    "perfusion": 1.0,
-}
+CLEAN = NO_ARTEFACTS  # a record with no artefact of its own, so only the case decides
 KEEP = ("PLETH,", "II,")  # the record's channels: PPG + ECG (a RESP would give the RR)
 PPG_ECG = ["vitals-ppg-ecg-hr", "vitals-ppg-ecg-rr"]
 

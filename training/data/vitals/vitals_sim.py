@@ -433,6 +433,15 @@ def _breaths(rng, d: _Draws, tg: np.ndarray, rr1: np.ndarray) -> np.ndarray:
 
 
 ECTOPY = ("default", "rich")  # the ectopy option (module docstring: "Ectopy-rich records")
+# ``force`` draws of a record with no artefact of its own (no ectopic beat, AF, motion,
+# sensor-off or low perfusion): what a test adds to it is all that is wrong with it
+NO_ARTEFACTS = {
+    "ectopic_prob": 0.0,
+    "af_episodes": [],
+    "motion_bursts": [],
+    "sensor_off": [],
+    "perfusion": 1.0,
+}
 ECTOPY_PATTERNS = ("isolated", "bigeminy", "trigeminy", "couplets", "runs")
 
 
