@@ -510,26 +510,23 @@ class VitalsMonitor:
                 raise VitalsError(f"backup {b.path.name} estimates {b.target}: no model does")
             if b.path == seen[b.target]:
                 raise VitalsError(f"{b.path.name} is its own backup")
-        rates = {m.sample_rate for m in self.models + self.backups}
+        self.models.sort(key=lambda m: VITALS.index(m.target))
+        every = self.models + self.backups  # one lane each, in this order
+        rates = {m.sample_rate for m in every}
         if len(rates) > 1:
             raise VitalsError(
                 "models expect different sample rates: "
-                + ", ".join(
-                    f"{m.path.name} {m.sample_rate:g} Hz" for m in self.models + self.backups
-                )
+                + ", ".join(f"{m.path.name} {m.sample_rate:g} Hz" for m in every)
                 + "; export them at one rate"
             )
-        self.models.sort(key=lambda m: VITALS.index(m.target))
         self.sample_rate = self.models[0].sample_rate
         self.targets = [m.target for m in self.models]
         self.units = {m.target: m.units for m in self.models}
         self.windows_s = {m.target: m.window_s for m in self.models}
         needed: list[str] = []
-        for m in self.models + self.backups:
+        for m in every:
             needed += [c for c in m.channels if c not in needed]
-        self.channel_users = {
-            c: [m.path.name for m in self.models + self.backups if c in m.channels] for c in needed
-        }
+        self.channel_users = {c: [m.path.name for m in every if c in m.channels] for c in needed}
         self.channels = [strip_name(c) for c in channels] if channels is not None else needed
         missing = [c for c in needed if c not in self.channels]
         if missing:
@@ -542,9 +539,10 @@ class VitalsMonitor:
         max_gap = int(round(max_gap_s * self.sample_rate))
         self.deferred = deferred
         self._lanes = [  # the models' lanes (in models order), then the backups'
-            _Lane(m, [self.channels.index(c) for c in m.channels], max_gap, deferred)
-            for m in self.models + self.backups
+            _Lane(m, [self.channels.index(c) for c in m.channels], max_gap, deferred) for m in every
         ]
+        self._model_lanes = self._lanes[: len(self.models)]
+        self._backup_lanes = self._lanes[len(self.models) :]
         if alarms and isinstance(next(iter(alarms)), AlarmRule):
             rules = list(alarms)
         else:
@@ -670,15 +668,14 @@ class VitalsMonitor:
         out = []
         for k in range(self._next_second, upto + 1):
             values, status, verdicts, source = {}, {}, {}, {}
-            n = len(self.models)
-            for lane in self._lanes[n:]:  # the backups' channel verdicts, then the models'
+            for lane in self._backup_lanes:  # the backups' channel verdicts, then the models'
                 verdicts.update(lane.tech.pop(k, {}))
-            for lane in self._lanes[:n]:
+            for lane in self._model_lanes:
                 values[lane.model.target], status[lane.model.target] = lane.out.pop(k)
                 verdicts.update(lane.tech.pop(k, {}))
-            for lane in self._lanes[n:]:  # fallback: the first backup that is ok
+            for lane in self._backup_lanes:  # fallback: the first backup that is ok
                 t, (v, st) = lane.model.target, lane.out.pop(k)
-                if status[t] != "ok" and st == "ok" and t not in source:
+                if status[t] != "ok" and st == "ok":
                     values[t], status[t], source[t] = v, st, lane.model.path.stem
             est = Estimate(k, values, status, source=source)
             est.technical = [
@@ -709,7 +706,7 @@ class VitalsMonitor:
                 if lane.out_of_range_first is None
                 else round(self._stream_time(lane.out_of_range_first), 3),
             }
-            for lane in self._lanes[: len(self.models)]
+            for lane in self._model_lanes
         }
 
     def gap_counts(self) -> dict[str, dict[str, float]]:
@@ -722,5 +719,5 @@ class VitalsMonitor:
                 "long_gaps": lane.long_gaps,
                 "long_gap_s": lane.long_gap_samples / fs,
             }
-            for lane in self._lanes[: len(self.models)]
+            for lane in self._model_lanes
         }
