@@ -60,6 +60,11 @@ def shipped(name: str) -> Path:
     return path
 
 
+def _keys(channels) -> set[str]:
+    """The channel names as :func:`~liquid_stream.io.bidmc_vocab.channel_key` compares them."""
+    return {channel_key(c) for c in channels}
+
+
 def vitals_for(channels) -> list[Path]:
     """The shipped vital-sign models for a record with these channel names (BIDMC style,
     ``"PLETH,"`` or ``"pleth"``): those of the richest sensor set the record carries whose
@@ -67,19 +72,19 @@ def vitals_for(channels) -> list[Path]:
     model instead when it has RESP, and the SpO2 model if it has IR and RED;
     ``ShippedModelMissing`` (naming what the record has and what would be
     needed) when none fits."""
-    have = {channel_key(c) for c in channels}
+    have = _keys(channels)
     found: list[Path] = []
     for name, needs in VITALS_SETS.items():
         paths = [HERE / f"{m}.onnx" for m in VITALS_TARGETS[name]]
         needed = [p for p in paths if p.stem not in VITALS_OPTIONAL]
-        if {channel_key(c) for c in needs} <= have and all(p.is_file() for p in needed):
+        if _keys(needs) <= have and all(p.is_file() for p in needed):
             found = [p for p in paths if p.is_file()]
             break
     resp = HERE / f"{RESP_RR_MODEL}.onnx"
-    if {channel_key(c) for c in RESP} <= have and resp.is_file():
+    if _keys(RESP) <= have and resp.is_file():
         found = [p for p in found if not p.stem.endswith("-rr")] + [resp]
     spo2 = HERE / f"{SPO2_MODEL}.onnx"
-    if {channel_key(c) for c in OXIMETER} <= have and spo2.is_file():
+    if _keys(OXIMETER) <= have and spo2.is_file():
         found.append(spo2)
     if found:
         return found
@@ -105,18 +110,18 @@ def vitals_backups(channels, models) -> list[Path]:
     target that the record's channels can feed, in the order the monitor tries them (RR
     from RESP first, then the sensor sets richest first): a PPG + ECG record's HR falls
     back to the PPG-only model, then to the ECG-only one (``VitalsMonitor(backups=...)``)."""
-    have = {channel_key(c) for c in channels}
+    have = _keys(channels)
     picked = {Path(m).resolve() for m in models}
     out: list[Path] = []
     for m in map(Path, models):
         target = m.stem.rsplit("-", 1)[-1]
-        if m.stem == SPO2_MODEL or target not in ("hr", "rr"):
+        if target not in ("hr", "rr"):  # (SpO2 has one model)
             continue
-        names = [RESP_RR_MODEL] if target == "rr" and {channel_key(c) for c in RESP} <= have else []
+        names = [RESP_RR_MODEL] if target == "rr" and _keys(RESP) <= have else []
         names += [
             n
             for k, needs in VITALS_SETS.items()
-            if {channel_key(c) for c in needs} <= have
+            if _keys(needs) <= have
             for n in VITALS_TARGETS[k]
             if n.endswith(f"-{target}")
         ]
